@@ -1,0 +1,63 @@
+"""Sluice's API: pydantic models of every kind it serves, Flux's API to the field.
+
+The models are the single source of truth; the CRDs under `crds/` are
+generated from them by `python -m sluice_api.crds`.
+"""
+
+from typing import Any
+
+from sluice_api.gating import Gate
+from sluice_api.kustomize import Kustomization
+from sluice_api.meta import (
+    Artifact,
+    Condition,
+    ConditionType,
+    LocalObjectReference,
+    ObjectMeta,
+    PrinterColumn,
+    Reason,
+    ReconcileStatus,
+    Resource,
+    format_duration,
+    parse_duration,
+)
+from sluice_api.notification import Alert, Provider, Receiver
+from sluice_api.source import Bucket, GitRepository, HelmChart, HelmRepository, OCIRepository
+
+ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
+    GitRepository,
+    OCIRepository,
+    HelmRepository,
+    HelmChart,
+    Bucket,
+    Kustomization,
+    Gate,
+    Receiver,
+    Alert,
+    Provider,
+)
+
+__all__ = [
+    "ALL_KINDS",
+    "Alert",
+    "Artifact",
+    "Bucket",
+    "Condition",
+    "ConditionType",
+    "Gate",
+    "GitRepository",
+    "HelmChart",
+    "HelmRepository",
+    "Kustomization",
+    "LocalObjectReference",
+    "OCIRepository",
+    "ObjectMeta",
+    "PrinterColumn",
+    "Provider",
+    "Reason",
+    "Receiver",
+    "ReconcileStatus",
+    "Resource",
+    "format_duration",
+    "parse_duration",
+]

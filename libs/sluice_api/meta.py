@@ -1,0 +1,351 @@
+"""Building blocks shared by every Sluice kind.
+
+Flux's kinds are assembled from the same pieces (object metadata, metav1
+conditions, object references, artifacts, Go durations) and so are ours.
+Keeping them here means a field such as `status.conditions` has one schema,
+one set of validation rules and one docstring in every generated CRD.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+
+FINALIZER = "finalizers.fluxcd.io"
+"""Finalizer put on every object a controller owns resources for."""
+
+RECONCILE_REQUESTED_AT_ANNOTATION = "reconcile.fluxcd.io/requestedAt"
+"""Changing this annotation's value asks for an immediate reconcile."""
+
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+# Flux does not accept hours for the network timeouts of sources and providers.
+TIMEOUT_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m))+$"
+
+Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
+"""A Go duration as Flux accepts it in a spec, e.g. `30s`, `5m`, `1h30m`."""
+
+TimeoutDuration = Annotated[str, StringConstraints(pattern=TIMEOUT_PATTERN)]
+"""A Go duration without hours, as Flux accepts it for network timeouts."""
+
+Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+"""An RFC 3339 timestamp, kept as the string the API server sent."""
+
+
+class KubeModel(BaseModel):
+    """Base of every API model: snake_case in Python, Flux's camelCase on the wire."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        # Attribute docstrings become the CRD descriptions `kubectl explain` shows.
+        use_attribute_docstrings=True,
+    )
+
+
+class ObjectMeta(KubeModel):
+    """The subset of Kubernetes object metadata the controllers read and write."""
+
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+    generation: int | None = None
+    resource_version: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    finalizers: list[str] = Field(default_factory=list)
+    deletion_timestamp: Timestamp | None = None
+    creation_timestamp: Timestamp | None = None
+    owner_references: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Condition(KubeModel):
+    """Condition contains details for one aspect of the current state of this
+    API resource (the schema of Kubernetes' metav1.Condition)."""
+
+    type: Annotated[
+        str,
+        StringConstraints(
+            max_length=316,
+            pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+            r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+        ),
+    ]
+    """Type of condition in CamelCase or in foo.example.com/CamelCase."""
+
+    status: Literal["True", "False", "Unknown"]
+    """Status of the condition, one of True, False, Unknown."""
+
+    observed_generation: Annotated[int, Field(ge=0)] | None = None
+    """The .metadata.generation that the condition was set based upon."""
+
+    last_transition_time: Timestamp
+    """The last time the condition transitioned from one status to another."""
+
+    reason: Annotated[
+        str,
+        StringConstraints(
+            min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+        ),
+    ]
+    """A programmatic identifier in CamelCase for the condition's last transition."""
+
+    message: Annotated[str, StringConstraints(max_length=32768)]
+    """A human readable message about the transition; may be empty."""
+
+
+class ConditionType(StrEnum):
+    """The kstatus condition types every Sluice kind reports."""
+
+    READY = "Ready"
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
+
+
+class Reason(StrEnum):
+    """Reasons shared by every controller (Flux's `meta` package)."""
+
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    PROGRESSING = "Progressing"
+    PROGRESSING_WITH_RETRY = "ProgressingWithRetry"
+    SUSPENDED = "Suspended"
+    DEPENDENCY_NOT_READY = "DependencyNotReady"
+    RECONCILIATION_SUCCEEDED = "ReconciliationSucceeded"
+    RECONCILIATION_FAILED = "ReconciliationFailed"
+    GATE_CLOSED = "GateClosed"
+
+
+class LocalObjectReference(KubeModel):
+    """A reference to an object in the same namespace as the referrer."""
+
+    name: str
+    """Name of the referent."""
+
+
+class NamespacedObjectReference(KubeModel):
+    """A reference to an object in any namespace."""
+
+    name: str
+    """Name of the referent."""
+
+    namespace: str | None = None
+    """Namespace of the referent; defaults to the namespace of the referrer."""
+
+
+class NamespacedObjectKindReference(KubeModel):
+    """A typed reference to an object in any namespace."""
+
+    api_version: str | None = None
+    """API version of the referent; the preferred version when not set."""
+
+    kind: str
+    """Kind of the referent."""
+
+    name: str
+    """Name of the referent."""
+
+    namespace: str | None = None
+    """Namespace of the referent; defaults to the namespace of the referrer."""
+
+
+class SecretKeyReference(KubeModel):
+    """A reference to one key of a Secret in the referrer's namespace."""
+
+    name: str
+    """Name of the Secret."""
+
+    key: str | None = None
+    """Key in the Secret's data; a well-known default applies when not set."""
+
+
+class Artifact(KubeModel):
+    """The output of a source reconciliation: a file served over HTTP."""
+
+    path: str
+    """Path of the file relative to the root of the artifact storage."""
+
+    url: str
+    """HTTP address the source-controller serves the file at."""
+
+    revision: str
+    """Human-readable identifier in the origin, e.g. `main@sha1:<hex>`."""
+
+    digest: (
+        Annotated[
+            str, StringConstraints(pattern=r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$")
+        ]
+        | None
+    ) = None
+    """Digest of the file, `<algorithm>:<checksum>`; consumers verify it."""
+
+    last_update_time: Timestamp
+    """When the artifact was last updated."""
+
+    size: int | None = None
+    """Size of the file in bytes."""
+
+    metadata: dict[str, str] | None = None
+    """Upstream information such as OCI annotations."""
+
+
+class ReconcileStatus(KubeModel):
+    """Status fields every reconciled kind has."""
+
+    observed_generation: int = -1
+    """The last generation the controller reconciled; -1 before the first."""
+
+    conditions: list[Condition] = Field(default_factory=list)
+    """Conditions of the object, in kstatus form."""
+
+    last_handled_reconcile_at: str | None = None
+    """The value of the reconcile.fluxcd.io/requestedAt annotation last handled."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrinterColumn:
+    """A column `kubectl get` prints for a kind."""
+
+    name: str
+    type: Literal["string", "date", "integer", "number", "boolean"]
+    json_path: str
+    description: str = ""
+    priority: int = 0
+
+
+AGE_COLUMN = PrinterColumn(name="Age", type="date", json_path=".metadata.creationTimestamp")
+READY_COLUMN = PrinterColumn(
+    name="Ready", type="string", json_path='.status.conditions[?(@.type=="Ready")].status'
+)
+STATUS_COLUMN = PrinterColumn(
+    name="Status", type="string", json_path='.status.conditions[?(@.type=="Ready")].message'
+)
+
+SpecT = TypeVar("SpecT", bound=KubeModel)
+StatusT = TypeVar("StatusT", bound=ReconcileStatus)
+
+
+class Resource(KubeModel, Generic[SpecT, StatusT]):
+    """A custom resource: Kubernetes metadata, a spec and a status.
+
+    Subclasses bind the spec and status models and declare, in class
+    variables, what the CRD needs to serve them.
+    """
+
+    GROUP: ClassVar[str]
+    VERSION: ClassVar[str]
+    """The storage version, served first."""
+    KIND: ClassVar[str]
+    PLURAL: ClassVar[str]
+    SINGULAR: ClassVar[str]
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ()
+    CATEGORIES: ClassVar[tuple[str, ...]] = ()
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ()
+    """Older versions also served, with the same schema as the storage version."""
+    NAMESPACED: ClassVar[bool] = True
+    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = ()
+
+    api_version: str = ""
+    """The versioned schema of this representation of the object."""
+
+    kind: str = ""
+    """The REST resource this object represents."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SpecT
+    status: StatusT
+
+    def model_post_init(self, context: Any, /) -> None:
+        # Objects built in Python carry their type, like those read from the API.
+        if not self.api_version:
+            self.api_version = self.api_version_str()
+        if not self.kind:
+            self.kind = self.KIND
+
+    @classmethod
+    def api_version_str(cls) -> str:
+        """The `apiVersion` of the storage version, `group/version`."""
+        return f"{cls.GROUP}/{cls.VERSION}"
+
+    @classmethod
+    def from_obj(cls, obj: dict[str, Any]) -> Self:
+        """Parse an object as the API server returns it."""
+        return cls.model_validate(obj)
+
+    def to_obj(self) -> dict[str, Any]:
+        """The object as the API server expects it: JSON types, camelCase, no nulls."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, the key objects are queued and cached by."""
+        return f"{self.metadata.namespace or ''}/{self.metadata.name}"
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT_MICROSECONDS = {
+    "ns": 0.001,
+    "us": 1,
+    "µs": 1,
+    "μs": 1,  # Go accepts both the micro sign and the Greek letter mu
+    "ms": 1_000,
+    "s": 1_000_000,
+    "m": 60_000_000,
+    "h": 3_600_000_000,
+}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a Go duration string (`1h30m`, `0.5s`, `-1m`, `0`) like time.ParseDuration.
+
+    The result has microsecond resolution; nanoseconds are rounded.
+    """
+    body = text[1:] if text[:1] in ("-", "+") else text
+    if body == "0":
+        return timedelta(0)
+    position = 0
+    microseconds = 0.0
+    while position < len(body):
+        match = _DURATION_PART.match(body, position)
+        if match is None:
+            break
+        microseconds += float(match.group(1)) * _UNIT_MICROSECONDS[match.group(2)]
+        position = match.end()
+    if not body or position != len(body):
+        raise ValueError(f"invalid duration {text!r}")
+    sign = -1 if text.startswith("-") else 1
+    return timedelta(microseconds=sign * microseconds)
+
+
+def format_duration(value: timedelta) -> str:
+    """Format a duration the way Go's Duration.String does, e.g. `1h30m0s`, `500ms`."""
+    total = abs(value) // timedelta(microseconds=1)
+    sign = "-" if value < timedelta(0) else ""
+    if total == 0:
+        return "0s"
+    if total < 1_000:
+        return f"{sign}{total}µs"
+    if total < 1_000_000:
+        return f"{sign}{_decimal(total, 1_000)}ms"
+    hours, rest = divmod(total, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    text = f"{_decimal(rest, 1_000_000)}s"
+    if hours or minutes:
+        text = f"{minutes}m{text}"
+    if hours:
+        text = f"{hours}h{text}"
+    return sign + text
+
+
+def _decimal(value: int, unit: int) -> str:
+    whole, fraction = divmod(value, unit)
+    if not fraction:
+        return str(whole)
+    digits = len(str(unit)) - 1
+    return f"{whole}.{fraction:0{digits}d}".rstrip("0")

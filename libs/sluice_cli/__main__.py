@@ -1,0 +1,3 @@
+from sluice_cli.main import main
+
+main()

@@ -1,0 +1,22 @@
+"""`sluice`: the command-line tool (local development environment, CRDs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from sluice_cli import crds_command, dev
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="sluice", description="Sluice GitOps toolkit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    dev.register(commands)
+    crds_command.register(commands)
+    args = parser.parse_args(argv)
+    sys.exit(args.run(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""Get a kube-apiserver and an etcd onto a machine that has no container engine.
+
+No package registry we can reach ships a kube-apiserver binary, so we build
+one from Debian bookworm's `kubernetes` source package with Debian's Go 1.19,
+all fetched with apt into a private state directory (the system's apt setup
+is never touched), and cache the result keyed by version. etcd comes from
+Debian's `etcd-server`. The steps and their quirks are recorded in
+shared/spec/control-plane.md; each quirk has a comment where it is handled.
+
+`KUBEBUILDER_ASSETS`, the envtest convention, short-circuits all of this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+KUBE_VERSION = "v1.20.2"
+# Bumped whenever the recipe below changes what it produces, so caches rebuild.
+RECIPE = 2
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_SUITE = "bookworm"
+GO_PACKAGES = ("golang-1.19-go", "golang-1.19-src")
+REFLECT2_PACKAGE = "golang-github-modern-go-reflect2-dev"
+ETCD_PACKAGE = "etcd-server"
+
+_OPENAPI_TAG = re.compile(r"^\s*//\s*\+k8s:openapi-gen=", re.MULTILINE)
+_OPENAPI_EXCLUDED = ("code-generator", "sample-apiserver")
+
+
+Log = Callable[[str], None]
+
+
+class BuildError(RuntimeError):
+    """A step of fetching or building the control plane failed; the message says which."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    kube_apiserver: Path
+    etcd: Path
+
+
+def cache_root() -> Path:
+    base = os.environ.get("SLUICE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sluice"
+    )
+    return Path(base)
+
+
+def ensure_binaries(*, log: Log | None = None) -> Binaries:
+    """Return usable binaries, building them once per machine when needed."""
+    say = log or _stderr
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets:
+        found = Binaries(Path(assets) / "kube-apiserver", Path(assets) / "etcd")
+        for binary in (found.kube_apiserver, found.etcd):
+            if not os.access(binary, os.X_OK):
+                raise BuildError(f"KUBEBUILDER_ASSETS={assets} has no executable {binary.name}")
+        return found
+    target = cache_root() / "envtest" / f"{KUBE_VERSION}-r{RECIPE}"
+    wanted = Binaries(target / "kube-apiserver", target / "etcd")
+    if _complete(wanted):
+        return wanted
+    target.mkdir(parents=True, exist_ok=True)
+    # Several test sessions or `sluice dev` may start at once on a fresh
+    # machine; only one of them builds, the others wait for its result.
+    with _locked(target / ".lock"):
+        if _complete(wanted):
+            return wanted
+        say(f"building kube-apiserver {KUBE_VERSION} from Debian sources (once, ~3 min)")
+        with tempfile.TemporaryDirectory(prefix="sluice-envtest-", dir=target) as tmp:
+            _build(Path(tmp), wanted, say)
+    return wanted
+
+
+def _stderr(message: str) -> None:
+    print(f"sluice-envtest: {message}", file=sys.stderr, flush=True)
+
+
+def _complete(binaries: Binaries) -> bool:
+    return all(os.access(b, os.X_OK) for b in (binaries.kube_apiserver, binaries.etcd))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(work: Path, wanted: Binaries, say: Log) -> None:
+    apt = _PrivateApt(work / "apt")
+    say("fetching package lists")
+    apt.update()
+    debs = work / "debs"
+    debs.mkdir()
+    say("downloading Go 1.19, reflect2 and etcd packages")
+    apt.run("download", *GO_PACKAGES, REFLECT2_PACKAGE, ETCD_PACKAGE, cwd=debs)
+    root = work / "root"
+    for deb in sorted(debs.glob("*.deb")):
+        _run(["dpkg", "-x", str(deb), str(root)])
+    say("downloading the kubernetes source package")
+    sources = work / "src"
+    sources.mkdir()
+    apt.run("source", "--download-only", "kubernetes", cwd=sources)
+    tarballs = list(sources.glob("kubernetes_*.orig.tar.gz"))
+    if len(tarballs) != 1:
+        raise BuildError(f"expected one kubernetes orig tarball, found {tarballs}")
+
+    gopath = work / "gopath"
+    tree = gopath / "src" / "k8s.io" / "kubernetes"
+    tree.parent.mkdir(parents=True)
+    say("unpacking the kubernetes source tree")
+    with tarfile.open(tarballs[0]) as archive:
+        archive.extractall(tree.parent, filter="tar")
+    unpacked = [p for p in tree.parent.iterdir() if p.name.startswith("kubernetes")]
+    if len(unpacked) != 1:
+        raise BuildError(f"unexpected source layout: {unpacked}")
+    unpacked[0].rename(tree)
+
+    # The vendored reflect2 v1.0.1 crashes at run time under Go >= 1.18;
+    # Debian's 1.0.2 is API-compatible.
+    vendored = tree / "vendor" / "github.com" / "modern-go" / "reflect2"
+    shutil.rmtree(vendored)
+    shutil.copytree(root / "usr/share/gocode/src/github.com/modern-go/reflect2", vendored)
+
+    env = {
+        "PATH": f"{root / 'usr/lib/go-1.19/bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(work),
+        "GOROOT": str(root / "usr/lib/go-1.19"),
+        "GOPATH": str(gopath),
+        "GOCACHE": str(work / "gocache"),
+        # Module mode cannot resolve this tree offline; GOPATH mode with the
+        # vendor directory can.
+        "GO111MODULE": "off",
+        "GOPROXY": "off",
+        "CGO_ENABLED": "0",
+        "GOFLAGS": "",
+    }
+    say("generating pkg/generated/openapi (not shipped in the tarball)")
+    openapi_gen = work / "openapi-gen"
+    _run(
+        ["go", "build", "-o", str(openapi_gen), "./vendor/k8s.io/kube-openapi/cmd/openapi-gen"],
+        cwd=tree,
+        env=env,
+    )
+    _run(
+        [
+            str(openapi_gen),
+            "--input-dirs",
+            ",".join(_openapi_packages(tree)),
+            "--output-package",
+            "k8s.io/kubernetes/pkg/generated/openapi",
+            "-O",
+            "zz_generated.openapi",
+            "--go-header-file",
+            "vendor/k8s.io/code-generator/hack/boilerplate.go.txt",
+            "--output-base",
+            str(gopath / "src"),
+            "--report-filename",
+            str(work / "openapi-violations.txt"),
+        ],
+        cwd=tree,
+        env=env,
+    )
+    say("compiling kube-apiserver")
+    major, minor = KUBE_VERSION.lstrip("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    # /version is answered from client-go's copy of the version variables,
+    # `--version` from component-base's: stamp both, as upstream's build does.
+    for package in ("client-go/pkg/version", "component-base/version"):
+        prefix = f"k8s.io/kubernetes/vendor/k8s.io/{package}"
+        flags += [
+            f"-X {prefix}.gitVersion={KUBE_VERSION}",
+            f"-X {prefix}.gitMajor={major}",
+            f"-X {prefix}.gitMinor={minor}",
+            f"-X {prefix}.gitTreeState=clean",
+        ]
+    ldflags = " ".join(flags)
+    built = work / "kube-apiserver"
+    _run(
+        [
+            "go",
+            "build",
+            "-o",
+            str(built),
+            "-ldflags",
+            ldflags,
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+        ],
+        cwd=tree,
+        env=env,
+    )
+    # Rename into place last so an interrupted build never leaves a binary
+    # that looks complete.
+    shutil.copy2(root / "usr/bin/etcd", wanted.etcd.with_suffix(".tmp"))
+    os.replace(wanted.etcd.with_suffix(".tmp"), wanted.etcd)
+    os.replace(built, wanted.kube_apiserver)
+    say(f"control plane binaries ready in {wanted.kube_apiserver.parent}")
+
+
+def _openapi_packages(tree: Path) -> list[str]:
+    """Every Go package carrying a `+k8s:openapi-gen=` tag, as an import path."""
+    packages: set[str] = set()
+    for top, prefix in ((tree / "pkg", "k8s.io/kubernetes/pkg/"), (tree / "vendor/k8s.io", "k8s.io/")):
+        for dirpath, _dirs, files in os.walk(top, followlinks=True):
+            rel = Path(dirpath).relative_to(top).as_posix()
+            if any(part in rel.split("/") for part in _OPENAPI_EXCLUDED):
+                continue
+            for name in files:
+                if not name.endswith(".go"):
+                    continue
+                text = (Path(dirpath) / name).read_text(errors="replace")
+                if _OPENAPI_TAG.search(text):
+                    packages.add(prefix + rel if rel != "." else prefix.rstrip("/"))
+                    break
+    if not packages:
+        raise BuildError("no packages tagged for openapi-gen found in the source tree")
+    return sorted(packages)
+
+
+class _PrivateApt:
+    """apt-get with its own lists, cache and sources, so the host's apt stays as it was."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        for sub in ("lists/partial", "cache/archives/partial", "etc"):
+            (base / sub).mkdir(parents=True, exist_ok=True)
+        sources = base / "etc" / "sources.list"
+        sources.write_text(
+            f"deb {DEBIAN_MIRROR} {DEBIAN_SUITE} main\n"
+            f"deb-src {DEBIAN_MIRROR} {DEBIAN_SUITE} main\n"
+        )
+        self.options = [
+            "-o", f"Dir::Etc::SourceList={sources}",
+            "-o", "Dir::Etc::SourceParts=/dev/null",
+            "-o", f"Dir::State::Lists={base / 'lists'}",
+            "-o", f"Dir::Cache={base / 'cache'}",
+            # Root runs downloads unsandboxed into our private directories;
+            # apt's _apt user could not write there anyway.
+            "-o", "APT::Sandbox::User=root",
+            "-qq",
+        ]  # fmt: skip
+
+    def update(self) -> None:
+        self.run("update")
+
+    def run(self, *args: str, cwd: Path | None = None) -> None:
+        _run(["apt-get", *self.options, *args], cwd=cwd)
+
+
+def _run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    try:
+        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    except FileNotFoundError as error:
+        raise BuildError(f"{cmd[0]} is not installed: {error}") from None
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
+        raise BuildError(f"{' '.join(cmd[:3])} ... failed (exit {done.returncode}):\n{tail}")

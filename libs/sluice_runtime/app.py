@@ -1,0 +1,247 @@
+"""A controller process from flags to shutdown, shared by all four services.
+
+Each component is an async context (set up, yield, torn down) entered in
+order on one AsyncExitStack: API client, event recorder, probe and metrics
+servers, informers, leadership, workers, and whatever the service adds (its
+file server, its webhook receiver). SIGTERM or SIGINT unwinds the stack in
+reverse, letting reconciles in flight finish within `--shutdown-timeout`.
+Startup problems a person can fix (bad kubeconfig, unreachable API server,
+CRDs not installed, port in use) end in one line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from sluice_api.meta import parse_duration
+from sluice_runtime.controller import Controller, Informers
+from sluice_runtime.informing.queueing import ExponentialBackoff
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.errors import ApiError, ConfigError, KubeError, NotFound
+from sluice_runtime.leading import LeaderElector
+from sluice_runtime.observing import logging as sluice_logging
+from sluice_runtime.observing import tracing
+from sluice_runtime.reconciling.running import Reconciler
+from sluice_runtime.reconciling.steps import C
+from sluice_runtime.recording import EventRecorder
+from sluice_runtime.serving import metrics_app, probes_app, serving
+
+log = structlog.get_logger(__name__)
+
+
+class StartupError(Exception):
+    """A problem with the environment that the user must fix; printed as one line."""
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def parser(*, service: str, description: str, concurrency: int) -> argparse.ArgumentParser:
+    """The flags every controller accepts, named as Flux's controllers name them."""
+    p = argparse.ArgumentParser(prog=service, description=description)
+    p.add_argument("--kubeconfig", help="path to a kubeconfig (default: $KUBECONFIG, in-cluster)")
+    p.add_argument("--concurrent", type=int, default=concurrency, help="reconcile workers")
+    p.add_argument("--metrics-addr", default=":8080", help="Prometheus metrics address")
+    p.add_argument("--health-addr", default=":9440", help="/healthz and /readyz address")
+    p.add_argument("--events-addr", default="", help="notification-controller event endpoint")
+    p.add_argument("--enable-leader-election", action="store_true")
+    p.add_argument("--leader-election-lease-duration", type=_duration, default=35.0)
+    p.add_argument("--leader-election-renew-deadline", type=_duration, default=30.0)
+    p.add_argument("--leader-election-retry-period", type=_duration, default=5.0)
+    p.add_argument(
+        "--watch-all-namespaces",
+        type=_bool,
+        default=True,
+        help="watch every namespace (false: only $RUNTIME_NAMESPACE)",
+    )
+    p.add_argument("--watch-label-selector", default="", help="only reconcile matching objects")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-encoding", default="json", choices=["json", "console"])
+    p.add_argument("--min-retry-delay", type=_duration, default=0.75)
+    p.add_argument("--max-retry-delay", type=_duration, default=900.0)
+    p.add_argument("--kube-api-qps", type=float, default=50.0)
+    p.add_argument("--kube-api-burst", type=int, default=300)
+    p.add_argument("--shutdown-timeout", type=_duration, default=30.0)
+    return p
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def runtime_namespace() -> str:
+    return os.environ.get("RUNTIME_NAMESPACE") or "flux-system"
+
+
+@dataclass
+class Runtime:
+    """What a service's setup function builds its controllers from."""
+
+    service: str
+    options: argparse.Namespace
+    client: KubeClient
+    informers: Informers
+    recorder: EventRecorder
+    stack: contextlib.AsyncExitStack
+    controllers: list[Controller[Any]] = field(default_factory=list)
+
+    def controller(self, reconciler: Reconciler[C], *, concurrency: int | None = None) -> Controller[C]:
+        made = Controller(
+            reconciler,
+            client=self.client,
+            informers=self.informers,
+            recorder=self.recorder,
+            concurrency=concurrency or self.options.concurrent,
+            backoff=ExponentialBackoff(
+                base=self.options.min_retry_delay, cap=self.options.max_retry_delay
+            ),
+            service=self.service,
+        )
+        self.controllers.append(made)
+        return made
+
+
+Setup = Callable[[Runtime], Awaitable[None]]
+
+
+async def require_kinds(client: KubeClient, kinds: Sequence[Any]) -> None:
+    """Fail fast, with the fix, when a CRD this controller needs is not served."""
+    missing: list[str] = []
+    for model in kinds:
+        try:
+            listing = await client.request("GET", f"/apis/{model.GROUP}/{model.VERSION}")
+        except NotFound:
+            listing = {"resources": []}
+        served = {r.get("name") for r in listing.get("resources") or []}
+        if model.PLURAL not in served:
+            missing.append(f"{model.PLURAL}.{model.GROUP}/{model.VERSION}")
+    if missing:
+        raise StartupError(
+            f"CRD not installed: {', '.join(missing)} "
+            "(install them with `kubectl apply -k crds/` or `sluice crds install`)"
+        )
+
+
+async def run(
+    *,
+    service: str,
+    options: argparse.Namespace,
+    kinds: Sequence[Any],
+    setup: Setup,
+    stop: asyncio.Event | None = None,
+) -> None:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    tracing.configure(service)
+    async with contextlib.AsyncExitStack() as stack:
+        client = await KubeClient.connect(
+            kubeconfig=options.kubeconfig, qps=options.kube_api_qps, burst=options.kube_api_burst
+        )
+        stack.push_async_callback(client.close)
+        await require_kinds(client, kinds)
+        recorder = EventRecorder(
+            client, controller=service, events_addr=options.events_addr or None
+        )
+        await stack.enter_async_context(recorder.running())
+        informers = Informers(
+            client,
+            namespace=None if options.watch_all_namespaces else runtime_namespace(),
+            label_selector=options.watch_label_selector or None,
+        )
+        runtime = Runtime(service, options, client, informers, recorder, stack)
+        await setup(runtime)
+
+        same_addr = options.metrics_addr == options.health_addr
+        await stack.enter_async_context(
+            serving(probes_app(informers.synced, with_metrics=same_addr), options.health_addr)
+        )
+        if not same_addr and options.metrics_addr:
+            await stack.enter_async_context(serving(metrics_app(), options.metrics_addr))
+
+        await informers.start()
+        stack.push_async_callback(informers.stop)
+
+        if options.enable_leader_election:
+            elector = LeaderElector(
+                client,
+                name=f"{service}-leader-election",
+                namespace=runtime_namespace(),
+                identity=f"{socket.gethostname()}_{os.getpid()}",
+                lease_duration=options.leader_election_lease_duration,
+                renew_deadline=options.leader_election_renew_deadline,
+                retry_period=options.leader_election_retry_period,
+            )
+            acquiring = asyncio.ensure_future(elector.acquire())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not acquiring.done():
+                acquiring.cancel()
+                return
+            stopping.cancel()
+            lost = asyncio.Event()
+            elector.keep(lost.set)
+            stack.push_async_callback(elector.release)
+            loop.create_task(_exit_when(lost, stop), name="leadership-watch")
+
+        await informers.wait_synced()
+        for made in runtime.controllers:
+            await made.start()
+            stack.push_async_callback(made.stop, deadline=options.shutdown_timeout)
+        log.info("started", service=service, controllers=[c.rt.kind for c in runtime.controllers])
+        await stop.wait()
+        log.info("shutting down", service=service)
+    tracing.shutdown()
+
+
+async def _exit_when(lost: asyncio.Event, stop: asyncio.Event) -> None:
+    await lost.wait()
+    stop.set()
+
+
+def main(
+    *,
+    service: str,
+    description: str,
+    kinds: Sequence[Any],
+    setup: Setup,
+    concurrency: int = 4,
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    argv: Sequence[str] | None = None,
+) -> None:
+    """Parse flags, configure logging, run until signalled; exit 1 on startup errors."""
+    arg_parser = parser(service=service, description=description, concurrency=concurrency)
+    if add_arguments is not None:
+        add_arguments(arg_parser)
+    options = arg_parser.parse_args(argv)
+    sluice_logging.configure(level=options.log_level, encoding=options.log_encoding)
+    try:
+        asyncio.run(run(service=service, options=options, kinds=kinds, setup=setup))
+    except (StartupError, ConfigError, KubeError, OSError, ValueError) as error:
+        detail = f"{error.status} " if isinstance(error, ApiError) else ""
+        print(f"{service}: {detail}{error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,209 @@
+"""A controller: informers feed a work queue, N workers run the reconciler.
+
+What enqueues a key is decided here, once for every kind, the way Flux's
+predicates do it: a new object, a new generation (spec change), a changed
+`reconcile.fluxcd.io/requestedAt`, or a deletion in progress. Our own status
+writes change none of those, so they never cause a reconcile of their own.
+Other kinds (a Kustomization's sources, a consumer's gates) are watched with
+a mapper that names which keys of ours a change concerns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Generic
+
+import structlog
+
+from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
+from sluice_runtime.informing.queueing import ExponentialBackoff, QueueShutDown, WorkQueue
+from sluice_runtime.informing.watching import Change, Informer
+from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.observing.metrics import ControllerMetrics
+from sluice_runtime.reconciling.running import Outcome, Reconciler, Runner
+from sluice_runtime.reconciling.steps import C
+from sluice_runtime.recording import EventRecorder
+
+log = structlog.get_logger(__name__)
+
+Mapper = Callable[[Change], Iterable[str]]
+
+
+class Informers:
+    """One informer per resource per process, shared by every controller in it."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self._informers: dict[tuple[ResourceType, bool], Informer] = {}
+        self._started = False
+
+    def get(self, rt: ResourceType, *, selected: bool = False) -> Informer:
+        """The informer of `rt`; `selected` applies the watch label selector
+        (used for the kinds a controller reconciles, so replicas can shard)."""
+        key = (rt, selected)
+        informer = self._informers.get(key)
+        if informer is None:
+            informer = Informer(
+                self.client,
+                rt,
+                namespace=self.namespace if rt.namespaced else None,
+                label_selector=self.label_selector if selected else None,
+            )
+            self._informers[key] = informer
+            if self._started:
+                asyncio.get_running_loop().create_task(informer.start())
+        return informer
+
+    def all(self) -> list[Informer]:
+        return list(self._informers.values())
+
+    async def start(self) -> None:
+        self._started = True
+        for informer in self._informers.values():
+            await informer.start()
+
+    async def stop(self) -> None:
+        for informer in self._informers.values():
+            await informer.stop()
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self._informers.values())
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in self._informers.values()))
+
+
+def _annotation(obj: JSON | None, name: str) -> str | None:
+    if obj is None:
+        return None
+    value = (obj.get("metadata", {}).get("annotations") or {}).get(name)
+    return str(value) if value is not None else None
+
+
+def primary_change_matters(change: Change) -> bool:
+    """Flux's GenerationChanged + ReconcileRequested predicates, plus deletions."""
+    if change.kind != "updated":
+        return True
+    old_meta = (change.old or {}).get("metadata", {})
+    new_meta = (change.new or {}).get("metadata", {})
+    if old_meta.get("generation") != new_meta.get("generation"):
+        return True
+    if _annotation(change.old, RECONCILE_REQUESTED_AT_ANNOTATION) != _annotation(
+        change.new, RECONCILE_REQUESTED_AT_ANNOTATION
+    ):
+        return True
+    if new_meta.get("deletionTimestamp") and (
+        not old_meta.get("deletionTimestamp")
+        or old_meta.get("finalizers") != new_meta.get("finalizers")
+    ):
+        return True
+    return False
+
+
+class Controller(Generic[C]):
+    def __init__(
+        self,
+        reconciler: Reconciler[C],
+        *,
+        client: KubeClient,
+        informers: Informers,
+        recorder: EventRecorder | None,
+        concurrency: int = 4,
+        backoff: ExponentialBackoff | None = None,
+        metrics: ControllerMetrics | None = None,
+        service: str = "sluice",
+    ) -> None:
+        self.reconciler = reconciler
+        self.rt = reconciler.rt
+        self.concurrency = max(1, concurrency)
+        self.metrics = metrics or ControllerMetrics.create(service=service, kind=self.rt.kind)
+        self.queue = WorkQueue(backoff=backoff, observer=self.metrics)
+        self.informer = informers.get(self.rt, selected=True)
+        self.informers = informers
+        self.runner = Runner(reconciler, client=client, recorder=recorder, metrics=self.metrics)
+        self._workers: list[asyncio.Task[None]] = []
+        self._in_flight: set[str] = set()
+        # Observable by tests and benchmarks: reconciles per key, and outcomes.
+        self.reconciles: Counter[str] = Counter()
+        self.last_outcome: dict[str, Outcome] = {}
+        self.informer.add_handler(self._on_primary)
+
+    def watch(self, rt: ResourceType, mapper: Mapper, *, selected: bool = False) -> Informer:
+        """Also reconcile the keys `mapper` names whenever an object of `rt` changes."""
+        informer = self.informers.get(rt, selected=selected)
+
+        def handler(change: Change) -> None:
+            for key in mapper(change):
+                self.queue.add(key)
+
+        informer.add_handler(handler)
+        return informer
+
+    def enqueue(self, key: str) -> None:
+        self.queue.add(key)
+
+    def _on_primary(self, change: Change) -> None:
+        if change.kind == "deleted":
+            self.queue.cancel_delayed(change.key)
+            self.queue.forget(change.key)
+            return
+        if primary_change_matters(change):
+            self.queue.add(change.key)
+
+    async def start(self) -> None:
+        self.queue.start()
+        for index in range(self.concurrency):
+            self._workers.append(
+                asyncio.get_running_loop().create_task(
+                    self._work(), name=f"{self.rt.kind.lower()}-worker-{index}"
+                )
+            )
+
+    async def stop(self, *, deadline: float = 30.0) -> None:
+        """Stop taking keys; let reconciles in flight finish within `deadline`."""
+        self.queue.shutdown()
+        if not self._workers:
+            return
+        _, pending = await asyncio.wait(self._workers, timeout=deadline)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if pending:
+            log.warning("reconciles cut off at shutdown", kind=self.rt.kind, count=len(pending))
+        self._workers.clear()
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except QueueShutDown:
+                return
+            try:
+                outcome = await self.runner.reconcile(self.informer.store.get(key))
+            except Exception:  # the runner catches step errors; this is a runtime bug
+                log.exception("reconcile crashed", key=key)
+                outcome = Outcome("error", backoff=True)
+            finally:
+                self.reconciles[key] += 1
+            self.last_outcome[key] = outcome
+            if outcome.backoff:
+                self.queue.add_rate_limited(key)
+            else:
+                self.queue.forget(key)
+                if outcome.requeue_after is not None:
+                    self.queue.add_after(key, outcome.requeue_after)
+            self.queue.done(key)

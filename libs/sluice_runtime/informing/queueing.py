@@ -1,0 +1,212 @@
+"""The work queue between informers and reconcile workers.
+
+Semantics follow controller-runtime's queue, because they are what makes a
+controller both prompt and calm:
+
+- a key is either waiting or being processed; adding a waiting key again is a
+  no-op, so a burst of 50 updates becomes one reconcile;
+- a key being processed is never handed to a second worker; if it is added
+  meanwhile it is marked dirty and queued again when the first worker is done;
+- `add_after` schedules a key for later (requeue after `interval`), keeping
+  the earliest time when scheduled twice;
+- `add_rate_limited` backs a failing key off exponentially, per key, so one
+  broken object never slows the others; `forget` resets its backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def __call__(self) -> float: ...
+
+
+class QueueObserver(Protocol):
+    """Hooks for metrics; the queue itself knows nothing of Prometheus."""
+
+    def added(self) -> None: ...
+    def depth(self, depth: int) -> None: ...
+    def waited(self, seconds: float) -> None: ...
+    def retried(self) -> None: ...
+
+
+class _NoObserver:
+    def added(self) -> None:
+        pass
+
+    def depth(self, depth: int) -> None:
+        pass
+
+    def waited(self, seconds: float) -> None:
+        pass
+
+    def retried(self) -> None:
+        pass
+
+
+class QueueShutDown(Exception):
+    """`get()` after `shutdown()`: the worker should exit."""
+
+
+class ExponentialBackoff:
+    """Per-key delay doubling from `base` up to `cap` (Flux's min/max retry delay)."""
+
+    def __init__(self, *, base: float = 0.75, cap: float = 900.0) -> None:
+        self.base = base
+        self.cap = cap
+        self._failures: dict[str, int] = {}
+
+    def next_delay(self, key: str) -> float:
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        return float(min(self.cap, self.base * (2**failures)))
+
+    def failures(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+
+class WorkQueue:
+    def __init__(
+        self,
+        *,
+        backoff: ExponentialBackoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        observer: QueueObserver | None = None,
+    ) -> None:
+        self._backoff = backoff or ExponentialBackoff()
+        self._clock = clock
+        self._observer = observer or _NoObserver()
+        self._queue: deque[str] = deque()
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+        self._added_at: dict[str, float] = {}
+        self._delayed: list[tuple[float, int, str]] = []
+        self._delayed_at: dict[str, float] = {}
+        self._seq = itertools.count()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._timer_wakeup = asyncio.Event()
+        self._shutdown = False
+        self._timer: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def processing(self) -> frozenset[str]:
+        return frozenset(self._processing)
+
+    def start(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().create_task(
+                self._run_timer(), name="workqueue-delays"
+            )
+
+    def add(self, key: str) -> None:
+        if self._shutdown or key in self._dirty:
+            return
+        self._observer.added()
+        self._dirty.add(key)
+        self._added_at.setdefault(key, self._clock())
+        if key in self._processing:
+            return  # done() queues it again
+        self._queue.append(key)
+        self._observer.depth(len(self._queue))
+        self._notify()
+
+    def add_after(self, key: str, delay: float) -> None:
+        if self._shutdown:
+            return
+        if delay <= 0:
+            self.add(key)
+            return
+        when = self._clock() + delay
+        current = self._delayed_at.get(key)
+        if current is not None and current <= when:
+            return
+        self._delayed_at[key] = when
+        heapq.heappush(self._delayed, (when, next(self._seq), key))
+        self._timer_wakeup.set()
+
+    def add_rate_limited(self, key: str) -> float:
+        """Requeue a failed key after its backoff; returns the delay chosen."""
+        self._observer.retried()
+        delay = self._backoff.next_delay(key)
+        self.add_after(key, delay)
+        return delay
+
+    def failures(self, key: str) -> int:
+        return self._backoff.failures(key)
+
+    def forget(self, key: str) -> None:
+        self._backoff.forget(key)
+
+    def cancel_delayed(self, key: str) -> None:
+        """Drop a pending `add_after` (the heap entry is skipped lazily)."""
+        self._delayed_at.pop(key, None)
+
+    async def get(self) -> str:
+        while not self._queue:
+            if self._shutdown:
+                raise QueueShutDown
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+        key = self._queue.popleft()
+        self._observer.depth(len(self._queue))
+        self._processing.add(key)
+        self._dirty.discard(key)
+        added = self._added_at.pop(key, None)
+        if added is not None:
+            self._observer.waited(self._clock() - added)
+        return key
+
+    def done(self, key: str) -> None:
+        self._processing.discard(key)
+        if key in self._dirty and not self._shutdown:
+            self._queue.append(key)
+            self._observer.depth(len(self._queue))
+            self._notify()
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self._notify()
+
+    def _notify(self) -> None:
+        # Wake one idle worker per queued key; on shutdown wake them all.
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                if not self._shutdown:
+                    return
+
+    async def _run_timer(self) -> None:
+        while not self._shutdown:
+            self._timer_wakeup.clear()
+            now = self._clock()
+            while self._delayed and self._delayed[0][0] <= now:
+                when, _, key = heapq.heappop(self._delayed)
+                if self._delayed_at.get(key) == when:
+                    del self._delayed_at[key]
+                    self.add(key)
+            timeout = (self._delayed[0][0] - now) if self._delayed else None
+            try:
+                await asyncio.wait_for(self._timer_wakeup.wait(), timeout)
+            except TimeoutError:
+                pass

@@ -1,0 +1,411 @@
+"""One small async client for every resource, built on kubernetes-asyncio's transport.
+
+kubernetes-asyncio loads kubeconfigs (certificates, tokens, exec plugins,
+in-cluster service accounts) and owns the connection pool; its generated
+per-kind classes do not fit a runtime that handles any kind generically, so
+requests go through `ApiClient.call_api` with raw responses and come back as
+plain dicts. Errors become the typed exceptions in `errors.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from sluice_runtime.kube.errors import (
+    ApiError,
+    ApiUnavailable,
+    ConfigError,
+    error_from_response,
+    error_from_status_object,
+)
+from sluice_runtime.kube.resources import ResourceType
+
+JSON = dict[str, Any]
+DEFAULT_TIMEOUT = 30.0
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectList:
+    items: list[JSON]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+    object: JSON
+
+
+class _TokenBucket:
+    """Client-side rate limit (like client-go's QPS/burst) so a busy controller
+    never floods a shared API server."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.capacity = float(max(burst, 1))
+        self.tokens = self.capacity
+        self.stamp = time.monotonic()
+        self.lock = asyncio.Lock()
+
+    async def take(self) -> None:
+        if self.qps <= 0:
+            return
+        async with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.qps)
+            self.stamp = now
+            if self.tokens < 1:
+                await asyncio.sleep((1 - self.tokens) / self.qps)
+                self.stamp = time.monotonic()
+                self.tokens = 0
+            else:
+                self.tokens -= 1
+
+
+@dataclass
+class _Shared:
+    api: Any  # kubernetes_asyncio.client.ApiClient (untyped)
+    limiter: _TokenBucket
+    requests: int = 0
+
+
+@dataclass
+class KubeClient:
+    """A client bound to one identity; `impersonate()` derives a tenant's client."""
+
+    _shared: _Shared
+    _headers: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None
+
+    # -- construction -----------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        qps: float = 50.0,
+        burst: int = 300,
+        verify: bool = True,
+    ) -> KubeClient:
+        """Load configuration the way kubectl does, then check the server answers.
+
+        Order: the explicit path, `$KUBECONFIG`, in-cluster service account,
+        `~/.kube/config`. Raises ConfigError or ApiUnavailable with a message
+        meant for a person.
+        """
+        configuration = k8s_client.Configuration()
+        path = kubeconfig or os.environ.get("KUBECONFIG")
+        try:
+            if path:
+                if not os.path.exists(path):
+                    raise ConfigError(f"kubeconfig {path} does not exist")
+                await k8s_config.load_kube_config(
+                    config_file=path, context=context, client_configuration=configuration
+                )
+            elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+                k8s_config.load_incluster_config(client_configuration=configuration)
+            elif os.path.exists(os.path.expanduser("~/.kube/config")):
+                await k8s_config.load_kube_config(
+                    context=context, client_configuration=configuration
+                )
+            else:
+                raise ConfigError(
+                    "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a cluster"
+                )
+        except ConfigError:
+            raise
+        except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as error:
+            where = path or "~/.kube/config"
+            raise ConfigError(f"kubeconfig {where} is not usable: {error}") from None
+        # Watches hold a connection each; the default pool of 100 could be
+        # exhausted by informers plus concurrent reconciles.
+        configuration.connection_pool_maxsize = 512
+        api = k8s_client.ApiClient(configuration=configuration)
+        api.user_agent = "sluice"
+        client = cls(_Shared(api=api, limiter=_TokenBucket(qps, burst)))
+        if verify:
+            try:
+                await client.request("GET", "/version", timeout=10.0)
+            except ApiError as error:
+                await client.close()
+                raise ApiUnavailable(
+                    f"API server {configuration.host} refused us: {error.status} {error}"
+                ) from None
+            except ApiUnavailable:
+                await client.close()
+                raise
+        return client
+
+    @property
+    def host(self) -> str:
+        return str(self._shared.api.configuration.host)
+
+    @property
+    def request_count(self) -> int:
+        """Requests sent so far by every client sharing this connection pool."""
+        return self._shared.requests
+
+    def impersonate(self, user: str) -> KubeClient:
+        """A client acting as `user`, so RBAC decides what a tenant may touch.
+
+        For `system:serviceaccount:<ns>:<name>` the API server adds the
+        service-account groups itself, as it would for the real token.
+        """
+        return KubeClient(self._shared, {"Impersonate-User": user}, user)
+
+    async def close(self) -> None:
+        await self._shared.api.close()
+
+    # -- raw requests -----------------------------------------------------
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | aiohttp.ClientTimeout | None = DEFAULT_TIMEOUT,
+        throttle: bool = True,
+    ) -> aiohttp.ClientResponse:
+        if throttle:
+            await self._shared.limiter.take()
+        self._shared.requests += 1
+        headers = {"Accept": "application/json", "Content-Type": content_type, **self._headers}
+        try:
+            response: aiohttp.ClientResponse = await self._shared.api.call_api(
+                path,
+                method,
+                query_params=list(query),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except (aiohttp.ClientError, ssl.SSLError, OSError, asyncio.TimeoutError) as error:
+            raise ApiUnavailable(
+                f"cannot reach API server {self.host}: {error or type(error).__name__}"
+            ) from None
+        return response
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Any:
+        response = await self._send(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )
+        try:
+            text = await response.text()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            raise ApiUnavailable(f"API server {self.host} dropped the answer: {error}") from None
+        finally:
+            response.release()
+        if response.status >= 400:
+            raise error_from_response(response.status, text)
+        return json.loads(text) if text else None
+
+    # -- typed verbs ------------------------------------------------------
+
+    async def get(self, rt: ResourceType, name: str, namespace: str | None = None) -> JSON:
+        result: JSON = await self.request("GET", rt.path(namespace=namespace, name=name))
+        return result
+
+    async def list(
+        self,
+        rt: ResourceType,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> ObjectList:
+        """All objects, fetched in pages so a big list never needs one huge answer."""
+        items: list[JSON] = []
+        token: str | None = None
+        resource_version = ""
+        while True:
+            query = [("limit", str(page_size))]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
+            if token:
+                query.append(("continue", token))
+            page = await self.request("GET", rt.path(namespace=namespace), query=query)
+            for item in page.get("items") or []:
+                # List items omit apiVersion/kind; the cache wants whole objects.
+                item.setdefault("apiVersion", rt.api_version)
+                item.setdefault("kind", rt.kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            resource_version = str(meta.get("resourceVersion") or resource_version)
+            token = meta.get("continue")
+            if not token:
+                return ObjectList(items, resource_version)
+
+    async def watch(
+        self,
+        rt: ResourceType,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[WatchEvent]:
+        """Stream changes after `resource_version` until the server ends the watch.
+
+        Raises Gone when the version is too old (the caller relists), and
+        ApiUnavailable when the connection drops (the caller resumes).
+        """
+        query = [
+            ("watch", "1"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=DEFAULT_TIMEOUT, sock_read=timeout_seconds + 30
+        )
+        response = await self._send(
+            "GET", rt.path(namespace=namespace), query=query, timeout=timeout, throttle=False
+        )
+        try:
+            if response.status >= 400:
+                raise error_from_response(response.status, await response.text())
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
+                    raise ApiUnavailable(f"watch of {rt.plural} interrupted: {error}") from None
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    raise error_from_status_object(obj)
+                if kind in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
+                    yield WatchEvent(kind, obj)
+        finally:
+            response.close()
+
+    async def create(self, rt: ResourceType, obj: JSON, namespace: str | None = None) -> JSON:
+        ns = namespace or (obj.get("metadata") or {}).get("namespace")
+        result: JSON = await self.request("POST", rt.path(namespace=ns), body=obj)
+        return result
+
+    async def replace(self, rt: ResourceType, obj: JSON) -> JSON:
+        meta = obj["metadata"]
+        result: JSON = await self.request(
+            "PUT", rt.path(namespace=meta.get("namespace"), name=meta["name"]), body=obj
+        )
+        return result
+
+    async def merge_patch(
+        self,
+        rt: ResourceType,
+        name: str,
+        patch: JSON,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> JSON:
+        result: JSON = await self.request(
+            "PATCH",
+            rt.path(namespace=namespace, name=name, subresource=subresource),
+            body=patch,
+            content_type=MERGE_PATCH,
+        )
+        return result
+
+    async def json_patch(
+        self,
+        rt: ResourceType,
+        name: str,
+        operations: list[JSON],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> JSON:
+        result: JSON = await self.request(
+            "PATCH",
+            rt.path(namespace=namespace, name=name, subresource=subresource),
+            body=operations,
+            content_type=JSON_PATCH,
+        )
+        return result
+
+    async def apply(
+        self,
+        rt: ResourceType,
+        obj: JSON,
+        *,
+        field_manager: str,
+        force: bool = False,
+        dry_run: bool = False,
+    ) -> JSON:
+        """Server-side apply; `obj` is the complete intent of `field_manager`."""
+        meta = obj["metadata"]
+        query = [("fieldManager", field_manager)]
+        if force:
+            query.append(("force", "true"))
+        if dry_run:
+            query.append(("dryRun", "All"))
+        result: JSON = await self.request(
+            "PATCH",
+            rt.path(namespace=meta.get("namespace"), name=meta["name"]),
+            query=query,
+            body=obj,
+            content_type=APPLY_PATCH,
+        )
+        return result
+
+    async def delete(
+        self,
+        rt: ResourceType,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation: Literal["Background", "Foreground", "Orphan"] = "Background",
+        precondition_uid: str | None = None,
+    ) -> JSON | None:
+        body: JSON = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": propagation,
+        }
+        if precondition_uid:
+            body["preconditions"] = {"uid": precondition_uid}
+        result: JSON | None = await self.request(
+            "DELETE", rt.path(namespace=namespace, name=name), body=body
+        )
+        return result

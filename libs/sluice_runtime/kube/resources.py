@@ -1,0 +1,82 @@
+"""Names of API resources, and the URL paths that reach them.
+
+The rest of the runtime talks about resources as `ResourceType` values rather
+than generated client classes, so one informer, one apply helper and one
+status writer serve every kind, ours and Kubernetes' alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_kind(self) -> str:
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+    def path(
+        self,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [root]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(quote(name, safe=""))
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+    @classmethod
+    def of_model(cls, model: Any) -> ResourceType:
+        """The resource a sluice_api model class is served as (its storage version)."""
+        return cls(
+            group=model.GROUP,
+            version=model.VERSION,
+            plural=model.PLURAL,
+            kind=model.KIND,
+            namespaced=model.NAMESPACED,
+        )
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    """`namespace/name` (or `name` for cluster-scoped objects), the queue's key."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    namespace, _, name = key.rpartition("/")
+    return (namespace or None), name
+
+
+SECRET = ResourceType("", "v1", "secrets", "Secret")
+CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
+NAMESPACE = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False)
+EVENT = ResourceType("", "v1", "events", "Event")
+SERVICE_ACCOUNT = ResourceType("", "v1", "serviceaccounts", "ServiceAccount")
+LEASE = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
+CRD = ResourceType(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+    namespaced=False,
+)  # fmt: skip

@@ -1,0 +1,45 @@
+"""Structured logs: JSON lines, one logger per module, context bound per reconcile.
+
+Only `__main__` calls `configure`; library modules just ask structlog for a
+logger. The worker binds kind, namespace, name and a reconcile id through
+contextvars, so every line a reconcile writes, in any module, carries them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Literal
+
+import structlog
+
+Encoding = Literal["json", "console"]
+
+
+def configure(*, level: str = "info", encoding: Encoding = "json") -> None:
+    numeric = logging.getLevelNamesMapping().get(level.upper())
+    if numeric is None:
+        raise ValueError(f"unknown log level {level!r} (debug, info, warning, error)")
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if encoding == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.dict_tracebacks
+            if encoding == "json"
+            else structlog.processors.format_exc_info,
+            structlog.processors.EventRenamer("msg"),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    # Libraries that log through the stdlib (aiohttp, asyncio) go to stderr too.
+    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)

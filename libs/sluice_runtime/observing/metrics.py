@@ -1,0 +1,110 @@
+"""Prometheus metrics, recorded through the OpenTelemetry SDK.
+
+Names follow what existing Flux dashboards query: `gotk_reconcile_duration_seconds`
+(by kind, name, namespace, as Flux labels it) and controller-runtime's
+`controller_runtime_reconcile_total` and `workqueue_*` families. The runner and
+the queue record them; steps never do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import Counter, Histogram, Meter, UpDownCounter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import REGISTRY, generate_latest
+
+_RECONCILE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_QUEUE_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 5, 10, 60, 300)
+
+_provider: MeterProvider | None = None
+
+
+def _meter(service: str) -> Meter:
+    global _provider
+    if _provider is None:
+        _provider = MeterProvider(
+            metric_readers=[PrometheusMetricReader()],
+            resource=Resource.create({"service.name": service}),
+            views=[
+                View(
+                    instrument_name="gotk_reconcile_duration_seconds",
+                    aggregation=ExplicitBucketHistogramAggregation(_RECONCILE_BUCKETS),
+                ),
+                View(
+                    instrument_name="workqueue_queue_duration_seconds",
+                    aggregation=ExplicitBucketHistogramAggregation(_QUEUE_BUCKETS),
+                ),
+            ],
+        )
+    return _provider.get_meter("sluice")
+
+
+def exposition() -> bytes:
+    """The Prometheus text format of every metric of this process."""
+    return generate_latest(REGISTRY)
+
+
+@dataclass
+class ControllerMetrics:
+    kind: str
+    reconcile_duration: Histogram
+    reconcile_total: Counter
+    queue_adds: Counter
+    queue_depth_gauge: UpDownCounter
+    queue_wait: Histogram
+    queue_retries: Counter
+    _depth: int = 0
+
+    @classmethod
+    def create(cls, *, service: str, kind: str) -> ControllerMetrics:
+        meter = _meter(service)
+        return cls(
+            kind=kind,
+            reconcile_duration=meter.create_histogram(
+                "gotk_reconcile_duration_seconds",
+                unit="s",
+                description="The duration in seconds of a reconcile.",
+            ),
+            reconcile_total=meter.create_counter(
+                "controller_runtime_reconcile_total",
+                description="Reconciles per controller and result.",
+            ),
+            queue_adds=meter.create_counter(
+                "workqueue_adds_total", description="Keys added to the work queue."
+            ),
+            queue_depth_gauge=meter.create_up_down_counter(
+                "workqueue_depth", description="Keys waiting in the work queue."
+            ),
+            queue_wait=meter.create_histogram(
+                "workqueue_queue_duration_seconds",
+                unit="s",
+                description="How long a key waited in the queue before a worker took it.",
+            ),
+            queue_retries=meter.create_counter(
+                "workqueue_retries_total", description="Keys requeued with backoff."
+            ),
+        )
+
+    def reconciled(self, *, name: str, namespace: str, seconds: float, result: str) -> None:
+        self.reconcile_duration.record(
+            seconds, {"kind": self.kind, "name": name, "namespace": namespace}
+        )
+        self.reconcile_total.add(1, {"controller": self.kind.lower(), "result": result})
+
+    # QueueObserver
+    def added(self) -> None:
+        self.queue_adds.add(1, {"name": self.kind.lower()})
+
+    def depth(self, depth: int) -> None:
+        self.queue_depth_gauge.add(depth - self._depth, {"name": self.kind.lower()})
+        self._depth = depth
+
+    def waited(self, seconds: float) -> None:
+        self.queue_wait.record(seconds, {"name": self.kind.lower()})
+
+    def retried(self) -> None:
+        self.queue_retries.add(1, {"name": self.kind.lower()})

@@ -1,0 +1,274 @@
+"""Events: Kubernetes Events for `kubectl describe`, and the same event for alerts.
+
+Every transition a controller reports becomes a core/v1 Event on the object
+(repeats of the same event bump its count instead of piling up objects) and,
+when `--events-addr` is set, the Flux event JSON POSTed to the
+notification-controller, which turns it into alerts. Both are sent from a
+background task so a slow notification endpoint never slows a reconcile;
+events of severity `trace` are recorded but never POSTed, as in Flux.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import socket
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import aiohttp
+import structlog
+
+from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.errors import KubeError, NotFound
+from sluice_runtime.kube.resources import EVENT
+
+log = structlog.get_logger(__name__)
+
+EventType = Literal["Normal", "Warning"]
+Severity = Literal["info", "error", "trace"]
+
+_MAX_PENDING = 2000
+_POST_ATTEMPTS = 3
+
+
+def _timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class InvolvedObject:
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> InvolvedObject:
+        meta = obj.get("metadata") or {}
+        return cls(
+            api_version=str(obj.get("apiVersion", "")),
+            kind=str(obj.get("kind", "")),
+            name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace") or "default"),
+            uid=str(meta.get("uid", "")),
+        )
+
+    @property
+    def group(self) -> str:
+        return self.api_version.split("/")[0] if "/" in self.api_version else ""
+
+    def as_json(self) -> JSON:
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.uid,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    involved: InvolvedObject
+    type: EventType
+    severity: Severity
+    reason: str
+    message: str
+    metadata: Mapping[str, str]
+    time: datetime
+
+    def flux_json(self, *, controller: str, instance: str) -> JSON:
+        """The event as Flux controllers POST it to the notification-controller."""
+        prefix = self.involved.group
+        metadata = {
+            (key if "/" in key or not prefix else f"{prefix}/{key}"): value
+            for key, value in self.metadata.items()
+        }
+        body: JSON = {
+            "involvedObject": self.involved.as_json(),
+            "severity": self.severity,
+            "timestamp": _timestamp(self.time),
+            "message": self.message,
+            "reason": self.reason,
+            "reportingController": controller,
+            "reportingInstance": instance,
+        }
+        if metadata:
+            body["metadata"] = metadata
+        return body
+
+
+class EventRecorder:
+    """One per process; `for_object` gives the handle reconciles use."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        controller: str,
+        events_addr: str | None = None,
+        instance: str | None = None,
+    ) -> None:
+        self.client = client
+        self.controller = controller
+        self.instance = instance or socket.gethostname()
+        self.events_addr = _normalize_addr(events_addr) if events_addr else None
+        self._pending: asyncio.Queue[Event] = asyncio.Queue(maxsize=_MAX_PENDING)
+        # (uid, type, reason, message) -> (event name, count), to aggregate repeats.
+        self._seen: OrderedDict[tuple[str, str, str, str], tuple[str, int]] = OrderedDict()
+        self._session: aiohttp.ClientSession | None = None
+        self.posted = 0
+        self.dropped = 0
+
+    def for_object(self, obj: Mapping[str, Any]) -> ObjectRecorder:
+        return ObjectRecorder(self, InvolvedObject.of(obj))
+
+    def record(self, event: Event) -> None:
+        try:
+            self._pending.put_nowait(event)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            log.warning("event dropped, queue full", reason=event.reason)
+
+    @contextlib.asynccontextmanager
+    async def running(self, *, drain_timeout: float = 5.0) -> AsyncIterator[EventRecorder]:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
+        sender = asyncio.get_running_loop().create_task(self._send_loop(), name="event-sender")
+        try:
+            yield self
+        finally:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._pending.join(), drain_timeout)
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+            await self._session.close()
+
+    async def _send_loop(self) -> None:
+        while True:
+            event = await self._pending.get()
+            try:
+                await self._write_kubernetes_event(event)
+                if self.events_addr and event.severity != "trace":
+                    await self._post(event)
+            except Exception:  # never let one event stop the others
+                log.exception("event delivery failed", reason=event.reason)
+            finally:
+                self._pending.task_done()
+
+    async def _write_kubernetes_event(self, event: Event) -> None:
+        involved = event.involved
+        key = (involved.uid, event.type, event.reason, event.message)
+        stamp = _timestamp(event.time)
+        seen = self._seen.get(key)
+        if seen is not None:
+            name, count = seen
+            try:
+                await self.client.merge_patch(
+                    EVENT,
+                    name,
+                    {"count": count + 1, "lastTimestamp": stamp},
+                    namespace=involved.namespace,
+                )
+                self._seen[key] = (name, count + 1)
+                self._seen.move_to_end(key)
+                return
+            except NotFound:
+                pass  # expired (events live an hour); create a new one
+            except KubeError as error:
+                log.warning("event update failed", error=str(error))
+                return
+        digest = hashlib.sha256("\x00".join(key).encode()).hexdigest()[:10]
+        name = f"{involved.name}.{int(event.time.timestamp() * 1e6):x}{digest}"[:253]
+        body: JSON = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": name,
+                "namespace": involved.namespace,
+                "annotations": dict(event.metadata),
+            },
+            "involvedObject": involved.as_json(),
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "type": event.type,
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "source": {"component": self.controller},
+            "reportingComponent": self.controller,
+            "reportingInstance": self.instance,
+        }
+        try:
+            await self.client.create(EVENT, body, namespace=involved.namespace)
+        except KubeError as error:
+            log.warning("event create failed", error=str(error))
+            return
+        self._seen[key] = (name, 1)
+        while len(self._seen) > 4096:
+            self._seen.popitem(last=False)
+
+    async def _post(self, event: Event) -> None:
+        assert self._session is not None and self.events_addr is not None
+        body = event.flux_json(controller=self.controller, instance=self.instance)
+        for attempt in range(_POST_ATTEMPTS):
+            try:
+                async with self._session.post(self.events_addr, json=body) as answer:
+                    if answer.status < 500:
+                        if answer.status >= 300:
+                            log.warning("event rejected", status=answer.status, reason=event.reason)
+                        else:
+                            self.posted += 1
+                        return
+            except (aiohttp.ClientError, TimeoutError) as error:
+                if attempt == _POST_ATTEMPTS - 1:
+                    log.warning("event post failed", error=str(error) or type(error).__name__)
+                    return
+            await asyncio.sleep(0.5 * 2**attempt)
+
+
+@dataclass
+class ObjectRecorder:
+    """Events about one object; reconciles call `normal`/`warning`."""
+
+    recorder: EventRecorder | None
+    involved: InvolvedObject
+    sent: list[Event] = field(default_factory=list)
+
+    def event(
+        self,
+        type_: EventType,
+        reason: str,
+        message: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        severity: Severity | None = None,
+    ) -> None:
+        event = Event(
+            involved=self.involved,
+            type=type_,
+            severity=severity or ("error" if type_ == "Warning" else "info"),
+            reason=reason,
+            message=message,
+            metadata=dict(metadata or {}),
+            time=datetime.now(UTC),
+        )
+        self.sent.append(event)
+        if self.recorder is not None:
+            self.recorder.record(event)
+
+    def normal(self, reason: str, message: str, **kw: Any) -> None:
+        self.event("Normal", reason, message, **kw)
+
+    def warning(self, reason: str, message: str, **kw: Any) -> None:
+        self.event("Warning", reason, message, **kw)
+
+
+def _normalize_addr(addr: str) -> str:
+    return addr if addr.startswith(("http://", "https://")) else f"http://{addr}"

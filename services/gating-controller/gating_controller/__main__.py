@@ -1,0 +1,34 @@
+"""gating-controller: opens and closes Gates for approvals, maintenance windows and freezes.
+
+Wiring only: flags, the shared runtime, and this controller's kinds.
+Until its reconcilers land (see the issues), it watches its kinds so that
+its cache, probes and metrics are live.
+"""
+
+from __future__ import annotations
+
+from sluice_api import Gate
+from sluice_runtime import app
+from sluice_runtime.kube.resources import ResourceType
+
+SERVICE = "gating-controller"
+KINDS = (Gate,)
+
+
+async def setup(runtime: app.Runtime) -> None:
+    for kind in KINDS:
+        runtime.informers.get(ResourceType.of_model(kind), selected=True)
+
+
+def main() -> None:
+    app.main(
+        service=SERVICE,
+        description="opens and closes Gates for approvals, maintenance windows and freezes.",
+        kinds=KINDS,
+        setup=setup,
+        concurrency=2,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -231,7 +231,7 @@ class Decryption(KubeModel):
 class KubeConfigReference(KubeModel):
     """Where to find a kubeconfig for a remote cluster."""
 
-    secret_ref: SecretKeyReference | None = None
+    secret_ref: SecretKeyReference
     """Secret holding the kubeconfig; key `value` or `value.yaml` when not set."""
 
 

@@ -36,6 +36,11 @@ TimeoutDuration = Annotated[str, StringConstraints(pattern=TIMEOUT_PATTERN)]
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 """An RFC 3339 timestamp, kept as the string the API server sent."""
 
+Digest = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$")
+]
+"""A content digest, `<algorithm>:<checksum>`, e.g. `sha256:<hex>`."""
+
 
 class KubeModel(BaseModel):
     """Base of every API model: snake_case in Python, Flux's camelCase on the wire."""
@@ -50,19 +55,23 @@ class KubeModel(BaseModel):
 
 
 class ObjectMeta(KubeModel):
-    """The subset of Kubernetes object metadata the controllers read and write."""
+    """The subset of Kubernetes object metadata the controllers read and write.
+
+    Collections default to None rather than empty: serialized into a merge
+    patch, an empty `finalizers` list would remove every finalizer.
+    """
 
     name: str = ""
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None
     resource_version: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    finalizers: list[str] = Field(default_factory=list)
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    finalizers: list[str] | None = None
     deletion_timestamp: Timestamp | None = None
     creation_timestamp: Timestamp | None = None
-    owner_references: list[dict[str, Any]] = Field(default_factory=list)
+    owner_references: list[dict[str, Any]] | None = None
 
 
 class Condition(KubeModel):
@@ -177,12 +186,7 @@ class Artifact(KubeModel):
     revision: str
     """Human-readable identifier in the origin, e.g. `main@sha1:<hex>`."""
 
-    digest: (
-        Annotated[
-            str, StringConstraints(pattern=r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$")
-        ]
-        | None
-    ) = None
+    digest: Digest | None = None
     """Digest of the file, `<algorithm>:<checksum>`; consumers verify it."""
 
     last_update_time: Timestamp

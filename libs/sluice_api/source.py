@@ -443,7 +443,11 @@ class HelmRepositorySpec(KubeModel):
     """Sluice: Gates that must be open before a new index is fetched."""
 
 
-class HelmRepository(Resource[HelmRepositorySpec, SourceStatus]):
+class HelmRepositoryStatus(SourceStatus):
+    """Observed state of a HelmRepository."""
+
+
+class HelmRepository(Resource[HelmRepositorySpec, HelmRepositoryStatus]):
     """A Helm chart repository to produce index artifacts from."""
 
     GROUP: ClassVar[str] = GROUP
@@ -462,7 +466,7 @@ class HelmRepository(Resource[HelmRepositorySpec, SourceStatus]):
     )
 
     spec: HelmRepositorySpec
-    status: SourceStatus = Field(default_factory=SourceStatus)
+    status: HelmRepositoryStatus = Field(default_factory=HelmRepositoryStatus)
 
 
 # HelmChart --------------------------------------------------------------------

@@ -10,14 +10,14 @@ from typing import Any
 
 import yaml
 
-from sluice_api import crds
+from sluice_api import ALL_KINDS, crds
 from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.errors import ApiError, KubeError
+from sluice_runtime.kube.errors import KubeError, one_line
 from sluice_runtime.kube.installing import install_crds
 
 
 def all_crds() -> list[dict[str, Any]]:
-    return [crds.crd_for(model) for model in crds.ALL_KINDS]
+    return [crds.crd_for(model) for model in ALL_KINDS]
 
 
 def register(commands: Any) -> None:
@@ -60,8 +60,7 @@ def _install(args: argparse.Namespace) -> int:
     try:
         names = asyncio.run(install())
     except (KubeError, OSError) as error:
-        detail = f"{error.status} " if isinstance(error, ApiError) else ""
-        print(f"sluice crds install: {detail}{error}", file=sys.stderr)
+        print(f"sluice crds install: {one_line(error)}", file=sys.stderr)
         return 1
     for name in names:
         print(f"customresourcedefinition/{name} established")

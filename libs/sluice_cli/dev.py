@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,9 +28,9 @@ from typing import IO, Any
 
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.building import BuildError
-from sluice_envtest.controlplane import ControlPlane, ControlPlaneError, free_port
+from sluice_envtest.controlplane import ControlPlane, ControlPlaneError, die_with_parent, free_port
 from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.errors import ApiError, Conflict, KubeError
+from sluice_runtime.kube.errors import Conflict, KubeError, one_line
 from sluice_runtime.kube.installing import install_crds
 from sluice_runtime.kube.resources import NAMESPACE
 
@@ -125,8 +126,7 @@ def run(args: argparse.Namespace) -> int:
         say("stopping")
         return 0
     except (BuildError, ControlPlaneError, KubeError, OSError, _NotReady) as error:
-        detail = f"{error.status} " if isinstance(error, ApiError) else ""
-        print(f"sluice dev: {detail}{error}", file=sys.stderr)
+        print(f"sluice dev: {one_line(error)}", file=sys.stderr)
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -142,19 +142,19 @@ async def _prepare_cluster(kubeconfig: str) -> list[str]:
     client = await KubeClient.connect(kubeconfig=kubeconfig)
     try:
         names = await install_crds(client, all_crds())
-        try:
+        with contextlib.suppress(Conflict):
             await client.create(
                 NAMESPACE,
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RUNTIME_NAMESPACE}},
             )
-        except Conflict:
-            pass
         return names
     finally:
         await client.close()
 
 
-def _start(controller: ControllerProcess, *, kubeconfig: str, workdir: Path, log_level: str) -> None:
+def _start(
+    controller: ControllerProcess, *, kubeconfig: str, workdir: Path, log_level: str
+) -> None:
     logs = workdir / "logs"
     logs.mkdir(exist_ok=True)
     controller.log_path = logs / f"{controller.name}.log"
@@ -176,7 +176,10 @@ def _start(controller: ControllerProcess, *, kubeconfig: str, workdir: Path, log
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         env=env,
+        # Our own process group, so Ctrl-C reaches only us and we stop the
+        # controllers in order; and they die with us if we are killed.
         start_new_session=True,
+        preexec_fn=die_with_parent,
     )
 
 
@@ -196,7 +199,7 @@ def _wait_ready(procs: list[ControllerProcess], timeout: float = 90.0) -> None:
                     f"{_tail(controller.log_path)}"
                 )
             try:
-                with urllib.request.urlopen(  # noqa: S310 - loopback http
+                with urllib.request.urlopen(
                     f"http://{controller.health_addr}/readyz", timeout=2
                 ) as answer:
                     if answer.status == 200:
@@ -233,7 +236,9 @@ def _tail(path: Path | None, lines: int = 15) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _print_summary(kubeconfig: str, procs: list[ControllerProcess], plane: ControlPlane | None) -> None:
+def _print_summary(
+    kubeconfig: str, procs: list[ControllerProcess], plane: ControlPlane | None
+) -> None:
     where = f"embedded control plane at {plane.server}" if plane else "your cluster"
     print()
     print(f"Sluice is running on {where}.")

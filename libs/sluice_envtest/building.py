@@ -27,7 +27,7 @@ from pathlib import Path
 
 KUBE_VERSION = "v1.20.2"
 # Bumped whenever the recipe below changes what it produces, so caches rebuild.
-RECIPE = 2
+RECIPE = 3
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_SUITE = "bookworm"
 GO_PACKAGES = ("golang-1.19-go", "golang-1.19-src")
@@ -138,6 +138,8 @@ def _build(work: Path, wanted: Binaries, say: Log) -> None:
     shutil.rmtree(vendored)
     shutil.copytree(root / "usr/share/gocode/src/github.com/modern-go/reflect2", vendored)
 
+    _patch_zero_value_check(tree)
+
     env = {
         "PATH": f"{root / 'usr/lib/go-1.19/bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "HOME": str(work),
@@ -213,10 +215,41 @@ def _build(work: Path, wanted: Binaries, say: Log) -> None:
     say(f"control plane binaries ready in {wanted.kube_apiserver.parent}")
 
 
+_ZERO_CHECK = (
+    "if data == nil || "
+    "reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {"
+)
+_ZERO_CHECK_FILES = (
+    "vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go",
+    "vendor/github.com/go-openapi/validate/type.go",
+)
+
+
+def _patch_zero_value_check(tree: Path) -> None:
+    """Make CRD validation accept empty strings again under Go >= 1.18.
+
+    The vendored OpenAPI validators decide "this value is null" by comparing
+    two reflect.Value structs with DeepEqual, which was never meaningful and,
+    since Go 1.18, is true for "" (and 0, false): every custom resource with
+    an empty string field (a condition with an empty message) is rejected as
+    `must be of type string: "null"`. Upstream later reduced the test to
+    `data == nil`, which is what real clusters do; do the same here.
+    """
+    for rel in _ZERO_CHECK_FILES:
+        path = tree / rel
+        text = path.read_text()
+        if _ZERO_CHECK not in text:
+            raise BuildError(f"{rel}: the zero-value check to patch was not found")
+        path.write_text(text.replace(_ZERO_CHECK, "if data == nil {"))
+
+
 def _openapi_packages(tree: Path) -> list[str]:
     """Every Go package carrying a `+k8s:openapi-gen=` tag, as an import path."""
     packages: set[str] = set()
-    for top, prefix in ((tree / "pkg", "k8s.io/kubernetes/pkg/"), (tree / "vendor/k8s.io", "k8s.io/")):
+    for top, prefix in (
+        (tree / "pkg", "k8s.io/kubernetes/pkg/"),
+        (tree / "vendor/k8s.io", "k8s.io/"),
+    ):
         for dirpath, _dirs, files in os.walk(top, followlinks=True):
             rel = Path(dirpath).relative_to(top).as_posix()
             if any(part in rel.split("/") for part in _OPENAPI_EXCLUDED):

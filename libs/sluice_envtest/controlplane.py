@@ -41,7 +41,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # PR_SET_PDEATHSIG: the kernel sends SIGTERM to this child when the
     # parent exits, however it exits (even SIGKILL).
     with contextlib.suppress(OSError, AttributeError):
@@ -138,7 +138,7 @@ class ControlPlane:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads exist yet in the child
+            preexec_fn=die_with_parent,
             start_new_session=True,
         )
         self._procs.append((name, proc, log))

@@ -28,7 +28,7 @@ from sluice_api.meta import parse_duration
 from sluice_runtime.controller import Controller, Informers
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.errors import ApiError, ConfigError, KubeError, NotFound
+from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_line
 from sluice_runtime.leading import LeaderElector
 from sluice_runtime.observing import logging as sluice_logging
 from sluice_runtime.observing import tracing
@@ -105,7 +105,9 @@ class Runtime:
     stack: contextlib.AsyncExitStack
     controllers: list[Controller[Any]] = field(default_factory=list)
 
-    def controller(self, reconciler: Reconciler[C], *, concurrency: int | None = None) -> Controller[C]:
+    def controller(
+        self, reconciler: Reconciler[C], *, concurrency: int | None = None
+    ) -> Controller[C]:
         made = Controller(
             reconciler,
             client=self.client,
@@ -204,7 +206,8 @@ async def run(
             lost = asyncio.Event()
             elector.keep(lost.set)
             stack.push_async_callback(elector.release)
-            loop.create_task(_exit_when(lost, stop), name="leadership-watch")
+            watcher = loop.create_task(_exit_when(lost, stop), name="leadership-watch")
+            stack.callback(watcher.cancel)
 
         await informers.wait_synced()
         for made in runtime.controllers:
@@ -240,8 +243,7 @@ def main(
     try:
         asyncio.run(run(service=service, options=options, kinds=kinds, setup=setup))
     except (StartupError, ConfigError, KubeError, OSError, ValueError) as error:
-        detail = f"{error.status} " if isinstance(error, ApiError) else ""
-        print(f"{service}: {detail}{error}", file=sys.stderr)
+        print(f"{service}: {one_line(error)}", file=sys.stderr)
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         pass

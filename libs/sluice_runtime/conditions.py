@@ -31,6 +31,9 @@ class Conditions:
         self, existing: Iterable[Condition], *, generation: int, now: datetime | None = None
     ) -> None:
         self._items: dict[str, Condition] = {c.type: c.model_copy() for c in existing}
+        # What the object had when the reconcile began: a condition cleared
+        # and set again within one reconcile is not a transition.
+        self._initial = dict(self._items)
         self.generation = generation
         self._now = now_rfc3339(now)
 
@@ -45,7 +48,7 @@ class Conditions:
         return found is not None and found.status == "True"
 
     def set(self, type_: str, status: Status, reason: str, message: str) -> None:
-        previous = self._items.get(type_)
+        previous = self._items.get(type_) or self._initial.get(type_)
         transition = (
             previous.last_transition_time
             if previous is not None and previous.status == status

@@ -104,12 +104,10 @@ def primary_change_matters(change: Change) -> bool:
         change.new, RECONCILE_REQUESTED_AT_ANNOTATION
     ):
         return True
-    if new_meta.get("deletionTimestamp") and (
+    return bool(new_meta.get("deletionTimestamp")) and (
         not old_meta.get("deletionTimestamp")
         or old_meta.get("finalizers") != new_meta.get("finalizers")
-    ):
-        return True
-    return False
+    )
 
 
 class Controller(Generic[C]):

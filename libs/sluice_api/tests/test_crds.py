@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from sluice_api import ALL_KINDS
 from sluice_api.crds import HEADER, check, crd_for, file_name, main, render_all, write
 from sluice_api.gating import Gate

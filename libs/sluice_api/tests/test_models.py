@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import ValidationError
+
 from sluice_api import ALL_KINDS, format_duration, parse_duration
 from sluice_api.gating import Gate, GateSpec
 from sluice_api.kustomize import Kustomization
-from sluice_api.meta import Condition, Resource
+from sluice_api.meta import Condition, ObjectMeta, Resource
 from sluice_api.notification import Alert, Provider, Receiver
 from sluice_api.source import Bucket, GitRepository, HelmChart, HelmRepository, OCIRepository
 
@@ -346,17 +347,12 @@ def test_parsed_fields_are_typed() -> None:
 
 
 def test_objects_built_in_python_carry_their_type() -> None:
-    gate = Gate(spec=GateSpec(interval="1m"))
+    gate = Gate(metadata=ObjectMeta(name="freeze", namespace="apps"), spec=GateSpec(interval="1m"))
+    # Nothing empty that a merge patch would apply as "clear this".
     assert gate.to_obj() == {
         "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
         "kind": "Gate",
-        "metadata": {
-            "name": "",
-            "labels": {},
-            "annotations": {},
-            "finalizers": [],
-            "ownerReferences": [],
-        },
+        "metadata": {"name": "freeze", "namespace": "apps"},
         "spec": {"interval": "1m", "default": "closed", "window": "1h"},
         "status": {"observedGeneration": -1, "conditions": []},
     }

@@ -16,6 +16,7 @@ controller both prompt and calm:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import time
@@ -206,7 +207,5 @@ class WorkQueue:
                     del self._delayed_at[key]
                     self.add(key)
             timeout = (self._delayed[0][0] - now) if self._delayed else None
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._timer_wakeup.wait(), timeout)
-            except TimeoutError:
-                pass

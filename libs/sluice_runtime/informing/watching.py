@@ -61,7 +61,7 @@ class Store:
     def __len__(self) -> int:
         return len(self._objects)
 
-    def keys(self) -> list[str]:
+    def list_keys(self) -> list[str]:
         return list(self._objects)
 
     def values(self, namespace: str | None = None) -> Iterator[JSON]:
@@ -111,7 +111,7 @@ class Informer:
     def add_handler(self, handler: Handler) -> None:
         """Call `handler` for every change; on adding, replay what is cached."""
         self._handlers.append(handler)
-        for key in self.store.keys():
+        for key in self.store.list_keys():
             obj = self.store.get(key)
             if obj is not None:
                 handler(Change("added", key, None, obj))
@@ -167,7 +167,7 @@ class Informer:
             seen.add(key)
             self._apply("ADDED", obj)
         # Whatever vanished while we could not watch is a deletion too.
-        for key in self.store.keys():
+        for key in self.store.list_keys():
             if key not in seen:
                 old = self.store._pop(key)
                 self._emit(Change("deleted", key, old, None))
@@ -209,4 +209,3 @@ class Informer:
                 handler(change)
             except Exception:  # a handler bug must not stop the informer
                 log.exception("informer handler failed", resource=self.rt.plural, key=change.key)
-

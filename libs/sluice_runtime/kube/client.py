@@ -10,6 +10,7 @@ plain dicts. Errors become the typed exceptions in `errors.py`.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import os
 import ssl
@@ -119,7 +120,9 @@ class KubeClient:
                     config_file=path, context=context, client_configuration=configuration
                 )
             elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-                k8s_config.load_incluster_config(client_configuration=configuration)
+                k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
             elif os.path.exists(os.path.expanduser("~/.kube/config")):
                 await k8s_config.load_kube_config(
                     context=context, client_configuration=configuration
@@ -130,7 +133,7 @@ class KubeClient:
                 )
         except ConfigError:
             raise
-        except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as error:
+        except Exception as error:  # any failure to read a user's file is a config error
             where = path or "~/.kube/config"
             raise ConfigError(f"kubeconfig {where} is not usable: {error}") from None
         # Watches hold a connection each; the default pool of 100 could be
@@ -200,7 +203,7 @@ class KubeClient:
                 _preload_content=False,
                 _request_timeout=timeout,
             )
-        except (aiohttp.ClientError, ssl.SSLError, OSError, asyncio.TimeoutError) as error:
+        except (TimeoutError, aiohttp.ClientError, ssl.SSLError, OSError) as error:
             raise ApiUnavailable(
                 f"cannot reach API server {self.host}: {error or type(error).__name__}"
             ) from None
@@ -221,7 +224,7 @@ class KubeClient:
         )
         try:
             text = await response.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+        except (TimeoutError, aiohttp.ClientError) as error:
             raise ApiUnavailable(f"API server {self.host} dropped the answer: {error}") from None
         finally:
             response.release()
@@ -302,7 +305,7 @@ class KubeClient:
             while True:
                 try:
                     line = await response.content.readline()
-                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
+                except (TimeoutError, aiohttp.ClientError, ValueError) as error:
                     raise ApiUnavailable(f"watch of {rt.plural} interrupted: {error}") from None
                 if not line:
                     return
@@ -351,7 +354,7 @@ class KubeClient:
         self,
         rt: ResourceType,
         name: str,
-        operations: list[JSON],
+        operations: builtins.list[JSON],
         *,
         namespace: str | None = None,
         subresource: str | None = None,

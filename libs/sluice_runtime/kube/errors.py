@@ -105,3 +105,9 @@ def error_from_status_object(status_obj: dict[str, Any]) -> ApiError:
         message=str(status_obj.get("message") or ""),
         body=status_obj,
     )
+
+
+def one_line(error: BaseException) -> str:
+    """An error as one line for a person: the API status if any, whitespace folded."""
+    prefix = f"{error.status} " if isinstance(error, ApiError) and error.status else ""
+    return prefix + " ".join(str(error).split())

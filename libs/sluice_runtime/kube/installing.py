@@ -33,7 +33,9 @@ async def install_crds(
         for name in sorted(pending):
             crd = await client.get(CRD, name)
             conditions = crd.get("status", {}).get("conditions") or []
-            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            if any(
+                c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+            ):
                 pending.discard(name)
         if pending:
             if time.monotonic() > deadline:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from typing import Literal, TextIO
 
 import structlog
 
 Encoding = Literal["json", "console"]
 
 
-def configure(*, level: str = "info", encoding: Encoding = "json") -> None:
+def configure(
+    *, level: str = "info", encoding: Encoding = "json", stream: TextIO | None = None
+) -> None:
     numeric = logging.getLevelNamesMapping().get(level.upper())
     if numeric is None:
         raise ValueError(f"unknown log level {level!r} (debug, info, warning, error)")
@@ -38,8 +40,9 @@ def configure(*, level: str = "info", encoding: Encoding = "json") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        # Not cached: reconfiguring (tests, a changed level) must reach every logger.
+        cache_logger_on_first_use=False,
     )
     # Libraries that log through the stdlib (aiohttp, asyncio) go to stderr too.
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)

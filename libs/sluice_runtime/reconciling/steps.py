@@ -70,8 +70,8 @@ class Step(Generic[C]):
 def step(*conditions: str) -> Callable[[StepFn[C]], Step[C]]:
     """Declare a step and the conditions it owns.
 
-        @step(SourceCondition.FETCH_FAILED)
-        async def reconcile_source(ctx: GitRepositoryContext) -> Result | None: ...
+    @step(SourceCondition.FETCH_FAILED)
+    async def reconcile_source(ctx: GitRepositoryContext) -> Result | None: ...
     """
 
     def wrap(fn: StepFn[C]) -> Step[C]:

@@ -23,7 +23,7 @@ async def setup(runtime: app.Runtime) -> None:
 def main() -> None:
     app.main(
         service=SERVICE,
-        description="opens and closes Gates for approvals, maintenance windows and freezes.",
+        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
         kinds=KINDS,
         setup=setup,
         concurrency=2,

@@ -7,12 +7,16 @@ its cache, probes and metrics are live.
 
 from __future__ import annotations
 
-from sluice_api import Receiver, Alert, Provider
+from sluice_api import Alert, Provider, Receiver
 from sluice_runtime import app
 from sluice_runtime.kube.resources import ResourceType
 
 SERVICE = "notification-controller"
-KINDS = (Receiver, Alert, Provider,)
+KINDS = (
+    Receiver,
+    Alert,
+    Provider,
+)
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -23,7 +27,7 @@ async def setup(runtime: app.Runtime) -> None:
 def main() -> None:
     app.main(
         service=SERVICE,
-        description="receives webhooks and sends alerts.",
+        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
         kinds=KINDS,
         setup=setup,
         concurrency=4,

@@ -1,4 +1,4 @@
-"""source-controller: turns Git repositories and OCI artifacts into versioned, digest-checked tarballs served over HTTP.
+"""source-controller: turns Git repositories and OCI artifacts into tarballs served over HTTP.
 
 Wiring only: flags, the shared runtime, and this controller's kinds.
 Until its reconcilers land (see the issues), it watches its kinds so that
@@ -7,12 +7,18 @@ its cache, probes and metrics are live.
 
 from __future__ import annotations
 
-from sluice_api import GitRepository, OCIRepository, HelmRepository, HelmChart, Bucket
+from sluice_api import Bucket, GitRepository, HelmChart, HelmRepository, OCIRepository
 from sluice_runtime import app
 from sluice_runtime.kube.resources import ResourceType
 
 SERVICE = "source-controller"
-KINDS = (GitRepository, OCIRepository, HelmRepository, HelmChart, Bucket,)
+KINDS = (
+    GitRepository,
+    OCIRepository,
+    HelmRepository,
+    HelmChart,
+    Bucket,
+)
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -23,7 +29,7 @@ async def setup(runtime: app.Runtime) -> None:
 def main() -> None:
     app.main(
         service=SERVICE,
-        description="turns Git repositories and OCI artifacts into versioned, digest-checked tarballs served over HTTP.",
+        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
         kinds=KINDS,
         setup=setup,
         concurrency=2,

@@ -1,0 +1,256 @@
+"""Informer, queue and runner, proven against the real API server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sluice_runtime.informing.queueing import ExponentialBackoff
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.reconciling.errors import Stalling, StepError
+from sluice_runtime.reconciling.steps import Result, Step
+
+from .conftest import (
+    GITREPO,
+    Harness,
+    Journal,
+    RecordingContext,
+    eventually,
+    gitrepo,
+    running_controller,
+)
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in obj.get("status", {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    return None
+
+
+async def ready(kube: KubeClient, namespace: str, name: str) -> bool:
+    obj = await kube.get(GITREPO, name, namespace)
+    cond = condition(obj, "Ready")
+    return cond is not None and cond["status"] == "True"
+
+
+async def test_objects_created_while_running_are_reconciled_once_each(
+    kube: KubeClient, namespace: str, harness: Harness
+) -> None:
+    names = [f"repo-{i}" for i in range(20)]
+    for name in names:
+        await kube.create(GITREPO, gitrepo(name, namespace, url=f"https://example.com/{name}.git"))
+
+    async def all_ready() -> bool:
+        return all([await ready(kube, namespace, n) for n in names])
+
+    await eventually(all_ready, message="all objects Ready")
+    # Our own writes (finalizer, status) must not trigger more reconciles.
+    await asyncio.sleep(1.0)
+    counts = {n: harness.journal.count(f"{namespace}/{n}") for n in names}
+    assert counts == dict.fromkeys(names, 1)
+
+    obj = await kube.get(GITREPO, "repo-3", namespace)
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    assert "finalizers.fluxcd.io" in obj["metadata"]["finalizers"]
+    ready_cond = condition(obj, "Ready")
+    assert ready_cond is not None
+    assert ready_cond["reason"] == "Succeeded"
+    assert ready_cond["message"] == "recorded https://example.com/repo-3.git"
+    assert ready_cond["observedGeneration"] == obj["metadata"]["generation"]
+    assert condition(obj, "Reconciling") is None
+    assert condition(obj, "Stalled") is None
+
+
+async def test_an_object_updated_50_times_is_reconciled_far_fewer_times_and_ends_current(
+    kube: KubeClient, namespace: str
+) -> None:
+    async with running_controller(kube, namespace, delay=0.2) as harness:
+        await kube.create(GITREPO, gitrepo("busy", namespace, url="https://example.com/0.git"))
+        for i in range(1, 51):
+            await kube.merge_patch(
+                GITREPO,
+                "busy",
+                {"spec": {"url": f"https://example.com/{i}.git"}},
+                namespace=namespace,
+            )
+        final = await kube.get(GITREPO, "busy", namespace)
+
+        async def observed_latest() -> bool:
+            obj = await kube.get(GITREPO, "busy", namespace)
+            return bool(
+                obj.get("status", {}).get("observedGeneration") == final["metadata"]["generation"]
+            )
+
+        await eventually(observed_latest, message="latest generation observed")
+        await asyncio.sleep(0.5)
+        seen = harness.journal.urls[f"{namespace}/busy"]
+        assert seen[-1] == "https://example.com/50.git"
+        assert len(seen) <= 10, f"reconciled {len(seen)} times for 51 versions"
+        assert harness.journal.max_parallel_per_key == 1
+
+
+async def test_a_failing_reconcile_backs_off_and_does_not_block_other_keys(
+    kube: KubeClient, namespace: str
+) -> None:
+    broken = {"on": True}
+
+    async def fail_when_broken(ctx: RecordingContext) -> Result | None:
+        if ctx.obj.metadata.name == "broken" and broken["on"]:
+            raise StepError("GitOperationFailed", "remote hung up", condition="FetchFailed")
+        return None
+
+    step = Step(fn=fail_when_broken, name="maybe_fail", conditions=("FetchFailed",))
+    # One worker: if the failing key blocked the queue, nothing else would run.
+    async with running_controller(
+        kube,
+        namespace,
+        extra_steps=[step],
+        concurrency=1,
+        backoff=ExponentialBackoff(base=0.1, cap=1.0),
+    ) as harness:
+        await kube.create(GITREPO, gitrepo("broken", namespace))
+        for i in range(5):
+            await kube.create(GITREPO, gitrepo(f"fine-{i}", namespace))
+
+        async def fine_ready() -> bool:
+            return all([await ready(kube, namespace, f"fine-{i}") for i in range(5)])
+
+        await eventually(fine_ready, message="healthy objects Ready despite a failing one")
+        key = f"{namespace}/broken"
+        await eventually(lambda: harness.controller.queue.failures(key) >= 3, message="retries")
+        attempts_before = harness.journal.count(key)
+        await asyncio.sleep(2.0)
+        attempts = harness.journal.count(key) - attempts_before
+        # Backoff 0.1s doubling to 1s allows about 4 attempts in 2s; a hot loop would be hundreds.
+        assert attempts <= 8, f"{attempts} attempts in 2s: no backoff"
+
+        obj = await kube.get(GITREPO, "broken", namespace)
+        ready_cond, fetch, reconciling = (
+            condition(obj, "Ready"),
+            condition(obj, "FetchFailed"),
+            condition(obj, "Reconciling"),
+        )
+        assert ready_cond is not None and fetch is not None and reconciling is not None
+        assert (ready_cond["status"], ready_cond["reason"]) == ("False", "GitOperationFailed")
+        assert ready_cond["message"] == "remote hung up"
+        assert (fetch["status"], fetch["reason"]) == ("True", "GitOperationFailed")
+        assert (reconciling["status"], reconciling["reason"]) == ("True", "ProgressingWithRetry")
+
+        broken["on"] = False
+        await eventually(lambda: ready(kube, namespace, "broken"), message="recovered")
+        obj = await kube.get(GITREPO, "broken", namespace)
+        assert condition(obj, "FetchFailed") is None, "a step's condition clears on success"
+        assert condition(obj, "Reconciling") is None
+        assert harness.controller.queue.failures(key) == 0
+
+
+async def test_requested_at_annotation_reconciles_promptly_and_is_recorded(
+    kube: KubeClient, namespace: str, harness: Harness
+) -> None:
+    await kube.create(GITREPO, gitrepo("poke", namespace))
+    await eventually(lambda: ready(kube, namespace, "poke"))
+    await kube.merge_patch(
+        GITREPO,
+        "poke",
+        {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": "2026-11-21T10:00:00Z"}}},
+        namespace=namespace,
+    )
+
+    async def handled() -> bool:
+        obj = await kube.get(GITREPO, "poke", namespace)
+        return bool(obj["status"].get("lastHandledReconcileAt") == "2026-11-21T10:00:00Z")
+
+    await eventually(handled, timeout=5, message="lastHandledReconcileAt recorded")
+    assert harness.journal.count(f"{namespace}/poke") == 2
+
+
+async def test_a_stalling_error_is_not_retried_until_the_spec_changes(
+    kube: KubeClient, namespace: str
+) -> None:
+    async def stall_on_bad_url(ctx: RecordingContext) -> Result | None:
+        if "invalid" in ctx.obj.spec.url:
+            raise Stalling("URLInvalid", f"URL {ctx.obj.spec.url!r} is not a Git URL")
+        return None
+
+    step = Step(fn=stall_on_bad_url, name="validate", conditions=())
+    async with running_controller(kube, namespace, extra_steps=[step]) as harness:
+        await kube.create(GITREPO, gitrepo("stuck", namespace, url="https://invalid.example/x"))
+
+        async def stalled() -> bool:
+            cond = condition(await kube.get(GITREPO, "stuck", namespace), "Stalled")
+            return cond is not None and cond["status"] == "True"
+
+        await eventually(stalled, message="Stalled=True")
+        obj = await kube.get(GITREPO, "stuck", namespace)
+        ready_cond = condition(obj, "Ready")
+        assert ready_cond is not None and ready_cond["reason"] == "URLInvalid"
+        assert condition(obj, "Reconciling") is None
+        assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        await asyncio.sleep(1.5)
+        key = f"{namespace}/stuck"
+        assert harness.journal.count(key) == 1, "a stalled object must not be retried"
+
+        await kube.merge_patch(
+            GITREPO, "stuck", {"spec": {"url": "https://example.com/ok.git"}}, namespace=namespace
+        )
+        await eventually(
+            lambda: ready(kube, namespace, "stuck"), message="recovered on spec change"
+        )
+        assert condition(await kube.get(GITREPO, "stuck", namespace), "Stalled") is None
+
+
+async def test_a_suspended_object_is_left_alone_until_resumed(
+    kube: KubeClient, namespace: str, harness: Harness
+) -> None:
+    await kube.create(GITREPO, gitrepo("paused", namespace, suspend=True))
+    await kube.create(GITREPO, gitrepo("marker", namespace))
+    await eventually(lambda: ready(kube, namespace, "marker"))
+    await asyncio.sleep(0.5)
+    assert harness.journal.count(f"{namespace}/paused") == 0
+    assert "status" not in await kube.get(GITREPO, "paused", namespace) or not condition(
+        await kube.get(GITREPO, "paused", namespace), "Ready"
+    )
+    await kube.merge_patch(GITREPO, "paused", {"spec": {"suspend": False}}, namespace=namespace)
+    await eventually(lambda: ready(kube, namespace, "paused"), message="reconciled once resumed")
+
+
+async def test_deleting_runs_finalize_then_releases_the_object(
+    kube: KubeClient, namespace: str, harness: Harness
+) -> None:
+    await kube.create(GITREPO, gitrepo("doomed", namespace))
+    await eventually(lambda: ready(kube, namespace, "doomed"))
+    await kube.delete(GITREPO, "doomed", namespace=namespace)
+
+    async def gone() -> bool:
+        try:
+            await kube.get(GITREPO, "doomed", namespace)
+        except NotFound:
+            return True
+        return False
+
+    await eventually(gone, message="object deleted after finalization")
+    assert harness.journal.finalized == [f"{namespace}/doomed"]
+
+
+@pytest.mark.parametrize("concurrency", [pytest.param(8, id="eight-workers")])
+async def test_one_key_never_runs_on_two_workers(
+    kube: KubeClient, namespace: str, concurrency: int
+) -> None:
+    journal = Journal()
+    async with running_controller(
+        kube, namespace, journal=journal, concurrency=concurrency, delay=0.05
+    ):
+        await kube.create(GITREPO, gitrepo("hot", namespace))
+        for i in range(20):
+            await kube.merge_patch(
+                GITREPO, "hot", {"spec": {"url": f"https://example.com/{i}"}}, namespace=namespace
+            )
+            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: journal.urls.get(f"{namespace}/hot", [""])[-1] == "https://example.com/19"
+        )
+    assert journal.max_parallel_per_key == 1

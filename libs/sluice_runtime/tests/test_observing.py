@@ -1,0 +1,82 @@
+"""Metrics, logs and traces of real reconciles."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.observing import logging as sluice_logging
+from sluice_runtime.observing.metrics import exposition
+from sluice_runtime.reconciling.steps import Result, Step
+
+from .conftest import GITREPO, RecordingContext, eventually, gitrepo, running_controller
+
+
+async def chatty(ctx: RecordingContext) -> Result | None:
+    ctx.log.info("step says hello", url=ctx.obj.spec.url)
+    return None
+
+
+async def test_every_log_line_of_a_reconcile_names_the_object(
+    kube: KubeClient, namespace: str
+) -> None:
+    stream = io.StringIO()
+    sluice_logging.configure(level="debug", encoding="json", stream=stream)
+    try:
+        step = Step(fn=chatty, name="chatty", conditions=())
+        async with running_controller(kube, namespace, extra_steps=[step]) as harness:
+            await kube.create(GITREPO, gitrepo("talker", namespace))
+            await eventually(lambda: harness.journal.count(f"{namespace}/talker") == 1)
+    finally:
+        sluice_logging.configure(level="info", encoding="json")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
+    hello = [line for line in lines if line.get("msg") == "step says hello"]
+    assert len(hello) == 1
+    line = hello[0]
+    assert line["kind"] == "GitRepository"
+    assert line["namespace"] == namespace
+    assert line["name"] == "talker"
+    assert len(line["reconcileID"]) == 12
+    assert line["level"] == "info"
+    assert line["url"] == "https://example.com/r.git"
+
+
+async def test_reconciles_are_measured_and_traced(kube: KubeClient, namespace: str) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+
+    async with running_controller(kube, namespace) as harness:
+        await kube.create(GITREPO, gitrepo("measured", namespace))
+        await eventually(lambda: harness.journal.count(f"{namespace}/measured") == 1)
+
+    text = exposition().decode()
+    assert (
+        f'gotk_reconcile_duration_seconds_count{{kind="GitRepository",name="measured",'
+        f'namespace="{namespace}"'
+    ) in text
+    assert 'controller_runtime_reconcile_total{controller="gitrepository"' in text
+    assert 'result="success"' in text
+    assert "workqueue_adds_total" in text
+
+    spans = exporter.get_finished_spans()
+    reconciles = [
+        s for s in spans
+        if s.name == "reconcile GitRepository"
+        and s.attributes is not None
+        and s.attributes.get("sluice.object.name") == "measured"
+    ]  # fmt: skip
+    assert len(reconciles) == 1
+    root = reconciles[0]
+    assert root.attributes is not None and root.attributes["sluice.reconcile.result"] == "success"
+    children = [
+        s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id
+    ]
+    assert [s.name for s in children] == ["record"]

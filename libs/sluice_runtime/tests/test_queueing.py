@@ -1,0 +1,105 @@
+"""The work queue's contract, unit-tested without an API server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sluice_runtime.informing.queueing import ExponentialBackoff, QueueShutDown, WorkQueue
+
+
+async def test_a_key_added_twice_is_handed_out_once() -> None:
+    queue = WorkQueue()
+    queue.add("ns/a")
+    queue.add("ns/a")
+    queue.add("ns/b")
+    assert len(queue) == 2
+    assert await queue.get() == "ns/a"
+    assert await queue.get() == "ns/b"
+    assert len(queue) == 0
+
+
+async def test_a_key_being_processed_is_not_handed_to_a_second_worker() -> None:
+    queue = WorkQueue()
+    queue.add("ns/a")
+    key = await queue.get()
+    queue.add("ns/a")  # changed while a worker has it
+    assert len(queue) == 0, "must not be queued while processing"
+    second = asyncio.create_task(queue.get())
+    await asyncio.sleep(0.01)
+    assert not second.done()
+    queue.done(key)
+    assert await asyncio.wait_for(second, 1) == "ns/a"
+
+
+async def test_done_without_new_adds_does_not_requeue() -> None:
+    queue = WorkQueue()
+    queue.add("ns/a")
+    queue.done(await queue.get())
+    assert len(queue) == 0
+
+
+async def test_add_after_keeps_the_earliest_time() -> None:
+    queue = WorkQueue()
+    queue.start()
+    queue.add_after("ns/a", 30)
+    queue.add_after("ns/a", 0.05)
+    queue.add_after("ns/a", 60)
+    assert await asyncio.wait_for(queue.get(), 2) == "ns/a"
+    queue.shutdown()
+
+
+async def test_cancel_delayed_drops_a_scheduled_key() -> None:
+    queue = WorkQueue()
+    queue.start()
+    queue.add_after("ns/a", 0.05)
+    queue.cancel_delayed("ns/a")
+    await asyncio.sleep(0.15)
+    assert len(queue) == 0
+    queue.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("failures", "expected"),
+    [
+        pytest.param(0, 0.75, id="first-retry-min-delay"),
+        pytest.param(1, 1.5, id="doubles"),
+        pytest.param(4, 12.0, id="fifth"),
+        pytest.param(40, 900.0, id="capped"),
+    ],
+)
+def test_backoff_doubles_per_failure_up_to_the_cap(failures: int, expected: float) -> None:
+    backoff = ExponentialBackoff(base=0.75, cap=900)
+    for _ in range(failures):
+        backoff.next_delay("k")
+    assert backoff.next_delay("k") == expected
+
+
+def test_backoff_is_per_key_and_forget_resets_it() -> None:
+    backoff = ExponentialBackoff(base=1, cap=100)
+    for _ in range(5):
+        backoff.next_delay("broken")
+    assert backoff.next_delay("healthy") == 1
+    backoff.forget("broken")
+    assert backoff.next_delay("broken") == 1
+
+
+async def test_shutdown_releases_waiting_workers() -> None:
+    queue = WorkQueue()
+    waiters = [asyncio.create_task(queue.get()) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    queue.shutdown()
+    for waiter in waiters:
+        with pytest.raises(QueueShutDown):
+            await asyncio.wait_for(waiter, 1)
+
+
+async def test_each_idle_worker_gets_a_different_key() -> None:
+    queue = WorkQueue()
+    waiters = [asyncio.create_task(queue.get()) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    for key in ("a", "b", "c"):
+        queue.add(key)
+    got = await asyncio.wait_for(asyncio.gather(*waiters), 1)
+    assert sorted(got) == ["a", "b", "c"]

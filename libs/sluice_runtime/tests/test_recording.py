@@ -1,0 +1,83 @@
+"""Events reach both `kubectl describe` and the notification endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+from aiohttp import web
+
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.resources import EVENT
+from sluice_runtime.reconciling.errors import StepError
+from sluice_runtime.reconciling.steps import Result, Step
+from sluice_runtime.serving import serving
+
+from .conftest import GITREPO, RecordingContext, eventually, gitrepo, running_controller
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def event_sink() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    received: list[dict[str, Any]] = []
+
+    async def accept(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(status=202)
+
+    app = web.Application()
+    app.router.add_post("/", accept)
+    async with serving(app, "127.0.0.1:0") as runner:
+        port = runner.addresses[0][1]
+        yield f"http://127.0.0.1:{port}/", received
+
+
+async def test_ready_transitions_become_events_and_notifications(
+    kube: KubeClient, namespace: str, event_sink: tuple[str, list[dict[str, Any]]]
+) -> None:
+    addr, received = event_sink
+    failing = {"on": True}
+
+    async def flaky(ctx: RecordingContext) -> Result | None:
+        ctx.event_metadata["revision"] = "main@sha1:abc"
+        if failing["on"]:
+            raise StepError("GitOperationFailed", "connection refused", condition="FetchFailed")
+        return None
+
+    step = Step(fn=flaky, name="flaky", conditions=("FetchFailed",))
+    async with running_controller(kube, namespace, extra_steps=[step], events_addr=addr) as harness:
+        await kube.create(GITREPO, gitrepo("noisy", namespace))
+        await eventually(lambda: harness.controller.queue.failures(f"{namespace}/noisy") >= 3)
+        failing["on"] = False
+        await eventually(lambda: len(received) >= 2, message="two notifications")
+
+        async def k8s_events() -> list[dict[str, Any]]:
+            listed = await kube.list(EVENT, namespace=namespace)
+            return [e for e in listed.items if e["involvedObject"]["name"] == "noisy"]
+
+        async def both_recorded() -> bool:
+            return {e["reason"] for e in await k8s_events()} == {"GitOperationFailed", "Succeeded"}
+
+        await eventually(both_recorded, message="both Kubernetes events")
+
+    # Three failures with the same message are one transition: one event each way.
+    assert [(e["severity"], e["reason"]) for e in received] == [
+        ("error", "GitOperationFailed"),
+        ("info", "Succeeded"),
+    ]
+    first = received[0]
+    assert first["involvedObject"]["kind"] == "GitRepository"
+    assert first["involvedObject"]["name"] == "noisy"
+    assert first["involvedObject"]["namespace"] == namespace
+    assert first["involvedObject"]["apiVersion"] == "source.toolkit.fluxcd.io/v1"
+    assert first["involvedObject"]["uid"]
+    assert first["message"] == "connection refused"
+    assert first["metadata"] == {"source.toolkit.fluxcd.io/revision": "main@sha1:abc"}
+    assert first["reportingController"] == "test-controller"
+    assert first["timestamp"].endswith("Z")
+
+    events = {e["reason"]: e for e in await k8s_events()}
+    assert events["GitOperationFailed"]["type"] == "Warning"
+    assert events["GitOperationFailed"]["message"] == "connection refused"
+    assert events["Succeeded"]["type"] == "Normal"
+    assert events["Succeeded"]["source"]["component"] == "test-controller"

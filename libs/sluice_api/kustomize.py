@@ -370,6 +370,7 @@ class Kustomization(Resource[KustomizationSpec, KustomizationStatus]):
         AGE_COLUMN,
         READY_COLUMN,
         STATUS_COLUMN,
+        PrinterColumn(name="Revision", type="string", json_path=".status.lastAppliedRevision"),
     )
 
     spec: KustomizationSpec

@@ -231,6 +231,11 @@ STATUS_COLUMN = PrinterColumn(
     name="Status", type="string", json_path='.status.conditions[?(@.type=="Ready")].message'
 )
 
+ARTIFACT_REVISION_COLUMN = PrinterColumn(
+    name="Revision", type="string", json_path=".status.artifact.revision"
+)
+"""Sluice shows the revision a source serves, which Flux only shows in `flux get`."""
+
 SpecT = TypeVar("SpecT", bound=KubeModel)
 StatusT = TypeVar("StatusT", bound=ReconcileStatus)
 

@@ -15,6 +15,7 @@ from pydantic import Field, StringConstraints
 
 from sluice_api.meta import (
     AGE_COLUMN,
+    ARTIFACT_REVISION_COLUMN,
     READY_COLUMN,
     STATUS_COLUMN,
     Artifact,
@@ -279,6 +280,7 @@ class GitRepository(Resource[GitRepositorySpec, GitRepositoryStatus]):
         AGE_COLUMN,
         READY_COLUMN,
         STATUS_COLUMN,
+        ARTIFACT_REVISION_COLUMN,
     )
 
     spec: GitRepositorySpec
@@ -393,6 +395,7 @@ class OCIRepository(Resource[OCIRepositorySpec, OCIRepositoryStatus]):
         READY_COLUMN,
         STATUS_COLUMN,
         AGE_COLUMN,
+        ARTIFACT_REVISION_COLUMN,
     )
 
     spec: OCIRepositorySpec
@@ -463,6 +466,7 @@ class HelmRepository(Resource[HelmRepositorySpec, HelmRepositoryStatus]):
         AGE_COLUMN,
         READY_COLUMN,
         STATUS_COLUMN,
+        ARTIFACT_REVISION_COLUMN,
     )
 
     spec: HelmRepositorySpec
@@ -557,6 +561,7 @@ class HelmChart(Resource[HelmChartSpec, HelmChartStatus]):
         AGE_COLUMN,
         READY_COLUMN,
         STATUS_COLUMN,
+        ARTIFACT_REVISION_COLUMN,
     )
 
     spec: HelmChartSpec
@@ -657,6 +662,7 @@ class Bucket(Resource[BucketSpec, BucketStatus]):
         AGE_COLUMN,
         READY_COLUMN,
         STATUS_COLUMN,
+        ARTIFACT_REVISION_COLUMN,
     )
 
     spec: BucketSpec

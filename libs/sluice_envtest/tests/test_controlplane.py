@@ -59,3 +59,55 @@ def test_crds_are_served_with_their_schema(cluster: Cluster) -> None:
         cluster.kubectl("get", "gitrepositories", "-A"), capture_output=True, text=True
     )
     assert listed.returncode == 0, listed.stderr
+
+
+async def test_printer_columns_show_readiness_and_revision(
+    cluster: Cluster, kube: KubeClient, namespace: str
+) -> None:
+    await kube.create(
+        GITREPO,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "GitRepository",
+            "metadata": {"name": "shown", "namespace": namespace},
+            "spec": {"url": "https://example.com/x.git", "interval": "1m"},
+        },
+    )
+    await kube.merge_patch(
+        GITREPO,
+        "shown",
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "Succeeded",
+                        "message": "stored artifact for revision 'main@sha1:abc'",
+                        "lastTransitionTime": "2026-11-21T10:00:00Z",
+                    }
+                ],
+                "artifact": {
+                    "path": "gitrepository/x/shown/abc.tar.gz",
+                    "url": "http://source-controller/gitrepository/x/shown/abc.tar.gz",
+                    "revision": "main@sha1:abc",
+                    "digest": "sha256:0123",
+                    "lastUpdateTime": "2026-11-21T10:00:00Z",
+                },
+            }
+        },
+        namespace=namespace,
+        subresource="status",
+    )
+    table = subprocess.run(
+        cluster.kubectl("get", "gitrepositories", "-n", namespace),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert table[0].split() == ["NAME", "URL", "AGE", "READY", "STATUS", "REVISION"]
+    row = table[1]
+    assert row.startswith("shown ")
+    assert "https://example.com/x.git" in row
+    assert " True " in row
+    assert row.rstrip().endswith("main@sha1:abc")

@@ -254,3 +254,34 @@ async def test_one_key_never_runs_on_two_workers(
             lambda: journal.urls.get(f"{namespace}/hot", [""])[-1] == "https://example.com/19"
         )
     assert journal.max_parallel_per_key == 1
+
+
+async def test_watch_label_selector_shards_objects_between_replicas(
+    kube: KubeClient, namespace: str
+) -> None:
+    from sluice_runtime.controller import Controller, Informers
+
+    from .conftest import recording_reconciler
+
+    journal = Journal()
+    informers = Informers(kube, namespace=namespace, label_selector="shard=a")
+    controller = Controller(
+        recording_reconciler(journal), client=kube, informers=informers, recorder=None
+    )
+    await informers.start()
+    await informers.wait_synced()
+    await controller.start()
+    try:
+        mine = gitrepo("mine", namespace)
+        mine["metadata"]["labels"] = {"shard": "a"}
+        theirs = gitrepo("theirs", namespace)
+        theirs["metadata"]["labels"] = {"shard": "b"}
+        await kube.create(GITREPO, mine)
+        await kube.create(GITREPO, theirs)
+        await eventually(lambda: ready(kube, namespace, "mine"))
+        await asyncio.sleep(0.5)
+        assert journal.count(f"{namespace}/theirs") == 0
+        assert condition(await kube.get(GITREPO, "theirs", namespace), "Ready") is None
+    finally:
+        await controller.stop()
+        await informers.stop()

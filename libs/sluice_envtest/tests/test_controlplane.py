@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 
@@ -99,12 +100,12 @@ async def test_printer_columns_show_readiness_and_revision(
         namespace=namespace,
         subresource="status",
     )
-    table = subprocess.run(
-        cluster.kubectl("get", "gitrepositories", "-n", namespace),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
+    listed = await asyncio.create_subprocess_exec(
+        *cluster.kubectl("get", "gitrepositories", "-n", namespace),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    stdout, _ = await listed.communicate()
+    table = stdout.decode().splitlines()
     assert table[0].split() == ["NAME", "URL", "AGE", "READY", "STATUS", "REVISION"]
     row = table[1]
     assert row.startswith("shown ")

@@ -27,7 +27,7 @@ from types import FrameType
 from typing import IO, Any
 
 from sluice_cli.crds_command import all_crds
-from sluice_envtest.building import BuildError
+from sluice_envtest.debian import BuildError
 from sluice_envtest.controlplane import ControlPlane, ControlPlaneError, die_with_parent, free_port
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import Conflict, KubeError, one_line
@@ -52,11 +52,17 @@ class ControllerProcess:
         return f"127.0.0.1:{self.health_port}"
 
 
-def controllers() -> list[ControllerProcess]:
+def controllers(workdir: Path) -> list[ControllerProcess]:
     events_port = free_port()
     events = ["--events-addr", f"http://127.0.0.1:{events_port}"]
+    storage = f"127.0.0.1:{free_port()}"
+    source = [
+        "--storage-path", str(workdir / "storage"),
+        "--storage-addr", storage,
+        "--storage-adv-addr", storage,
+    ]  # fmt: skip
     return [
-        ControllerProcess("source-controller", "source_controller", extra=list(events)),
+        ControllerProcess("source-controller", "source_controller", extra=[*events, *source]),
         ControllerProcess("kustomize-controller", "kustomize_controller", extra=list(events)),
         ControllerProcess("gating-controller", "gating_controller", extra=list(events)),
         ControllerProcess("notification-controller", "notification_controller"),
@@ -94,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="sluice-dev-"))
     workdir.mkdir(parents=True, exist_ok=True)
     plane: ControlPlane | None = None
-    procs = controllers()
+    procs = controllers(workdir)
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         if args.kubeconfig:

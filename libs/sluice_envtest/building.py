@@ -12,24 +12,27 @@ shared/spec/control-plane.md; each quirk has a comment where it is handled.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from sluice_envtest.debian import (
+    BuildError,
+    Log,
+    PrivateApt,
+    cache_root,
+)
+from sluice_envtest.debian import locked as _locked
+from sluice_envtest.debian import run as _run
 
 KUBE_VERSION = "v1.20.2"
 # Bumped whenever the recipe below changes what it produces, so caches rebuild.
 RECIPE = 3
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-DEBIAN_SUITE = "bookworm"
 GO_PACKAGES = ("golang-1.19-go", "golang-1.19-src")
 REFLECT2_PACKAGE = "golang-github-modern-go-reflect2-dev"
 ETCD_PACKAGE = "etcd-server"
@@ -38,24 +41,10 @@ _OPENAPI_TAG = re.compile(r"^\s*//\s*\+k8s:openapi-gen=", re.MULTILINE)
 _OPENAPI_EXCLUDED = ("code-generator", "sample-apiserver")
 
 
-Log = Callable[[str], None]
-
-
-class BuildError(RuntimeError):
-    """A step of fetching or building the control plane failed; the message says which."""
-
-
 @dataclass(frozen=True)
 class Binaries:
     kube_apiserver: Path
     etcd: Path
-
-
-def cache_root() -> Path:
-    base = os.environ.get("SLUICE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sluice"
-    )
-    return Path(base)
 
 
 def ensure_binaries(*, log: Log | None = None) -> Binaries:
@@ -92,18 +81,8 @@ def _complete(binaries: Binaries) -> bool:
     return all(os.access(b, os.X_OK) for b in (binaries.kube_apiserver, binaries.etcd))
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _build(work: Path, wanted: Binaries, say: Log) -> None:
-    apt = _PrivateApt(work / "apt")
+    apt = PrivateApt(work / "apt")
     say("fetching package lists")
     apt.update()
     debs = work / "debs"
@@ -264,43 +243,3 @@ def _openapi_packages(tree: Path) -> list[str]:
     if not packages:
         raise BuildError("no packages tagged for openapi-gen found in the source tree")
     return sorted(packages)
-
-
-class _PrivateApt:
-    """apt-get with its own lists, cache and sources, so the host's apt stays as it was."""
-
-    def __init__(self, base: Path) -> None:
-        self.base = base
-        for sub in ("lists/partial", "cache/archives/partial", "etc"):
-            (base / sub).mkdir(parents=True, exist_ok=True)
-        sources = base / "etc" / "sources.list"
-        sources.write_text(
-            f"deb {DEBIAN_MIRROR} {DEBIAN_SUITE} main\n"
-            f"deb-src {DEBIAN_MIRROR} {DEBIAN_SUITE} main\n"
-        )
-        self.options = [
-            "-o", f"Dir::Etc::SourceList={sources}",
-            "-o", "Dir::Etc::SourceParts=/dev/null",
-            "-o", f"Dir::State::Lists={base / 'lists'}",
-            "-o", f"Dir::Cache={base / 'cache'}",
-            # Root runs downloads unsandboxed into our private directories;
-            # apt's _apt user could not write there anyway.
-            "-o", "APT::Sandbox::User=root",
-            "-qq",
-        ]  # fmt: skip
-
-    def update(self) -> None:
-        self.run("update")
-
-    def run(self, *args: str, cwd: Path | None = None) -> None:
-        _run(["apt-get", *self.options, *args], cwd=cwd)
-
-
-def _run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
-    try:
-        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    except FileNotFoundError as error:
-        raise BuildError(f"{cmd[0]} is not installed: {error}") from None
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
-        raise BuildError(f"{' '.join(cmd[:3])} ... failed (exit {done.returncode}):\n{tail}")

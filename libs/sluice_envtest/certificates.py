@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,55 +55,8 @@ class ControlPlanePki:
 
 
 def make_pki() -> ControlPlanePki:
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sluice-envtest-ca")])
-    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def leaf(
-        subject: x509.Name, usage: ExtendedKeyUsage, sans: list[x509.GeneralName] | None = None
-    ) -> Pem:
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        )
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return Pem(_cert_pem(builder.sign(ca_key, hashes.SHA256())), _key_pem(key))
-
-    serving = leaf(
+    ca = _Authority.create("sluice-envtest-ca")
+    serving = ca.issue(
         x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
         ExtendedKeyUsageOID.SERVER_AUTH,
         [
@@ -112,7 +66,7 @@ def make_pki() -> ControlPlanePki:
     )
     # O=system:masters is what makes this identity cluster-admin without any
     # RBAC objects, which a fresh etcd does not have yet.
-    admin = leaf(
+    admin = ca.issue(
         x509.Name(
             [
                 x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
@@ -123,7 +77,7 @@ def make_pki() -> ControlPlanePki:
     )
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     return ControlPlanePki(
-        ca=Pem(_cert_pem(ca_cert), _key_pem(ca_key)),
+        ca=ca.pem,
         serving=serving,
         admin=admin,
         service_account_key=_key_pem(sa_key),
@@ -134,6 +88,113 @@ def make_pki() -> ControlPlanePki:
 
 
 ExtendedKeyUsage = x509.ObjectIdentifier
+
+
+@dataclass(frozen=True)
+class ServingPki:
+    """A test CA and a serving certificate it signed, for a test server's TLS."""
+
+    ca: Pem
+    serving: Pem
+
+    def write(self, directory: Path) -> dict[str, Path]:
+        paths = {}
+        for name, data in (
+            ("ca.crt", self.ca.cert),
+            ("tls.crt", self.serving.cert),
+            ("tls.key", self.serving.key),
+        ):
+            path = directory / name
+            path.write_bytes(data)
+            path.chmod(0o600)
+            paths[name] = path
+        return paths
+
+
+def make_serving_pki(
+    *,
+    hosts: Sequence[str] = ("127.0.0.1", "localhost"),
+    common_name: str = "sluice-test-server",
+) -> ServingPki:
+    """A fresh CA and a certificate for `hosts` (IP addresses or DNS names)."""
+    ca = _Authority.create("sluice-test-ca")
+    sans: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            sans.append(x509.DNSName(host))
+    serving = ca.issue(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        sans,
+    )
+    return ServingPki(ca=ca.pem, serving=serving)
+
+
+@dataclass(frozen=True)
+class _Authority:
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+    not_before: datetime.datetime
+
+    @classmethod
+    def create(cls, common_name: str) -> _Authority:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + _VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(key, hashes.SHA256())
+        )
+        return cls(key, cert, now)
+
+    @property
+    def pem(self) -> Pem:
+        return Pem(_cert_pem(self.cert), _key_pem(self.key))
+
+    def issue(
+        self,
+        subject: x509.Name,
+        usage: ExtendedKeyUsage,
+        sans: list[x509.GeneralName] | None = None,
+    ) -> Pem:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(self.not_before)
+            .not_valid_after(self.not_before + _VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return Pem(_cert_pem(builder.sign(self.key, hashes.SHA256())), _key_pem(key))
 
 
 def _cert_pem(cert: x509.Certificate) -> bytes:

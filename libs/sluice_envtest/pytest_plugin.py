@@ -25,7 +25,19 @@ import pytest_asyncio
 
 from sluice_envtest.controlplane import ControlPlane, env_kubeconfig
 
-E2E_FIXTURES = {"cluster", "kube", "namespace", "second_cluster"}
+E2E_FIXTURES = {
+    "cluster",
+    "kube",
+    "namespace",
+    "second_cluster",
+    # servers_plugin
+    "git_http",
+    "git_http_auth",
+    "git_https",
+    "git_ssh",
+    "oci_registry",
+    "oci_registry_auth",
+}
 
 
 @dataclass(frozen=True)

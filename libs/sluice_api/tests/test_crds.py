@@ -148,6 +148,7 @@ def test_groups_and_versions_match_the_api_contract(
 READY = '.status.conditions[?(@.type=="Ready")].status'
 MESSAGE = '.status.conditions[?(@.type=="Ready")].message'
 AGE = ".metadata.creationTimestamp"
+REVISION = ("Revision", ".status.artifact.revision")
 
 
 @pytest.mark.parametrize(
@@ -155,17 +156,17 @@ AGE = ".metadata.creationTimestamp"
     [
         pytest.param(
             GitRepository,
-            [("URL", ".spec.url"), ("Age", AGE), ("Ready", READY), ("Status", MESSAGE)],
+            [("URL", ".spec.url"), ("Age", AGE), ("Ready", READY), ("Status", MESSAGE), REVISION],
             id="git",
         ),
         pytest.param(
             OCIRepository,
-            [("URL", ".spec.url"), ("Ready", READY), ("Status", MESSAGE), ("Age", AGE)],
+            [("URL", ".spec.url"), ("Ready", READY), ("Status", MESSAGE), ("Age", AGE), REVISION],
             id="oci",
         ),
         pytest.param(
             HelmRepository,
-            [("URL", ".spec.url"), ("Age", AGE), ("Ready", READY), ("Status", MESSAGE)],
+            [("URL", ".spec.url"), ("Age", AGE), ("Ready", READY), ("Status", MESSAGE), REVISION],
             id="helmrepo",
         ),
         pytest.param(
@@ -178,15 +179,31 @@ AGE = ".metadata.creationTimestamp"
                 ("Age", AGE),
                 ("Ready", READY),
                 ("Status", MESSAGE),
+                REVISION,
             ],
             id="helmchart",
         ),
         pytest.param(
             Bucket,
-            [("Endpoint", ".spec.endpoint"), ("Age", AGE), ("Ready", READY), ("Status", MESSAGE)],
+            [
+                ("Endpoint", ".spec.endpoint"),
+                ("Age", AGE),
+                ("Ready", READY),
+                ("Status", MESSAGE),
+                REVISION,
+            ],
             id="bucket",
         ),
-        pytest.param(Kustomization, [("Age", AGE), ("Ready", READY), ("Status", MESSAGE)], id="ks"),
+        pytest.param(
+            Kustomization,
+            [
+                ("Age", AGE),
+                ("Ready", READY),
+                ("Status", MESSAGE),
+                ("Revision", ".status.lastAppliedRevision"),
+            ],
+            id="ks",
+        ),
         pytest.param(
             Gate,
             [

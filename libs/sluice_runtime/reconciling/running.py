@@ -171,7 +171,10 @@ class Runner(Generic[C]):
         if requested:
             obj.status.last_handled_reconcile_at = requested
 
-        outcome = await self._run_steps(ctx, generation)
+        try:
+            outcome = await self._run_steps(ctx, generation)
+        finally:
+            await ctx.cleanup.aclose()
         await self._write_status(ctx, raw)
         return outcome
 

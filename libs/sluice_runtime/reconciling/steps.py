@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class ReconcileContext:
     """What Ready says when every step succeeds; steps set it."""
     event_metadata: dict[str, str] = field(default_factory=dict)
     """Metadata added to every event of this reconcile (e.g. the revision)."""
+    cleanup: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+    """Where steps register what must be undone after the last step (work dirs)."""
 
     @property
     def status(self) -> Any:
@@ -53,17 +56,20 @@ class ReconcileContext:
 
 
 C = TypeVar("C", bound=ReconcileContext)
+# A step written for a base context (a shared source step) fits any
+# pipeline whose context extends that base.
+C_contra = TypeVar("C_contra", bound=ReconcileContext, contravariant=True)
 StepFn = Callable[[C], Awaitable[Result | None]]
 
 
 @dataclass(frozen=True)
-class Step(Generic[C]):
-    fn: Callable[[C], Awaitable[Result | None]]
+class Step(Generic[C_contra]):
+    fn: Callable[[C_contra], Awaitable[Result | None]]
     name: str
     conditions: tuple[str, ...]
     """Conditions this step owns: cleared when it runs, set when it raises."""
 
-    async def __call__(self, ctx: C) -> Result | None:
+    async def __call__(self, ctx: C_contra) -> Result | None:
         return await self.fn(ctx)
 
 

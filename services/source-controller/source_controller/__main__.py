@@ -1,28 +1,69 @@
 """source-controller: turns Git repositories and OCI artifacts into tarballs served over HTTP.
 
-Wiring only: flags, the shared runtime, and this controller's kinds.
-Until its reconcilers land (see the issues), it watches its kinds so that
-its cache, probes and metrics are live.
+Wiring only: flags, the artifact storage and its file server, and one
+controller per kind it reconciles (GitRepository, OCIRepository).
+HelmRepository, HelmChart and Bucket are watched (so their CRDs must exist)
+but not reconciled yet.
 """
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 from sluice_api import Bucket, GitRepository, HelmChart, HelmRepository, OCIRepository
+from sluice_api.meta import parse_duration
 from sluice_runtime import app
+from sluice_runtime.artifacts.serving import file_server
+from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.serving import serving
+from source_controller import gitrepository, ocirepository
 
 SERVICE = "source-controller"
-KINDS = (
-    GitRepository,
-    OCIRepository,
-    HelmRepository,
-    HelmChart,
-    Bucket,
-)
+KINDS = (GitRepository, OCIRepository, HelmRepository, HelmChart, Bucket)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage-path", default="/data", help="where artifacts are stored")
+    parser.add_argument("--storage-addr", default=":9090", help="artifact file server address")
+    parser.add_argument(
+        "--storage-adv-addr",
+        default="",
+        help="host[:port] written into artifact URLs "
+        "(default: source-controller.$RUNTIME_NAMESPACE.svc.cluster.local.)",
+    )
+    parser.add_argument("--artifact-retention-records", type=int, default=2)
+    parser.add_argument("--artifact-retention-ttl", default="60s")
 
 
 async def setup(runtime: app.Runtime) -> None:
-    for kind in KINDS:
+    options = runtime.options
+    adv_addr = options.storage_adv_addr or (
+        f"source-controller.{app.runtime_namespace()}.svc.cluster.local."
+    )
+    root = Path(options.storage_path)
+    root.mkdir(parents=True, exist_ok=True)
+    storage = Storage(
+        root,
+        advertised_addr=adv_addr,
+        retention_records=options.artifact_retention_records,
+        retention_ttl=parse_duration(options.artifact_retention_ttl).total_seconds(),
+    )
+    await runtime.stack.enter_async_context(serving(file_server(root), options.storage_addr))
+
+    git_rt = ResourceType.of_model(GitRepository)
+    repositories = runtime.informers.get(git_rt, selected=True).store
+    git = runtime.controller(
+        gitrepository.reconciler(
+            gitrepository.GitServices(storage=storage, repositories=repositories)
+        )
+    )
+    git.watch(git_rt, gitrepository.includers_of(repositories), selected=True)
+
+    runtime.controller(ocirepository.reconciler(storage))
+
+    for kind in (HelmRepository, HelmChart, Bucket):
         runtime.informers.get(ResourceType.of_model(kind), selected=True)
 
 
@@ -33,6 +74,7 @@ def main() -> None:
         kinds=KINDS,
         setup=setup,
         concurrency=2,
+        add_arguments=add_arguments,
     )
 
 

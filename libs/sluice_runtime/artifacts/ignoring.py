@@ -1,0 +1,177 @@
+"""Which files of a source tree go into its artifact.
+
+Flux's rules, in rising priority:
+
+1. Flux's default exclusions (media, archives, CI configs), only when the
+   object has no `spec.ignore`: setting it replaces them.
+2. Every `.sourceignore` file in the tree, scoped to the directory holding
+   it; a deeper file outranks a shallower one, as nested `.gitignore`s do.
+3. `spec.ignore`, last, so a `!pattern` there re-includes anything above.
+
+The VCS exclusions (`.git/` and git's own dotfiles) apply whatever the
+rules say; unlike Flux, a `!.git/` in `spec.ignore` cannot re-include the
+repository's object database into an artifact served to the cluster.
+
+Matching follows gitignore: the last matching pattern of the highest-
+priority source that matches decides, and nothing under an ignored
+directory can be re-included. Lines git would reject (a lone `!`) are
+skipped in `.sourceignore` files, as git does; in `spec.ignore` they raise
+`InvalidIgnorePattern`, since the object's author can fix them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pathspec import GitIgnoreSpec
+
+IGNORE_FILE = ".sourceignore"
+
+VCS_PATTERNS = (".git/", ".gitignore", ".gitmodules", ".gitattributes")
+
+DEFAULT_PATTERNS = (
+    # media and archives
+    "*.jpg", "*.jpeg", "*.gif", "*.png", "*.wmv", "*.flv", "*.tar.gz", "*.zip",
+    # CI configuration
+    ".github/", ".circleci/", ".travis.yml", ".gitlab-ci.yml", "appveyor.yml", ".drone.yml",
+    "cloudbuild.yaml", "codeship-services.yml", "codeship-steps.yml",
+    # tool configuration that is not meant for the cluster
+    "**/.goreleaser.yml", "**/.sops.yaml", "**/.flux.yaml",
+)  # fmt: skip
+
+
+class InvalidIgnorePattern(ValueError):
+    """A line of `spec.ignore` that is not a valid gitignore pattern."""
+
+    def __init__(self, line: str, reason: str) -> None:
+        super().__init__(f"invalid ignore pattern {line!r}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """Patterns from one source; they see paths relative to `prefix`."""
+
+    prefix: str  # "" for the root, else "sub/dir/"
+    spec: GitIgnoreSpec
+
+    def verdict(self, candidate: str) -> bool | None:
+        """True: ignore; False: re-included by a negation; None: no opinion."""
+        if not candidate.startswith(self.prefix):
+            return None
+        return self.spec.check_file(candidate[len(self.prefix) :]).include
+
+
+class IgnoreRules:
+    """The effective rules for one tree; `ignored()` answers for any path in it."""
+
+    def __init__(self, *, spec_ignore: str | None) -> None:
+        self._vcs = GitIgnoreSpec.from_lines(VCS_PATTERNS)
+        self._spec = None if spec_ignore is None else _scope("", spec_ignore, strict=True)
+        self._defaults = _scope("", DEFAULT_PATTERNS, strict=True) if spec_ignore is None else None
+        self._sourceignores: list[_Scope] = []
+        self._scopes = self._ordered()
+        self._dirs: dict[str, bool] = {}
+
+    @classmethod
+    def load(cls, root: Path, *, spec_ignore: str | None) -> IgnoreRules:
+        """Read every `.sourceignore` under `root` and combine them with `spec_ignore`.
+
+        Directories already ignored are not searched: nothing inside them can
+        be included, so their `.sourceignore` files cannot matter. Symlinked
+        directories are not followed, as they are not when archiving.
+        """
+        rules = cls(spec_ignore=spec_ignore)
+
+        def visit(directory: Path, prefix: str) -> None:
+            text = _read_ignore_file(directory / IGNORE_FILE)
+            if text is not None:
+                rules.add_sourceignore(prefix, text)
+            with os.scandir(directory) as entries:
+                children = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+            for child in children:
+                if not rules.ignored(prefix + child, is_dir=True):
+                    visit(directory / child, f"{prefix}{child}/")
+
+        visit(root, "")
+        return rules
+
+    def add_sourceignore(self, directory: str, text: str) -> None:
+        """Add the rules of the `.sourceignore` in `directory` (relative POSIX
+        path, "" for the root); they apply to paths below it only."""
+        directory = directory.strip("/")
+        prefix = f"{directory}/" if directory else ""
+        self._sourceignores.append(_scope(prefix, text.splitlines(), strict=False))
+        self._scopes = self._ordered()
+        self._dirs.clear()
+
+    def _ordered(self) -> list[_Scope]:
+        # Highest priority first. Deeper `.sourceignore` files outrank
+        # shallower ones; only files on one path's ancestor chain ever apply
+        # to it, so depth alone orders them.
+        nested = sorted(self._sourceignores, key=lambda s: s.prefix.count("/"), reverse=True)
+        return [
+            *([self._spec] if self._spec else []),
+            *nested,
+            *([self._defaults] if self._defaults else []),
+        ]
+
+    def ignored(self, rel_posix_path: str, *, is_dir: bool) -> bool:
+        """Whether the path (relative to the tree's root, '/'-separated) is left out."""
+        parts = [p for p in rel_posix_path.split("/") if p not in ("", ".")]
+        if not parts:
+            return False  # the root itself
+        for depth in range(1, len(parts)):
+            if self._dir_ignored("/".join(parts[:depth])):
+                return True
+        path = "/".join(parts)
+        return self._dir_ignored(path) if is_dir else self._matches(path)
+
+    def _dir_ignored(self, path: str) -> bool:
+        # Every file below a directory asks about it again; remember.
+        verdict = self._dirs.get(path)
+        if verdict is None:
+            verdict = self._dirs[path] = self._matches(path + "/")
+        return verdict
+
+    def _matches(self, candidate: str) -> bool:
+        if self._vcs.check_file(candidate).include:
+            return True
+        for scope in self._scopes:
+            verdict = scope.verdict(candidate)
+            if verdict is not None:
+                return verdict
+        return False
+
+
+def _scope(prefix: str, lines: str | Iterable[str], *, strict: bool) -> _Scope:
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    valid: list[str] = []
+    for line in lines:
+        try:
+            GitIgnoreSpec.from_lines([line])
+        except ValueError as error:
+            if strict:
+                raise InvalidIgnorePattern(line, str(error)) from None
+            continue
+        valid.append(line)
+    return _Scope(prefix=prefix, spec=GitIgnoreSpec.from_lines(valid))
+
+
+def _read_ignore_file(path: Path) -> str | None:
+    # Only regular files: a `.sourceignore` that is a symlink or a FIFO in a
+    # cloned repository must not make the controller read outside the tree
+    # or block.
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return path.read_text(encoding="utf-8", errors="surrogateescape")

@@ -1,0 +1,128 @@
+"""Async access to Git remotes, each operation in its own `gitworker` child.
+
+See gitworker.py for why operations do not run in this process. Here they
+become awaitable, bounded by the GitRepository's `timeout` (the child is
+killed when it runs over), and their failures typed: authentication (the
+secret is wrong or the host is not trusted) versus everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+ErrorKind = Literal["auth", "git", "timeout", "internal"]
+
+
+class GitError(Exception):
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class GitAuth:
+    """Credentials and trust for one remote, from the GitRepository's secret."""
+
+    username: str | None = None
+    password: str | None = None
+    bearer_token: str | None = None
+    ca: str | None = None
+    identity: str | None = None
+    identity_pub: str | None = None
+    known_hosts: str | None = None
+
+    def as_request(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Checkout:
+    commit: str
+    message: str
+    received_bytes: int
+    received_objects: int
+
+
+async def _run(request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "source_controller.gitworker",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        # A little more than libgit2's own timeouts, so those report first.
+        stdout, stderr = await asyncio.wait_for(
+            proc.communicate(json.dumps(request).encode()), timeout + 5
+        )
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise GitError("timeout", f"git operation timed out after {timeout:g}s") from None
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        raise
+    if proc.returncode != 0 or not stdout:
+        tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
+        raise GitError("internal", f"git worker exited {proc.returncode}: {' '.join(tail)}")
+    answer: dict[str, Any] = json.loads(stdout)
+    if not answer.get("ok"):
+        kind = answer.get("kind", "internal")
+        raise GitError(kind if kind in ("auth", "git") else "internal", answer.get("message", ""))
+    return answer
+
+
+async def ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str]:
+    """The remote's refs, `refs/...` → commit SHA (annotated tags peeled)."""
+    answer = await _run(
+        {"op": "ls_remote", "url": url, "auth": auth.as_request(), "timeout": timeout},
+        timeout=timeout,
+    )
+    return dict(answer["refs"])
+
+
+async def checkout(
+    url: str,
+    auth: GitAuth,
+    *,
+    dest: Path,
+    commit: str,
+    refspec: str | None,
+    depth: int,
+    recurse_submodules: bool,
+    timeout: float,
+) -> Checkout:
+    answer = await _run(
+        {
+            "op": "checkout",
+            "url": url,
+            "auth": auth.as_request(),
+            "timeout": timeout,
+            "dest": str(dest),
+            "commit": commit,
+            "refspec": refspec,
+            "depth": depth,
+            "recurse_submodules": recurse_submodules,
+        },
+        timeout=timeout,
+    )
+    return Checkout(
+        commit=answer["commit"],
+        message=answer["message"],
+        received_bytes=int(answer["received_bytes"]),
+        received_objects=int(answer["received_objects"]),
+    )

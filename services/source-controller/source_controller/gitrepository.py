@@ -1,0 +1,370 @@
+"""GitRepository: a Git ref, turned into a digest-checked tarball in storage.
+
+STEPS read top to bottom as Flux's source-controller does it:
+storage → source → include → artifact. The source step lists the remote's
+refs before anything else and, when the resolved commit is the one already
+archived, the file is still in storage and nothing that shapes the content
+changed (the content config checksum), ends the fetch there: no clone, no
+objects downloaded. That is the no-op fetch of the design note.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from sluice_api.meta import Artifact, parse_duration
+from sluice_api.source import (
+    GitRepository,
+    GitRepositoryInclude,
+    SourceCondition,
+    SourceReason,
+)
+from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
+from sluice_runtime.artifacts.storage import Storage
+from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.kube.secrets import SecretError, require, secret_data
+from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
+from sluice_runtime.reconciling.running import Reconciler
+from sluice_runtime.reconciling.steps import Result, done, step
+from source_controller import gitclient
+from source_controller.refs import InvalidRef, RefNotFound, ResolvedRef, resolve
+from source_controller.sources import (
+    NEGATIVE_CONDITIONS,
+    SourceContext,
+    finalize,
+    mark_outdated,
+    mark_stored,
+    reconcile_storage,
+    record_artifact,
+    write_archive,
+)
+
+MAX_INCLUDE_SIZE = 512 * 1024 * 1024
+
+
+@dataclass
+class GitServices:
+    """What GitRepository steps share across reconciles."""
+
+    storage: Storage
+    repositories: Store
+    """The GitRepository cache, for includes."""
+    include_requeue: float = 10.0
+
+
+@dataclass(kw_only=True)
+class GitRepositoryContext(SourceContext):
+    services: GitServices
+    workdir: Path | None = None
+    resolved: ResolvedRef | None = None
+    checkout_message: str = ""
+    noop: bool = False
+    includes: list[tuple[GitRepositoryInclude, Artifact]] = field(default_factory=list)
+    content_checksum: str = ""
+
+    @property
+    def repo(self) -> GitRepository:
+        obj: GitRepository = self.obj
+        return obj
+
+
+# -- step 2 ------------------------------------------------------------------
+
+
+@step(SourceCondition.FETCH_FAILED)
+async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
+    repo = ctx.repo
+    spec = repo.spec
+    _validate_url(spec.url)
+    auth = await _auth(ctx)
+    timeout = parse_duration(spec.timeout).total_seconds()
+
+    try:
+        refs = await gitclient.ls_remote(spec.url, auth, timeout=timeout)
+        resolved = resolve(spec.ref, refs)
+    except InvalidRef as error:
+        raise Stalling(SourceReason.GIT_OPERATION_FAILED, str(error)) from None
+    except RefNotFound as error:
+        raise _fetch_failed(SourceReason.GIT_OPERATION_FAILED, f"{error} in {spec.url}") from None
+    except gitclient.GitError as error:
+        raise _git_failure(error, spec.url) from None
+    ctx.resolved = resolved
+    # Events of this reconcile name the commit even if a later step fails.
+    ctx.event_metadata["revision"] = resolved.revision
+
+    ctx.includes = _included_artifacts(ctx)
+    ctx.content_checksum = _content_checksum(ctx)
+    artifact = repo.status.artifact
+    if (
+        artifact is not None
+        and _commit_of(artifact.revision) == resolved.commit
+        and repo.status.content_config_checksum == ctx.content_checksum
+        and await asyncio.to_thread(ctx.storage.exists, artifact.path)
+    ):
+        ctx.noop = True
+        ctx.log.debug("no-op fetch: artifact is current", revision=resolved.revision)
+        return None
+
+    mark_outdated(ctx, resolved.revision)
+    ctx.workdir = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="git-")))
+    try:
+        checked_out = await gitclient.checkout(
+            spec.url,
+            auth,
+            dest=ctx.workdir,
+            commit=resolved.commit,
+            refspec=resolved.refspec,
+            depth=resolved.depth,
+            recurse_submodules=spec.recurse_submodules,
+            timeout=timeout,
+        )
+    except gitclient.GitError as error:
+        raise _git_failure(error, spec.url) from None
+    ctx.checkout_message = checked_out.message
+    ctx.log.info(
+        "fetched",
+        revision=resolved.revision,
+        bytes=checked_out.received_bytes,
+        objects=checked_out.received_objects,
+    )
+    return None
+
+
+def _validate_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https", "ssh") or not parts.hostname:
+        raise Stalling(
+            SourceReason.URL_INVALID,
+            f"URL '{url}' is not valid: expected http://, https:// or ssh:// with a host",
+        )
+
+
+async def _auth(ctx: GitRepositoryContext) -> gitclient.GitAuth:
+    ref = ctx.repo.spec.secret_ref
+    if ref is None:
+        return gitclient.GitAuth()
+    namespace = ctx.repo.metadata.namespace or "default"
+    secret = f"{namespace}/{ref.name}"
+    try:
+        data = await secret_data(ctx.client, namespace, ref.name)
+        if "identity" in data:
+            require(data, "known_hosts", secret=secret)
+        if "username" in data or "password" in data:
+            require(data, "username", "password", secret=secret)
+    except SecretError as error:
+        raise _fetch_failed(SourceReason.AUTHENTICATION_FAILED, str(error)) from None
+    return gitclient.GitAuth(
+        username=data.get("username"),
+        password=data.get("password"),
+        bearer_token=data.get("bearerToken"),
+        ca=data.get("ca.crt") or data.get("caFile"),
+        identity=data.get("identity"),
+        identity_pub=data.get("identity.pub"),
+        known_hosts=data.get("known_hosts"),
+    )
+
+
+def _fetch_failed(reason: str, message: str) -> StepError:
+    return StepError(reason, message, condition=SourceCondition.FETCH_FAILED)
+
+
+def _git_failure(error: gitclient.GitError, url: str) -> StepError:
+    if error.kind == "auth":
+        return _fetch_failed(
+            SourceReason.AUTHENTICATION_FAILED, f"authentication to {url} failed: {error}"
+        )
+    return _fetch_failed(SourceReason.GIT_OPERATION_FAILED, f"failed to fetch {url}: {error}")
+
+
+def _commit_of(revision: str) -> str:
+    return revision.rsplit("sha1:", 1)[-1]
+
+
+def _included_artifacts(ctx: GitRepositoryContext) -> list[tuple[GitRepositoryInclude, Artifact]]:
+    """The artifacts of included GitRepositories, from the cache (nothing downloaded)."""
+    found = []
+    namespace = ctx.repo.metadata.namespace
+    for include in ctx.repo.spec.include or []:
+        name = include.repository.name
+        cached = ctx.services.repositories.get(f"{namespace}/{name}")
+        artifact = ((cached or {}).get("status") or {}).get("artifact")
+        if cached is None or not artifact:
+            reason = "NotFound" if cached is None else "NoArtifact"
+            what = "does not exist" if cached is None else "has no artifact yet"
+            raise Waiting(
+                reason,
+                f"included GitRepository '{namespace}/{name}' {what}",
+                requeue_after=ctx.services.include_requeue,
+                condition=SourceCondition.INCLUDE_UNAVAILABLE,
+                status="True",
+            )
+        found.append((include, Artifact.model_validate(artifact)))
+    return found
+
+
+def _content_checksum(ctx: GitRepositoryContext) -> str:
+    """What, besides the commit, decides the artifact's bytes."""
+    spec = ctx.repo.spec
+    config: dict[str, Any] = {
+        "ignore": spec.ignore,
+        "recurseSubmodules": spec.recurse_submodules,
+        "sparseCheckout": sorted(spec.sparse_checkout or []),
+        "include": [
+            {
+                "repository": inc.repository.name,
+                "fromPath": inc.from_path or "",
+                "toPath": inc.to_path or "",
+                "digest": art.digest,
+            }
+            for inc, art in ctx.includes
+        ],
+    }
+    encoded = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(encoded).hexdigest()
+
+
+# -- step 3 ------------------------------------------------------------------
+
+
+@step(SourceCondition.INCLUDE_UNAVAILABLE)
+async def reconcile_include(ctx: GitRepositoryContext) -> Result | None:
+    """Copy each included artifact's `fromPath` to `toPath` in the checkout."""
+    if ctx.noop or not ctx.includes:
+        return None
+    assert ctx.workdir is not None
+    storage = ctx.storage
+    for include, artifact in ctx.includes:
+        name = include.repository.name
+        unpacked = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="inc-")))
+        try:
+            await asyncio.to_thread(
+                extract_tarball, storage.path(artifact.path), unpacked, max_size=MAX_INCLUDE_SIZE
+            )
+        except (ArtifactError, OSError) as error:
+            raise StepError(
+                SourceReason.FAILED,
+                f"included artifact of '{name}' is unusable: {error}",
+                condition=SourceCondition.INCLUDE_UNAVAILABLE,
+            ) from None
+        source = _inside(unpacked, include.from_path or ".", what="fromPath")
+        target = _inside(ctx.workdir, include.to_path or name, what="toPath")
+        if not source.exists():
+            raise Stalling(
+                SourceReason.FAILED,
+                f"include '{name}': fromPath '{include.from_path}' does not exist in its artifact",
+            )
+        await asyncio.to_thread(_copy_into, source, target)
+    return None
+
+
+def _inside(root: Path, rel: str, *, what: str) -> Path:
+    path = (root / rel).resolve()
+    if path != root.resolve() and root.resolve() not in path.parents:
+        raise Stalling(SourceReason.FAILED, f"include {what} '{rel}' points outside the artifact")
+    return path
+
+
+def _copy_into(source: Path, target: Path) -> None:
+    if target.exists():
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True)
+    else:
+        shutil.copy2(source, target)
+
+
+# -- step 4 ------------------------------------------------------------------
+
+
+@step(SourceCondition.STORAGE_OPERATION_FAILED)
+async def reconcile_artifact(ctx: GitRepositoryContext) -> Result | None:
+    repo = ctx.repo
+    status = repo.status
+    resolved = ctx.resolved
+    assert resolved is not None
+    if ctx.noop and status.artifact is not None:
+        mark_stored(ctx, resolved.revision)
+        return done()
+
+    assert ctx.workdir is not None
+    if repo.spec.sparse_checkout:
+        await asyncio.to_thread(_keep_only, ctx.workdir, repo.spec.sparse_checkout)
+    written = await write_archive(ctx, f"{resolved.commit}.tar.gz", ctx.workdir, repo.spec.ignore)
+    status.content_config_checksum = ctx.content_checksum
+    status.observed_ignore = repo.spec.ignore
+    status.observed_recurse_submodules = repo.spec.recurse_submodules
+    status.observed_include = repo.spec.include
+    status.observed_sparse_checkout = repo.spec.sparse_checkout
+    status.included_artifacts = [art for _, art in ctx.includes] or None
+    await record_artifact(
+        ctx,
+        written,
+        revision=resolved.revision,
+        new_artifact_message=f"stored artifact for commit '{ctx.checkout_message}'",
+    )
+    return None
+
+
+def _keep_only(root: Path, directories: list[str]) -> None:
+    """Sparse checkout: drop everything not under one of `directories`."""
+    keep = [Path(d.strip("/")) for d in directories if d.strip("/")]
+    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        rel = path.relative_to(root)
+        if rel.parts and rel.parts[0] == ".git":
+            continue
+        inside = any(rel == k or k in rel.parents for k in keep)
+        ancestor = any(rel in k.parents for k in keep)
+        if inside or ancestor:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def includers_of(store: Store) -> Callable[[Change], list[str]]:
+    """Which GitRepositories to rebuild when `change` gave one a new artifact."""
+
+    def mapper(change: Change) -> list[str]:
+        if change.kind != "updated":
+            return []
+        old = ((change.old or {}).get("status") or {}).get("artifact") or {}
+        new = ((change.new or {}).get("status") or {}).get("artifact") or {}
+        if old.get("digest") == new.get("digest"):
+            return []
+        namespace = change.obj["metadata"].get("namespace")
+        name = change.obj["metadata"]["name"]
+        keys = []
+        for obj in store.values(namespace):
+            includes = (obj.get("spec") or {}).get("include") or []
+            if any((inc.get("repository") or {}).get("name") == name for inc in includes):
+                keys.append(f"{namespace}/{obj['metadata']['name']}")
+        return keys
+
+    return mapper
+
+
+STEPS = (reconcile_storage, reconcile_source, reconcile_include, reconcile_artifact)
+
+
+def reconciler(services: GitServices) -> Reconciler[GitRepositoryContext]:
+    def make(**base: Any) -> GitRepositoryContext:
+        return GitRepositoryContext(services=services, storage=services.storage, **base)
+
+    return Reconciler(
+        model=GitRepository,
+        steps=STEPS,
+        context=make,
+        negative_conditions=NEGATIVE_CONDITIONS,
+        finalize=finalize,
+    )

@@ -1,0 +1,218 @@
+"""Pulling OCI artifacts with oras, bounded and typed for a controller.
+
+oras-py speaks the distribution API and negotiates registry auth (basic or
+bearer-token challenges); what it lacks for a controller is bounded waits
+(its requests have no timeout and retry for minutes) and failures a status
+condition can name. `Registry` keeps oras's protocol and auth code and
+replaces only its request loop: one timeout-bounded request, one
+authentication round, then a typed error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import oras.auth
+import oras.container
+import oras.provider
+import requests
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+FLUX_CONTENT_TYPE = "application/vnd.cncf.flux.content.v1.tar+gzip"
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class RegistryError(Exception):
+    """A registry request failed; `auth` tells credentials problems from the rest."""
+
+    def __init__(self, message: str, *, auth: bool = False, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.auth = auth
+        self.not_found = not_found
+
+
+@dataclass(frozen=True)
+class OCIURL:
+    host: str
+    repository: str
+
+    @classmethod
+    def parse(cls, url: str) -> OCIURL:
+        rest = url.removeprefix("oci://")
+        host, _, repository = rest.partition("/")
+        if not url.startswith("oci://") or not host or not repository or "@" in repository:
+            raise ValueError(f"URL '{url}' is not valid: expected oci://<host>/<repository>")
+        if ":" in repository.rsplit("/", 1)[-1]:
+            raise ValueError(f"URL '{url}' is not valid: the tag goes in spec.ref, not the URL")
+        return cls(host, repository)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    digest: str
+    body: dict[str, Any]
+
+    def layers(self) -> list[dict[str, Any]]:
+        return list(self.body.get("layers") or [])
+
+
+class Registry(oras.provider.Registry):  # type: ignore[misc]
+    def __init__(
+        self,
+        url: OCIURL,
+        *,
+        insecure: bool,
+        ca_file: str | None,
+        username: str | None,
+        password: str | None,
+        timeout: float,
+    ) -> None:
+        super().__init__(
+            hostname=url.host, insecure=insecure, tls_verify=ca_file if ca_file else True
+        )
+        self.url = url
+        self.timeout = timeout
+        self.container = oras.container.Container(f"{url.host}/{url.repository}")
+        if username:
+            self.auth.set_basic_auth(username, password or "")
+
+    def do_request(
+        self,
+        url: str,
+        method: str = "GET",
+        data: dict[str, Any] | bytes | None = None,
+        headers: dict[str, str] | None = None,
+        json: dict[str, Any] | None = None,
+        stream: bool = False,
+    ) -> requests.Response:
+        """One request, one authentication round on 401/403, then the answer."""
+        headers = dict(headers or {})
+        if isinstance(self.auth, oras.auth.TokenAuth) and self.auth.token is not None:
+            headers.update(self.auth.get_auth_header())
+
+        def send() -> requests.Response:
+            try:
+                answer: requests.Response = self.session.request(
+                    method,
+                    url,
+                    data=data,
+                    json=json,
+                    headers=headers,
+                    stream=stream,
+                    verify=self._tls_verify,
+                    timeout=self.timeout,
+                )
+                return answer
+            except requests.exceptions.SSLError as error:
+                raise RegistryError(
+                    f"TLS error talking to {self.url.host}: {error}", auth=True
+                ) from None
+            except requests.exceptions.RequestException as error:
+                raise RegistryError(f"cannot reach registry {self.url.host}: {error}") from None
+
+        response = send()
+        if response.status_code in (401, 403):
+            try:
+                headers, changed = self.auth.authenticate_request(response, headers)
+            except Exception as error:  # oras raises plain exceptions for failed token requests
+                raise RegistryError(
+                    f"authentication to {self.url.host} failed: {error}", auth=True
+                ) from None
+            if changed:
+                response = send()
+        if response.status_code in (401, 403):
+            raise RegistryError(
+                f"authentication to {self.url.host} failed: HTTP {response.status_code}", auth=True
+            )
+        return response
+
+    def list_tags(self) -> list[str]:
+        try:
+            tags: list[str] = self.get_tags(self.container)
+        except ValueError as error:  # oras's _check_200_response
+            raise _status_error(str(error), self.url) from None
+        return tags
+
+    def manifest(self, reference: str) -> Manifest:
+        target = f"{self.prefix}://{self.container.manifest_url(reference)}"
+        response = self.do_request(target, "GET", headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if response.status_code == 404:
+            raise RegistryError(
+                f"artifact '{self.url.host}/{self.url.repository}:{reference}' not found",
+                not_found=True,
+            )
+        if response.status_code != 200:
+            raise RegistryError(
+                f"registry {self.url.host} answered {response.status_code} "
+                f"for manifest '{reference}'"
+            )
+        raw = response.content
+        digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+        if reference.startswith("sha256:") and reference != digest:
+            raise RegistryError(f"manifest digest mismatch: asked {reference}, got {digest}")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise RegistryError(f"manifest '{reference}' is not JSON") from None
+        return Manifest(digest=digest, body=body)
+
+    def download(self, digest: str, dest: Path, *, max_size: int) -> None:
+        """Stream a blob to `dest`, refusing a size above `max_size` or a wrong digest."""
+        if not _DIGEST.match(digest):
+            raise RegistryError(f"layer digest '{digest}' is not a sha256 digest")
+        target = f"{self.prefix}://{self.container.get_blob_url(digest)}"
+        response = self.do_request(target, "GET", stream=True)
+        with response:
+            if response.status_code != 200:
+                raise RegistryError(
+                    f"registry {self.url.host} answered {response.status_code} for blob {digest}",
+                    not_found=response.status_code == 404,
+                )
+            hasher = hashlib.sha256()
+            size = 0
+            with open(dest, "wb") as out:
+                for chunk in response.iter_content(chunk_size=1 << 16):
+                    size += len(chunk)
+                    if size > max_size:
+                        raise RegistryError(f"layer {digest} is larger than {max_size} bytes")
+                    hasher.update(chunk)
+                    out.write(chunk)
+        actual = "sha256:" + hasher.hexdigest()
+        if actual != digest:
+            raise RegistryError(f"layer digest mismatch: expected {digest}, got {actual}")
+
+
+def _status_error(text: str, url: OCIURL) -> RegistryError:
+    not_found = "404" in text or "NAME_UNKNOWN" in text
+    return RegistryError(
+        f"listing tags of {url.host}/{url.repository}: {text}", not_found=not_found
+    )
+
+
+def credentials_for(dockerconfigjson: str, host: str) -> tuple[str | None, str | None]:
+    """The username and password a dockerconfigjson Secret holds for `host`."""
+    import base64
+
+    try:
+        config = json.loads(dockerconfigjson)
+    except ValueError:
+        raise ValueError("'.dockerconfigjson' is not JSON") from None
+    auths = config.get("auths") or {}
+    for key, entry in auths.items():
+        registry = re.sub(r"^https?://", "", key).split("/", 1)[0]
+        if registry != host:
+            continue
+        if entry.get("username"):
+            return entry["username"], entry.get("password")
+        if entry.get("auth"):
+            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            return user, password
+    return None, None

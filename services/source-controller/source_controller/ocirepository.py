@@ -1,0 +1,271 @@
+"""OCIRepository: one layer of an OCI artifact, stored as a digest-checked tarball.
+
+STEPS: storage → source → artifact. The source step resolves the ref to a
+manifest digest first (one small request); when that digest is the one
+already stored, the file is still there and the layer selection and ignore
+rules are unchanged, the layer is not downloaded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sluice_api.meta import parse_duration
+from sluice_api.source import OCIRepository, SourceCondition, SourceReason
+from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
+from sluice_runtime.artifacts.storage import Storage
+from sluice_runtime.kube.secrets import SecretError, require, secret_data
+from sluice_runtime.reconciling.errors import Stalling, StepError
+from sluice_runtime.reconciling.running import Reconciler
+from sluice_runtime.reconciling.steps import Result, done, step
+from source_controller import oci
+from source_controller.refs import InvalidRef, RefNotFound, highest_matching_tag
+from source_controller.sources import (
+    NEGATIVE_CONDITIONS,
+    SourceContext,
+    finalize,
+    mark_outdated,
+    mark_stored,
+    reconcile_storage,
+    record_artifact,
+    write_archive,
+    write_file,
+)
+
+MAX_LAYER_SIZE = 512 * 1024 * 1024
+DEFAULT_TAG = "latest"
+
+
+@dataclass(kw_only=True)
+class OCIRepositoryContext(SourceContext):
+    revision: str = ""
+    manifest: oci.Manifest | None = None
+    registry: oci.Registry | None = None
+    noop: bool = False
+    content_checksum: str = ""
+
+    @property
+    def repo(self) -> OCIRepository:
+        obj: OCIRepository = self.obj
+        return obj
+
+
+@step(SourceCondition.FETCH_FAILED)
+async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
+    spec = ctx.repo.spec
+    try:
+        url = oci.OCIURL.parse(spec.url)
+    except ValueError as error:
+        raise Stalling(SourceReason.URL_INVALID, str(error)) from None
+    ctx.registry = await _registry(ctx, url)
+    registry = ctx.registry
+    ref = spec.ref
+    timeout = parse_duration(spec.timeout).total_seconds()
+    try:
+        if ref is not None and ref.digest:
+            reference, tag = ref.digest, None
+        elif ref is not None and ref.semver:
+            tags = await _bounded(registry.list_tags, timeout=timeout)
+            if ref.semver_filter:
+                try:
+                    keep = re.compile(ref.semver_filter)
+                except re.error as error:
+                    raise Stalling(
+                        SourceReason.FAILED,
+                        f"semverFilter '{ref.semver_filter}' is not valid: {error}",
+                    ) from None
+                tags = [t for t in tags if keep.search(t)]
+            tag = highest_matching_tag(ref.semver, tags)
+            reference = tag
+        else:
+            tag = (ref.tag if ref is not None else None) or DEFAULT_TAG
+            reference = tag
+        manifest = await _bounded(registry.manifest, reference, timeout=timeout)
+    except InvalidRef as error:
+        raise Stalling(SourceReason.OCI_ARTIFACT_PULL_FAILED, str(error)) from None
+    except RefNotFound as error:
+        raise _pull_failed(f"{error} in {spec.url}") from None
+    except oci.RegistryError as error:
+        raise _registry_failure(error) from None
+
+    ctx.manifest = manifest
+    ctx.revision = f"{tag}@{manifest.digest}" if tag else manifest.digest
+    ctx.event_metadata["revision"] = ctx.revision
+    ctx.content_checksum = _content_checksum(ctx)
+    artifact = ctx.repo.status.artifact
+    if (
+        artifact is not None
+        and artifact.revision == ctx.revision
+        and ctx.repo.status.content_config_checksum == ctx.content_checksum
+        and await asyncio.to_thread(ctx.storage.exists, artifact.path)
+    ):
+        ctx.noop = True
+        return None
+    mark_outdated(ctx, ctx.revision)
+    return None
+
+
+async def _bounded(fn: Any, *args: Any, timeout: float) -> Any:
+    """Run a blocking registry call in a thread; give up after `timeout`."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout + 5)
+    except TimeoutError:
+        raise oci.RegistryError(f"registry operation timed out after {timeout:g}s") from None
+
+
+async def _registry(ctx: OCIRepositoryContext, url: oci.OCIURL) -> oci.Registry:
+    spec = ctx.repo.spec
+    namespace = ctx.namespace
+    username = password = None
+    ca_file: str | None = None
+    try:
+        if spec.secret_ref is not None:
+            name = f"{namespace}/{spec.secret_ref.name}"
+            data = await secret_data(ctx.client, namespace, spec.secret_ref.name)
+            require(data, ".dockerconfigjson", secret=name)
+            try:
+                username, password = oci.credentials_for(data[".dockerconfigjson"], url.host)
+            except ValueError as error:
+                raise SecretError(f"secret '{name}': {error}") from None
+            if username is None:
+                raise SecretError(f"secret '{name}' has no credentials for registry '{url.host}'")
+        if spec.cert_secret_ref is not None:
+            name = f"{namespace}/{spec.cert_secret_ref.name}"
+            data = await secret_data(ctx.client, namespace, spec.cert_secret_ref.name)
+            require(data, "ca.crt", secret=name)
+            handle = tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False)  # noqa: SIM115
+            ctx.cleanup.callback(Path(handle.name).unlink, missing_ok=True)
+            with handle:
+                handle.write(data["ca.crt"])
+            ca_file = handle.name
+    except SecretError as error:
+        raise StepError(
+            SourceReason.AUTHENTICATION_FAILED, str(error), condition=SourceCondition.FETCH_FAILED
+        ) from None
+    return oci.Registry(
+        url,
+        insecure=spec.insecure,
+        ca_file=ca_file,
+        username=username,
+        password=password,
+        timeout=parse_duration(spec.timeout).total_seconds(),
+    )
+
+
+def _pull_failed(message: str) -> StepError:
+    return StepError(
+        SourceReason.OCI_ARTIFACT_PULL_FAILED, message, condition=SourceCondition.FETCH_FAILED
+    )
+
+
+def _registry_failure(error: oci.RegistryError) -> StepError:
+    if error.auth:
+        return StepError(
+            SourceReason.AUTHENTICATION_FAILED, str(error), condition=SourceCondition.FETCH_FAILED
+        )
+    return _pull_failed(str(error))
+
+
+def _content_checksum(ctx: OCIRepositoryContext) -> str:
+    spec = ctx.repo.spec
+    selector = spec.layer_selector
+    config = {
+        "ignore": spec.ignore,
+        "mediaType": selector.media_type if selector else None,
+        "operation": (selector.operation if selector else None) or "extract",
+    }
+    encoded = json.dumps(config, sort_keys=True).encode()
+    return "sha256:" + hashlib.sha256(encoded).hexdigest()
+
+
+@step(SourceCondition.STORAGE_OPERATION_FAILED)
+async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
+    repo = ctx.repo
+    status = repo.status
+    if ctx.noop and status.artifact is not None:
+        mark_stored(ctx, ctx.revision)
+        return done()
+    registry = ctx.registry
+    assert ctx.manifest is not None and registry is not None
+    layer = _select_layer(ctx)
+    digest = str(layer["digest"])
+    operation = (
+        repo.spec.layer_selector.operation if repo.spec.layer_selector else None
+    ) or "extract"
+    filename = ctx.manifest.digest.removeprefix("sha256:") + ".tar.gz"
+    work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="oci-")))
+    blob = work / "layer"
+    timeout = parse_duration(repo.spec.timeout).total_seconds()
+    try:
+        await _bounded(
+            lambda: registry.download(digest, blob, max_size=MAX_LAYER_SIZE), timeout=timeout
+        )
+    except oci.RegistryError as error:
+        raise _registry_failure(error) from None
+    if operation == "copy":
+        written = await write_file(ctx, filename, blob)
+    else:
+        unpacked = work / "content"
+        try:
+            await asyncio.to_thread(extract_tarball, blob, unpacked, max_size=MAX_LAYER_SIZE)
+        except ArtifactError as error:
+            raise StepError(
+                SourceReason.OCI_ARTIFACT_LAYER_OPERATION_FAILED,
+                f"layer {digest} cannot be extracted: {error}",
+                condition=SourceCondition.BUILD_FAILED,
+            ) from None
+        written = await write_archive(ctx, filename, unpacked, repo.spec.ignore)
+    status.content_config_checksum = ctx.content_checksum
+    status.observed_ignore = repo.spec.ignore
+    status.observed_layer_selector = repo.spec.layer_selector
+    annotations = ctx.manifest.body.get("annotations") or {}
+    await record_artifact(
+        ctx,
+        written,
+        revision=ctx.revision,
+        metadata={str(k): str(v) for k, v in annotations.items()},
+        new_artifact_message=(
+            f"stored artifact with revision '{ctx.revision}' from '{repo.spec.url}'"
+        ),
+    )
+    return None
+
+
+def _select_layer(ctx: OCIRepositoryContext) -> dict[str, Any]:
+    assert ctx.manifest is not None
+    layers = ctx.manifest.layers()
+    selector = ctx.repo.spec.layer_selector
+    wanted = selector.media_type if selector else None
+    for layer in layers:
+        if wanted is None or layer.get("mediaType") == wanted:
+            return layer
+    raise StepError(
+        SourceReason.OCI_ARTIFACT_LAYER_OPERATION_FAILED,
+        f"no layer with media type '{wanted}' in artifact '{ctx.revision}'"
+        if wanted
+        else f"artifact '{ctx.revision}' has no layers",
+        condition=SourceCondition.FETCH_FAILED,
+    )
+
+
+STEPS = (reconcile_storage, reconcile_source, reconcile_artifact)
+
+
+def reconciler(storage: Storage) -> Reconciler[OCIRepositoryContext]:
+    def make(**base: Any) -> OCIRepositoryContext:
+        return OCIRepositoryContext(storage=storage, **base)
+
+    return Reconciler(
+        model=OCIRepository,
+        steps=STEPS,
+        context=make,
+        negative_conditions=NEGATIVE_CONDITIONS,
+        finalize=finalize,
+    )

@@ -1,0 +1,164 @@
+"""What every source kind does with its artifact, written once.
+
+Each kind (GitRepository, OCIRepository) produces a directory or a file from
+its remote; from there on the work is the same: check the stored artifact
+is still there, write the new one atomically, point `latest` at it, record
+it in status, collect old ones, announce a new revision, and delete
+everything when the source is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sluice_api.meta import Artifact
+from sluice_api.source import SourceCondition, SourceReason
+from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
+from sluice_runtime.artifacts.storage import ArtifactFile, Storage
+from sluice_runtime.reconciling.errors import Stalling, StepError
+from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
+
+LATEST = "latest.tar.gz"
+
+
+@dataclass(kw_only=True)
+class SourceContext(ReconcileContext):
+    storage: Storage
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj.KIND).lower()
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj.metadata.namespace or "default")
+
+    @property
+    def name(self) -> str:
+        return str(self.obj.metadata.name)
+
+    def relative_path(self, filename: str) -> str:
+        return self.storage.relative_path(self.kind, self.namespace, self.name, filename)
+
+
+@step()
+async def reconcile_storage(ctx: SourceContext) -> Result | None:
+    """Forget an artifact whose file vanished, and keep URLs on the advertised address."""
+    status = ctx.obj.status
+    storage = ctx.storage
+    if status.artifact is None:
+        return None
+    if not await asyncio.to_thread(storage.exists, status.artifact.path):
+        ctx.log.info("artifact file missing from storage", path=status.artifact.path)
+        status.artifact = None
+        status.url = None
+        ctx.conditions.delete(SourceCondition.ARTIFACT_IN_STORAGE)
+        return None
+    status.artifact.url = storage.url(status.artifact.path)
+    status.url = storage.url(latest(status.artifact.path))
+    return None
+
+
+def latest(rel: str) -> str:
+    return rel.rsplit("/", 1)[0] + "/" + LATEST
+
+
+def ignore_rules(root: Path, spec_ignore: str | None) -> IgnoreRules:
+    try:
+        return IgnoreRules.load(root, spec_ignore=spec_ignore)
+    except InvalidIgnorePattern as error:
+        raise Stalling(SourceReason.FAILED, f"spec.ignore is not valid: {error}") from None
+
+
+async def write_archive(
+    ctx: SourceContext, filename: str, src: Path, spec_ignore: str | None
+) -> ArtifactFile:
+    rel = ctx.relative_path(filename)
+    ignore = await asyncio.to_thread(ignore_rules, src, spec_ignore)
+    try:
+        return await asyncio.to_thread(ctx.storage.write_archive, rel, src, ignore)
+    except OSError as error:
+        raise _storage_failed(error) from None
+
+
+async def write_file(ctx: SourceContext, filename: str, src: Path) -> ArtifactFile:
+    try:
+        return await asyncio.to_thread(ctx.storage.write_file, ctx.relative_path(filename), src)
+    except OSError as error:
+        raise _storage_failed(error) from None
+
+
+def _storage_failed(error: OSError) -> StepError:
+    return StepError(
+        SourceReason.FAILED,
+        f"failed to store artifact: {error}",
+        condition=SourceCondition.STORAGE_OPERATION_FAILED,
+    )
+
+
+async def record_artifact(
+    ctx: SourceContext,
+    written: ArtifactFile,
+    *,
+    revision: str,
+    metadata: dict[str, str] | None = None,
+    new_artifact_message: str,
+) -> None:
+    """Make `written` the served artifact: latest link, status, GC, event."""
+    storage = ctx.storage
+    try:
+        await asyncio.to_thread(storage.set_latest, written.path)
+    except OSError as error:
+        raise _storage_failed(error) from None
+    status: Any = ctx.obj.status
+    previous = status.artifact
+    status.artifact = Artifact(
+        path=written.path,
+        url=storage.url(written.path),
+        revision=revision,
+        digest=written.digest,
+        last_update_time=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        size=written.size,
+        metadata=metadata or None,
+    )
+    status.url = storage.url(latest(written.path))
+    await asyncio.to_thread(
+        storage.garbage_collect, ctx.kind, ctx.namespace, ctx.name, keep=[written.path]
+    )
+    mark_stored(ctx, revision)
+    if previous is None or previous.revision != revision:
+        ctx.events.normal("NewArtifact", new_artifact_message, metadata=ctx.event_metadata)
+
+
+def mark_stored(ctx: SourceContext, revision: str) -> None:
+    message = f"stored artifact for revision '{revision}'"
+    ctx.conditions.mark_true(SourceCondition.ARTIFACT_IN_STORAGE, SourceReason.SUCCEEDED, message)
+    ctx.conditions.delete(SourceCondition.ARTIFACT_OUTDATED)
+    ctx.ready_message = message
+
+
+def mark_outdated(ctx: SourceContext, revision: str) -> None:
+    artifact = ctx.obj.status.artifact
+    if artifact is not None and artifact.revision != revision:
+        ctx.conditions.mark_true(
+            SourceCondition.ARTIFACT_OUTDATED,
+            SourceReason.NEW_REVISION,
+            f"new upstream revision '{revision}'",
+        )
+
+
+async def finalize(ctx: SourceContext) -> None:
+    await asyncio.to_thread(ctx.storage.remove_all, ctx.kind, ctx.namespace, ctx.name)
+
+
+NEGATIVE_CONDITIONS = (
+    SourceCondition.FETCH_FAILED,
+    SourceCondition.INCLUDE_UNAVAILABLE,
+    SourceCondition.STORAGE_OPERATION_FAILED,
+    SourceCondition.BUILD_FAILED,
+    SourceCondition.ARTIFACT_OUTDATED,
+)

@@ -27,8 +27,8 @@ from types import FrameType
 from typing import IO, Any
 
 from sluice_cli.crds_command import all_crds
-from sluice_envtest.debian import BuildError
 from sluice_envtest.controlplane import ControlPlane, ControlPlaneError, die_with_parent, free_port
+from sluice_envtest.debian import BuildError
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import Conflict, KubeError, one_line
 from sluice_runtime.kube.installing import install_crds

@@ -18,7 +18,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,9 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
         type=_bool,
         default=True,
         help="watch every namespace (false: only $RUNTIME_NAMESPACE)",
+    )
+    p.add_argument(
+        "--watch-namespace", default="", help="watch only this namespace (overrides the above)"
     )
     p.add_argument("--watch-label-selector", default="", help="only reconcile matching objects")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -144,20 +147,20 @@ async def require_kinds(client: KubeClient, kinds: Sequence[Any]) -> None:
         )
 
 
-async def run(
+@contextlib.asynccontextmanager
+async def running(
     *,
     service: str,
     options: argparse.Namespace,
     kinds: Sequence[Any],
     setup: Setup,
-    stop: asyncio.Event | None = None,
-) -> None:
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, stop.set)
-    tracing.configure(service)
+    on_lost_leadership: Callable[[], None] | None = None,
+) -> AsyncIterator[Runtime]:
+    """Everything a controller process runs, from API client to workers, as one context.
+
+    `run()` wraps it in signal handling; tests enter it directly to run a
+    controller in-process with exactly the wiring of the real one.
+    """
     async with contextlib.AsyncExitStack() as stack:
         client = await KubeClient.connect(
             kubeconfig=options.kubeconfig, qps=options.kube_api_qps, burst=options.kube_api_burst
@@ -170,7 +173,7 @@ async def run(
         await stack.enter_async_context(recorder.running())
         informers = Informers(
             client,
-            namespace=None if options.watch_all_namespaces else runtime_namespace(),
+            namespace=watched_namespace(options),
             label_selector=options.watch_label_selector or None,
         )
         runtime = Runtime(service, options, client, informers, recorder, stack)
@@ -196,32 +199,64 @@ async def run(
                 renew_deadline=options.leader_election_renew_deadline,
                 retry_period=options.leader_election_retry_period,
             )
-            acquiring = asyncio.ensure_future(elector.acquire())
-            stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if not acquiring.done():
-                acquiring.cancel()
-                return
-            stopping.cancel()
-            lost = asyncio.Event()
-            elector.keep(lost.set)
+            await elector.acquire()
+            elector.keep(on_lost_leadership or (lambda: None))
             stack.push_async_callback(elector.release)
-            watcher = loop.create_task(_exit_when(lost, stop), name="leadership-watch")
-            stack.callback(watcher.cancel)
 
         await informers.wait_synced()
         for made in runtime.controllers:
             await made.start()
             stack.push_async_callback(made.stop, deadline=options.shutdown_timeout)
         log.info("started", service=service, controllers=[c.rt.kind for c in runtime.controllers])
-        await stop.wait()
+        yield runtime
         log.info("shutting down", service=service)
-    tracing.shutdown()
 
 
-async def _exit_when(lost: asyncio.Event, stop: asyncio.Event) -> None:
-    await lost.wait()
-    stop.set()
+def watched_namespace(options: argparse.Namespace) -> str | None:
+    if options.watch_namespace:
+        return str(options.watch_namespace)
+    return None if options.watch_all_namespaces else runtime_namespace()
+
+
+async def run(
+    *,
+    service: str,
+    options: argparse.Namespace,
+    kinds: Sequence[Any],
+    setup: Setup,
+) -> None:
+    """Run until SIGTERM/SIGINT (or lost leadership), then unwind in order."""
+    stop = asyncio.Event()
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    tracing.configure(service)
+
+    async def serve() -> None:
+        async with running(
+            service=service,
+            options=options,
+            kinds=kinds,
+            setup=setup,
+            on_lost_leadership=stop.set,
+        ):
+            started.set()
+            await stop.wait()
+
+    server = loop.create_task(serve(), name=f"{service}-main")
+    stopping = loop.create_task(stop.wait(), name="signal-wait")
+    try:
+        await asyncio.wait({server, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set() and not server.done():
+            # Stopped while still starting (e.g. waiting for leadership).
+            server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
+    finally:
+        stopping.cancel()
+        tracing.shutdown()
 
 
 def main(

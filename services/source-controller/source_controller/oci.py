@@ -10,6 +10,7 @@ authentication round, then a typed error.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -81,8 +82,12 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
         self.url = url
         self.timeout = timeout
         self.container = oras.container.Container(f"{url.host}/{url.repository}")
+        self._basic: str | None = None
+        self._basic_preemptive = False
         if username:
             self.auth.set_basic_auth(username, password or "")
+            token = base64.b64encode(f"{username}:{password or ''}".encode()).decode()
+            self._basic = f"Basic {token}"
 
     def do_request(
         self,
@@ -95,7 +100,9 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
     ) -> requests.Response:
         """One request, one authentication round on 401/403, then the answer."""
         headers = dict(headers or {})
-        if isinstance(self.auth, oras.auth.TokenAuth) and self.auth.token is not None:
+        if self._basic_preemptive and self._basic is not None:
+            headers["Authorization"] = self._basic
+        elif isinstance(self.auth, oras.auth.TokenAuth) and self.auth.token is not None:
             headers.update(self.auth.get_auth_header())
 
         def send() -> requests.Response:
@@ -113,21 +120,33 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                 return answer
             except requests.exceptions.SSLError as error:
                 raise RegistryError(
-                    f"TLS error talking to {self.url.host}: {error}", auth=True
+                    f"TLS handshake with {self.url.host} failed ({error}); a plain-HTTP "
+                    "registry needs spec.insecure: true, a private CA spec.certSecretRef"
                 ) from None
             except requests.exceptions.RequestException as error:
                 raise RegistryError(f"cannot reach registry {self.url.host}: {error}") from None
 
         response = send()
         if response.status_code in (401, 403):
-            try:
-                headers, changed = self.auth.authenticate_request(response, headers)
-            except Exception as error:  # oras raises plain exceptions for failed token requests
-                raise RegistryError(
-                    f"authentication to {self.url.host} failed: {error}", auth=True
-                ) from None
-            if changed:
-                response = send()
+            challenge = response.headers.get("WWW-Authenticate", "")
+            if challenge.lower().startswith("basic"):
+                # A registry behind plain basic auth (htpasswd): answer the
+                # challenge ourselves; oras only speaks the token flow.
+                if self._basic is None:
+                    raise RegistryError(
+                        f"registry {self.url.host} requires credentials (spec.secretRef)",
+                        auth=True,
+                    )
+                headers["Authorization"] = self._basic
+                self._basic_preemptive = True
+            else:
+                try:
+                    headers, _ = self.auth.authenticate_request(response, headers)
+                except Exception as error:  # oras raises plain exceptions on failed token requests
+                    raise RegistryError(
+                        f"authentication to {self.url.host} failed: {error}", auth=True
+                    ) from None
+            response = send()
         if response.status_code in (401, 403):
             raise RegistryError(
                 f"authentication to {self.url.host} failed: HTTP {response.status_code}", auth=True
@@ -199,8 +218,6 @@ def _status_error(text: str, url: OCIURL) -> RegistryError:
 
 def credentials_for(dockerconfigjson: str, host: str) -> tuple[str | None, str | None]:
     """The username and password a dockerconfigjson Secret holds for `host`."""
-    import base64
-
     try:
         config = json.loads(dockerconfigjson)
     except ValueError:

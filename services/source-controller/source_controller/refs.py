@@ -99,13 +99,50 @@ def tags_of(refs: dict[str, str]) -> list[str]:
     return [name.removeprefix("refs/tags/") for name in refs if name.startswith("refs/tags/")]
 
 
-def parse_range(text: str) -> semantic_version.NpmSpec:
-    """A Masterminds-style constraint (`>= 1.0, < 2.0`, `~1.2`, `1.x`, `a || b`)."""
-    normalized = _OPERATOR_SPACE.sub(r"\1", text.strip()).replace(",", " ")
+@dataclass(frozen=True)
+class VersionRange:
+    """A Masterminds-style constraint, as Flux evaluates semver ranges.
+
+    `||` separates alternatives; within one, comparators separated by commas
+    or spaces must all hold. Plain comparators (`>=1.0.0-0`) follow
+    Masterminds: once the range names a prerelease, prereleases of any
+    version may match. Caret, tilde and x-ranges follow npm's rules, which
+    agree with Masterminds for releases.
+    """
+
+    text: str
+    alternatives: tuple[tuple[semantic_version.BaseSpec, ...], ...]
+    allows_prerelease: bool
+
+    def match(self, version: semantic_version.Version) -> bool:
+        if version.prerelease and not self.allows_prerelease:
+            return False
+        return any(all(c.match(version) for c in clauses) for clauses in self.alternatives)
+
+
+_PLAIN = re.compile(r"^(>=|<=|!=|>|<|=|==)?v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
+
+
+def parse_range(text: str) -> VersionRange:
+    """Parse `>= 1.0, < 2.0`, `~1.2`, `^1.2.0`, `1.x`, `*`, `a || b`."""
+    alternatives = []
     try:
-        return semantic_version.NpmSpec(" ".join(normalized.split()))
+        for alternative in text.split("||"):
+            normalized = _OPERATOR_SPACE.sub(r"\1", alternative.strip()).replace(",", " ")
+            tokens = normalized.split() or ["*"]
+            clauses: list[semantic_version.BaseSpec] = []
+            for token in tokens:
+                if _PLAIN.match(token):
+                    operator = re.match(r"^[<>=!]*", token).group(0)  # type: ignore[union-attr]
+                    version = token[len(operator) :].removeprefix("v")
+                    clauses.append(semantic_version.SimpleSpec(f"{operator or '=='}{version}"))
+                else:
+                    clauses.append(semantic_version.NpmSpec(token))
+            alternatives.append(tuple(clauses))
     except ValueError as error:
         raise InvalidRef(f"semver range '{text}' is not valid: {error}") from None
+    allows_prerelease = bool(re.search(r"\d-[0-9A-Za-z]", text))
+    return VersionRange(text, tuple(alternatives), allows_prerelease)
 
 
 def parse_version(tag: str) -> semantic_version.Version | None:

@@ -74,6 +74,18 @@ def test_missing_refs_say_what_is_missing(ref: GitRepositoryRef, message: str) -
         ),
         pytest.param("<1.0.0 || >=3.0.0", ["v0.9.0", "v2.0.0"], "v0.9.0", id="or"),
         pytest.param("1.2", ["v1.2", "v1.3"], "v1.2", id="short-versions"),
+        pytest.param(
+            ">=1.0.0-0",
+            ["v1.0.0", "v1.4.0-prod"],
+            "v1.4.0-prod",
+            id="masterminds-prerelease-any-version",
+        ),
+        pytest.param(
+            ">= 6.1.0-0, < 7.0.0",
+            ["6.2.0-rc.1", "6.0.0", "7.0.0"],
+            "6.2.0-rc.1",
+            id="prerelease-bounded",
+        ),
     ],
 )
 def test_highest_matching_tag(constraint: str, tags: list[str], expected: str) -> None:

@@ -1,0 +1,544 @@
+"""GitRepository against real Git servers (smart HTTP, HTTPS, SSH) and the real API server."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice_envtest.gitserver import GitHttpServer, WorkRepo
+from sluice_envtest.sshserver import SshGitServer, generate_key, known_hosts_line
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import EVENT
+
+from .conftest import (
+    GITREPO,
+    SourceController,
+    condition,
+    download,
+    gitrepo,
+    make_secret,
+    tar_members,
+)
+
+MANIFEST = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  k: v\n"
+
+
+def seeded(server: GitHttpServer | SshGitServer, name: str) -> WorkRepo:
+    work = server.create_repo(name)
+    work.commit(
+        "first",
+        files={
+            "deploy/app.yaml": MANIFEST,
+            "deploy/logo.png": b"\x89PNG not really",
+            ".github/workflows/ci.yml": "on: push\n",
+            "README.md": "# app\n",
+        },
+    )
+    work.push()
+    return work
+
+
+async def create(sc: SourceController, obj: dict[str, Any]) -> None:
+    await sc.client.create(GITREPO, obj, namespace=sc.namespace)
+
+
+async def artifact_files(sc: SourceController, obj: dict[str, Any]) -> dict[str, bytes]:
+    artifact = obj["status"]["artifact"]
+    data = await download(artifact["url"])
+    assert artifact["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert artifact["size"] == len(data)
+    return tar_members(data)
+
+
+async def test_branch_is_archived_served_and_announced(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    work = seeded(git_http, "branchy")
+    await create(sc, gitrepo("app", git_http.url("branchy"), ref={"branch": "main"}))
+    obj = await sc.wait_ready(GITREPO, "app")
+
+    head = work.head
+    revision = f"main@sha1:{head}"
+    artifact = obj["status"]["artifact"]
+    assert artifact["revision"] == revision
+    assert artifact["path"] == f"gitrepository/{sc.namespace}/app/{head}.tar.gz"
+    assert artifact["url"] == f"http://{sc.storage_addr}/{artifact['path']}"
+    assert (
+        obj["status"]["url"]
+        == f"http://{sc.storage_addr}/gitrepository/{sc.namespace}/app/latest.tar.gz"
+    )
+    ready = condition(obj, "Ready")
+    assert ready is not None
+    assert ready["message"] == f"stored artifact for revision '{revision}'"
+    stored = condition(obj, "ArtifactInStorage")
+    assert stored is not None and stored["status"] == "True"
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    assert obj["status"]["contentConfigChecksum"].startswith("sha256:")
+
+    files = await artifact_files(sc, obj)
+    # Flux's default exclusions: images and CI configuration never ship.
+    assert sorted(files) == ["README.md", "deploy/app.yaml"]
+    assert files["deploy/app.yaml"].decode() == MANIFEST
+    assert (await download(obj["status"]["url"])) == await download(artifact["url"])
+
+    events = (await sc.client.list(EVENT, namespace=sc.namespace)).items
+    new = [
+        e for e in events if e["reason"] == "NewArtifact" and e["involvedObject"]["name"] == "app"
+    ]
+    assert len(new) == 1
+    assert new[0]["message"] == "stored artifact for commit 'first'"
+
+
+async def test_a_new_commit_becomes_a_new_artifact_and_the_old_one_is_collected(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    work = seeded(git_http, "moving")
+    await create(sc, gitrepo("moving", git_http.url("moving"), ref={"branch": "main"}))
+    first = await sc.wait_ready(GITREPO, "moving")
+    old_path = sc.storage / first["status"]["artifact"]["path"]
+    assert old_path.exists()
+
+    work.commit("second", files={"deploy/extra.yaml": MANIFEST.replace("app", "extra")})
+    work.push()
+    second = await sc.poke(GITREPO, "moving", "1")
+    assert second["status"]["artifact"]["revision"] == f"main@sha1:{work.head}"
+    assert "deploy/extra.yaml" in await artifact_files(sc, second)
+    # Retention is one record with no TTL in these tests: the old file is gone.
+    assert not old_path.exists()
+
+
+@pytest.mark.parametrize(
+    ("ref", "expect"),
+    [
+        pytest.param({"tag": "v1.0.0"}, "v1.0.0@sha1:{v1}", id="annotated-tag"),
+        pytest.param({"tag": "light"}, "light@sha1:{light}", id="lightweight-tag"),
+        pytest.param({"semver": ">=1.0.0 <2.0.0"}, "v1.1.0@sha1:{v11}", id="semver"),
+        pytest.param({"name": "refs/pull/7/head"}, "refs/pull/7/head@sha1:{pr}", id="name"),
+        pytest.param({"commit": "{v1}"}, "sha1:{v1}", id="pinned-commit"),
+        pytest.param({"branch": "main", "commit": "{v1}"}, "main@sha1:{v1}", id="commit-on-branch"),
+        pytest.param(None, "master@sha1:{master}", id="default-master"),
+    ],
+)
+async def test_each_ref_kind_checks_out_the_right_commit(
+    source_controller: SourceController,
+    git_http: GitHttpServer,
+    ref: dict[str, str] | None,
+    expect: str,
+) -> None:
+    sc = source_controller
+    name = f"refs-{sc.namespace}"
+    work = git_http.create_repo(name)
+    shas: dict[str, str] = {}
+    shas["v1"] = work.commit("v1", files={"version.txt": "1.0.0\n"})
+    work.tag("v1.0.0", message="release 1.0.0")
+    shas["light"] = work.commit("light", files={"version.txt": "light\n"})
+    work.tag("light")
+    shas["v11"] = work.commit("v1.1", files={"version.txt": "1.1.0\n"})
+    work.tag("v1.1.0", message="release 1.1.0")
+    shas["v2"] = work.commit("v2", files={"version.txt": "2.0.0\n"})
+    work.tag("v2.0.0", message="release 2.0.0")
+    shas["pr"] = work.commit("pr", files={"version.txt": "pr\n"})
+    work.git("update-ref", "refs/pull/7/head", "HEAD")
+    work.checkout("HEAD~1")
+    work.checkout("master", create=True)
+    shas["master"] = work.commit("on master", files={"version.txt": "master\n"})
+    work.push(
+        "+refs/heads/*:refs/heads/*",
+        "+refs/tags/*:refs/tags/*",
+        "+refs/pull/7/head:refs/pull/7/head",
+    )
+
+    spec_ref = None if ref is None else {k: v.format(**shas) for k, v in ref.items()}
+    await create(sc, gitrepo("r", git_http.url(name), **({"ref": spec_ref} if spec_ref else {})))
+    obj = await sc.wait_ready(GITREPO, "r")
+    revision = expect.format(**shas)
+    assert obj["status"]["artifact"]["revision"] == revision
+    commit = revision.rsplit("sha1:", 1)[1]
+    expected_version = {
+        shas["v1"]: "1.0.0\n",
+        shas["light"]: "light\n",
+        shas["v11"]: "1.1.0\n",
+        shas["pr"]: "pr\n",
+        shas["master"]: "master\n",
+    }[commit]
+    files = await artifact_files(sc, obj)
+    assert files["version.txt"].decode() == expected_version
+
+
+async def test_the_no_op_fetch_lists_refs_and_downloads_nothing(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_http, "quiet")
+    await create(sc, gitrepo("quiet", git_http.url("quiet"), ref={"branch": "main"}))
+    first = await sc.wait_ready(GITREPO, "quiet")
+    before = git_http.stats("quiet")
+    assert before.upload_pack_bytes > 0, "the first reconcile clones"
+
+    again = await sc.poke(GITREPO, "quiet", "no-op")
+    spent = git_http.stats("quiet") - before
+    assert spent.upload_pack_advertisements == 1, "one ref listing"
+    assert spent.upload_pack_posts == 0
+    assert spent.upload_pack_bytes == 0, "no objects downloaded"
+    assert again["status"]["artifact"] == first["status"]["artifact"]
+    ready = condition(again, "Ready")
+    assert ready is not None and ready["status"] == "True"
+
+
+async def test_changing_ignore_alone_rebuilds_the_same_commit(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_http, "ignored")
+    await create(sc, gitrepo("ignored", git_http.url("ignored"), ref={"branch": "main"}))
+    first = await sc.wait_ready(GITREPO, "ignored")
+    before = git_http.stats("ignored")
+
+    # spec.ignore replaces the defaults: the PNG ships now, README does not.
+    await sc.client.merge_patch(
+        GITREPO, "ignored", {"spec": {"ignore": "README.md\n"}}, namespace=sc.namespace
+    )
+    second = await sc.wait(
+        GITREPO,
+        "ignored",
+        lambda o: (
+            o["status"].get("observedIgnore") == "README.md\n"
+            and o["status"]["observedGeneration"] == o["metadata"]["generation"]
+        ),
+        what="rebuilt with the new ignore rules",
+    )
+    assert second["status"]["artifact"]["revision"] == first["status"]["artifact"]["revision"]
+    assert second["status"]["artifact"]["digest"] != first["status"]["artifact"]["digest"]
+    assert second["status"]["contentConfigChecksum"] != first["status"]["contentConfigChecksum"]
+    assert sorted(await artifact_files(sc, second)) == [
+        ".github/workflows/ci.yml",
+        "deploy/app.yaml",
+        "deploy/logo.png",
+    ]
+    assert (git_http.stats("ignored") - before).upload_pack_bytes > 0, "a full checkout"
+
+
+async def test_sourceignore_files_in_the_repository_are_honoured(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    work = git_http.create_repo("srcignore")
+    work.commit(
+        "c",
+        files={
+            ".sourceignore": "secrets/\n",
+            "deploy/.sourceignore": "*.md\n",
+            "deploy/app.yaml": MANIFEST,
+            "deploy/notes.md": "n\n",
+            "secrets/key.txt": "k\n",
+            "top.md": "kept: the nested rule applies under deploy/ only\n",
+        },
+    )
+    work.push()
+    await create(sc, gitrepo("si", git_http.url("srcignore"), ref={"branch": "main"}))
+    obj = await sc.wait_ready(GITREPO, "si")
+    assert sorted(await artifact_files(sc, obj)) == [
+        ".sourceignore",
+        "deploy/.sourceignore",
+        "deploy/app.yaml",
+        "top.md",
+    ]
+
+
+async def test_same_content_gives_the_same_digest(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_http, "twin")
+    await create(sc, gitrepo("twin-a", git_http.url("twin"), ref={"branch": "main"}))
+    await create(sc, gitrepo("twin-b", git_http.url("twin"), ref={"branch": "main"}))
+    a = await sc.wait_ready(GITREPO, "twin-a")
+    b = await sc.wait_ready(GITREPO, "twin-b")
+    assert a["status"]["artifact"]["digest"] == b["status"]["artifact"]["digest"]
+
+
+async def test_include_copies_another_repositorys_artifact(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_http, "main-repo")
+    lib = git_http.create_repo("lib-repo")
+    lib.commit("lib", files={"components/base.yaml": "base: 1\n", "other.txt": "x\n"})
+    lib.push()
+    await create(
+        sc,
+        gitrepo(
+            "main",
+            git_http.url("main-repo"),
+            ref={"branch": "main"},
+            include=[
+                {"repository": {"name": "lib"}, "fromPath": "components", "toPath": "vendor/lib"}
+            ],
+        ),
+    )
+    waiting = await sc.wait(
+        GITREPO,
+        "main",
+        lambda o: (condition(o, "IncludeUnavailable") or {}).get("status") == "True",
+        what="IncludeUnavailable",
+    )
+    ready = condition(waiting, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert ready["message"] == f"included GitRepository '{sc.namespace}/lib' does not exist"
+
+    await create(sc, gitrepo("lib", git_http.url("lib-repo"), ref={"branch": "main"}))
+    await sc.wait_ready(GITREPO, "lib")
+    main = await sc.wait_ready(GITREPO, "main")
+    files = await artifact_files(sc, main)
+    assert files["vendor/lib/base.yaml"] == b"base: 1\n"
+    assert "vendor/lib/other.txt" not in files
+    assert condition(main, "IncludeUnavailable") is None
+    assert len(main["status"]["includedArtifacts"]) == 1
+
+    # A new artifact of the included repository rebuilds the including one.
+    lib.commit("lib 2", files={"components/base.yaml": "base: 2\n"})
+    lib.push()
+    await sc.poke(GITREPO, "lib", "lib-2")
+    rebuilt = await sc.wait(
+        GITREPO,
+        "main",
+        lambda o: o["status"]["artifact"]["digest"] != main["status"]["artifact"]["digest"],
+        what="rebuilt after the include changed",
+    )
+    assert (await artifact_files(sc, rebuilt))["vendor/lib/base.yaml"] == b"base: 2\n"
+
+
+async def test_basic_auth_and_bearer_token(
+    source_controller: SourceController, git_http_auth: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_http_auth, "private")
+    assert git_http_auth.username and git_http_auth.password and git_http_auth.token
+    await make_secret(
+        sc.client,
+        sc.namespace,
+        "basic",
+        {"username": git_http_auth.username, "password": git_http_auth.password},
+    )
+    await make_secret(sc.client, sc.namespace, "token", {"bearerToken": git_http_auth.token})
+    await make_secret(
+        sc.client, sc.namespace, "wrong", {"username": git_http_auth.username, "password": "nope"}
+    )
+    url = git_http_auth.url("private")
+    await create(sc, gitrepo("basic", url, ref={"branch": "main"}, secretRef={"name": "basic"}))
+    await create(sc, gitrepo("token", url, ref={"branch": "main"}, secretRef={"name": "token"}))
+    await create(sc, gitrepo("wrong", url, ref={"branch": "main"}, secretRef={"name": "wrong"}))
+    await create(sc, gitrepo("anonymous", url, ref={"branch": "main"}))
+    await sc.wait_ready(GITREPO, "basic")
+    await sc.wait_ready(GITREPO, "token")
+    for name in ("wrong", "anonymous"):
+        failed = await sc.wait_failed(GITREPO, name, "AuthenticationFailed")
+        fetch = condition(failed, "FetchFailed")
+        assert fetch is not None and fetch["status"] == "True"
+        assert fetch["reason"] == "AuthenticationFailed"
+        assert url in fetch["message"]
+        assert git_http_auth.password not in str(failed["status"])
+    assert {r.user for r in git_http_auth.requests("private") if r.status == 200} >= {
+        git_http_auth.username
+    }
+
+
+async def test_a_secret_missing_a_key_names_the_key(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_http, "keys")
+    await make_secret(sc.client, sc.namespace, "half", {"username": "someone"})
+    await make_secret(sc.client, sc.namespace, "sshless", {"identity": "x"})
+    await create(sc, gitrepo("half", git_http.url("keys"), secretRef={"name": "half"}))
+    await create(sc, gitrepo("sshless", git_http.url("keys"), secretRef={"name": "sshless"}))
+    await create(sc, gitrepo("nosecret", git_http.url("keys"), secretRef={"name": "missing"}))
+    half = await sc.wait_failed(GITREPO, "half", "AuthenticationFailed")
+    assert (
+        condition(half, "Ready")["message"] == f"secret '{sc.namespace}/half' has no 'password' key"
+    )  # type: ignore[index]
+    sshless = await sc.wait_failed(GITREPO, "sshless", "AuthenticationFailed")
+    assert "'known_hosts'" in condition(sshless, "Ready")["message"]  # type: ignore[index]
+    missing = await sc.wait_failed(GITREPO, "nosecret", "AuthenticationFailed")
+    assert condition(missing, "Ready")["message"] == f"secret '{sc.namespace}/missing' not found"  # type: ignore[index]
+
+
+async def test_https_with_a_custom_ca(
+    source_controller: SourceController, git_https: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_https, "tls")
+    assert git_https.ca_pem is not None
+    await make_secret(sc.client, sc.namespace, "ca", {"ca.crt": git_https.ca_pem.decode()})
+    url = git_https.url("tls")
+    assert url.startswith("https://")
+    await create(sc, gitrepo("trusted", url, ref={"branch": "main"}, secretRef={"name": "ca"}))
+    await create(sc, gitrepo("untrusted", url, ref={"branch": "main"}))
+    await sc.wait_ready(GITREPO, "trusted")
+    failed = await sc.wait_failed(GITREPO, "untrusted", "AuthenticationFailed")
+    assert "not trusted" in condition(failed, "Ready")["message"]  # type: ignore[index]
+
+
+async def test_ssh_with_identity_and_verified_host_key(
+    source_controller: SourceController, git_ssh: SshGitServer
+) -> None:
+    sc = source_controller
+    seeded(git_ssh, "over-ssh")
+    url = git_ssh.url("over-ssh")
+    await make_secret(
+        sc.client,
+        sc.namespace,
+        "ssh",
+        {"identity": git_ssh.identity, "known_hosts": git_ssh.known_hosts},
+    )
+    impostor = generate_key("ed25519")
+    await make_secret(
+        sc.client,
+        sc.namespace,
+        "ssh-wrong-host",
+        {
+            "identity": git_ssh.identity,
+            "known_hosts": known_hosts_line(git_ssh.port, impostor.public_key),
+        },
+    )
+    await create(sc, gitrepo("ssh", url, ref={"branch": "main"}, secretRef={"name": "ssh"}))
+    await create(
+        sc, gitrepo("ssh-mitm", url, ref={"branch": "main"}, secretRef={"name": "ssh-wrong-host"})
+    )
+    obj = await sc.wait_ready(GITREPO, "ssh")
+    assert "deploy/app.yaml" in await artifact_files(sc, obj)
+    failed = await sc.wait_failed(GITREPO, "ssh-mitm", "AuthenticationFailed")
+    assert "not trusted" in condition(failed, "Ready")["message"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason", "message"),
+    [
+        pytest.param({"ref": {"branch": "nope"}}, "GitOperationFailed", "branch 'nope' not found", id="missing-branch"),
+        pytest.param({"ref": {"tag": "v9.9.9"}}, "GitOperationFailed", "tag 'v9.9.9' not found", id="missing-tag"),
+        pytest.param({"ref": {"semver": ">=5.0.0"}}, "GitOperationFailed", "no tag matches semver range '>=5.0.0'", id="semver-no-match"),
+    ],
+)  # fmt: skip
+async def test_missing_refs_fail_with_a_precise_message(
+    source_controller: SourceController,
+    git_http: GitHttpServer,
+    spec: dict[str, Any],
+    reason: str,
+    message: str,
+) -> None:
+    sc = source_controller
+    repo = f"refless-{sc.namespace}"
+    seeded(git_http, repo)
+    await create(sc, gitrepo("refless", git_http.url(repo), **spec))
+    failed = await sc.wait_failed(GITREPO, "refless", reason)
+    ready = condition(failed, "Ready")
+    assert ready is not None and message in ready["message"]
+    reconciling = condition(failed, "Reconciling")
+    assert reconciling is not None and reconciling["reason"] == "ProgressingWithRetry"
+
+
+async def test_an_invalid_url_stalls_without_retrying(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    await create(sc, gitrepo("bad-url", "https://"))
+    obj = await sc.wait(
+        GITREPO,
+        "bad-url",
+        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+        what="Stalled",
+    )
+    stalled = condition(obj, "Stalled")
+    assert stalled is not None and stalled["reason"] == "URLInvalid"
+    controller = next(c for c in sc.runtime.controllers if c.rt.kind == "GitRepository")
+    count = controller.reconciles[f"{sc.namespace}/bad-url"]
+    import asyncio
+
+    await asyncio.sleep(1.0)
+    assert controller.reconciles[f"{sc.namespace}/bad-url"] == count, "no retry storm"
+
+
+async def test_failures_keep_serving_the_last_artifact(
+    source_controller: SourceController, git_http: GitHttpServer, tmp_path: Path
+) -> None:
+    sc = source_controller
+    work = seeded(git_http, "flaky")
+    await create(sc, gitrepo("flaky", git_http.url("flaky"), ref={"branch": "main"}))
+    good = await sc.wait_ready(GITREPO, "flaky")
+    artifact = good["status"]["artifact"]
+
+    # The repository disappears from the server (an outage, a rename).
+    hidden = tmp_path / "hidden.git"
+    shutil.move(git_http.root / "flaky.git", hidden)
+    work.commit("unreachable", files={"x": "y"})
+    await sc.client.merge_patch(
+        GITREPO,
+        "flaky",
+        {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": "outage"}}},
+        namespace=sc.namespace,
+    )
+    failed = await sc.wait_failed(GITREPO, "flaky", "GitOperationFailed")
+    assert failed["status"]["artifact"] == artifact
+    assert await download(artifact["url"])  # still served
+    fetch = condition(failed, "FetchFailed")
+    assert fetch is not None and git_http.url("flaky") in fetch["message"]
+    shutil.move(hidden, git_http.root / "flaky.git")
+
+
+async def test_an_unreachable_host_is_a_fetch_failure(source_controller: SourceController) -> None:
+    from sluice_envtest.controlplane import free_port
+
+    sc = source_controller
+    await create(sc, gitrepo("nowhere", f"http://127.0.0.1:{free_port()}/x.git", timeout="5s"))
+    failed = await sc.wait_failed(GITREPO, "nowhere", "GitOperationFailed")
+    assert "failed to fetch" in condition(failed, "Ready")["message"]  # type: ignore[index]
+
+
+async def test_a_corrupt_repository_is_a_fetch_failure(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_http, "corrupt")
+    # Damage every object on the server: upload-pack cannot build a pack.
+    for obj in (git_http.root / "corrupt.git" / "objects").rglob("*"):
+        if obj.is_file() and len(obj.parent.name) == 2:
+            obj.chmod(0o644)
+            obj.write_bytes(b"garbage")
+    await create(sc, gitrepo("corrupt", git_http.url("corrupt"), ref={"branch": "main"}))
+    failed = await sc.wait_failed(GITREPO, "corrupt", "GitOperationFailed")
+    assert failed["status"].get("artifact") is None
+
+
+async def test_deleting_the_source_deletes_its_artifacts(
+    source_controller: SourceController, git_http: GitHttpServer, kube: KubeClient
+) -> None:
+    sc = source_controller
+    seeded(git_http, "doomed")
+    await create(sc, gitrepo("doomed", git_http.url("doomed"), ref={"branch": "main"}))
+    obj = await sc.wait_ready(GITREPO, "doomed")
+    directory = (sc.storage / obj["status"]["artifact"]["path"]).parent
+    assert directory.is_dir()
+    await kube.delete(GITREPO, "doomed", namespace=sc.namespace)
+
+    async def gone() -> bool:
+        try:
+            await kube.get(GITREPO, "doomed", sc.namespace)
+        except NotFound:
+            return True
+        return False
+
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + 20
+    while not await gone():
+        assert time.monotonic() < deadline, "finalizer not removed"
+        await asyncio.sleep(0.1)
+    assert not directory.exists()

@@ -1,0 +1,231 @@
+"""OCIRepository against a real registry (CNCF distribution) and the real API server."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from sluice_envtest.registry import OciRegistry, make_tarball
+
+from .conftest import (
+    OCIREPO,
+    SourceController,
+    condition,
+    download,
+    make_secret,
+    ocirepo,
+    tar_members,
+)
+
+MANIFEST = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"
+
+
+async def create(sc: SourceController, obj: dict[str, Any]) -> None:
+    await sc.client.create(OCIREPO, obj, namespace=sc.namespace)
+
+
+async def served(obj: dict[str, Any]) -> bytes:
+    artifact = obj["status"]["artifact"]
+    data = await download(artifact["url"])
+    assert artifact["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+    return data
+
+
+async def test_a_tag_is_pulled_extracted_and_stored(
+    source_controller: SourceController, oci_registry: OciRegistry
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/app"
+    digest = oci_registry.push_artifact(
+        repo,
+        "v1",
+        files={"app.yaml": MANIFEST, "logo.png": b"png"},
+        annotations={"org.opencontainers.image.revision": "main@sha1:abc"},
+    )
+    await create(sc, ocirepo("app", oci_registry.oci_url(repo), insecure=True, ref={"tag": "v1"}))
+    obj = await sc.wait_ready(OCIREPO, "app")
+    artifact = obj["status"]["artifact"]
+    assert artifact["revision"] == f"v1@{digest}"
+    assert (
+        artifact["path"]
+        == f"ocirepository/{sc.namespace}/app/{digest.removeprefix('sha256:')}.tar.gz"
+    )
+    assert artifact["metadata"] == {"org.opencontainers.image.revision": "main@sha1:abc"}
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["message"] == f"stored artifact for revision 'v1@{digest}'"
+    # Re-archived with the default exclusions, like a Git checkout.
+    assert sorted(tar_members(await served(obj))) == ["app.yaml"]
+
+
+async def test_semver_with_filter_and_digest_refs(
+    source_controller: SourceController, oci_registry: OciRegistry
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/versions"
+    digests = {
+        tag: oci_registry.push_artifact(repo, tag, files={"v.txt": tag})
+        for tag in ("1.0.0", "1.2.0", "1.3.0-rc.1", "2.0.0", "1.4.0-prod", "latest")
+    }
+    url = oci_registry.oci_url(repo)
+    await create(sc, ocirepo("semver", url, insecure=True, ref={"semver": "^1.0.0"}))
+    await create(
+        sc,
+        ocirepo(
+            "filtered",
+            url,
+            insecure=True,
+            ref={"semver": ">=1.0.0-0", "semverFilter": ".*-prod$"},
+        ),
+    )
+    await create(sc, ocirepo("pinned", url, insecure=True, ref={"digest": digests["2.0.0"]}))
+    await create(sc, ocirepo("default", url, insecure=True))
+    semver = await sc.wait_ready(OCIREPO, "semver")
+    assert semver["status"]["artifact"]["revision"] == f"1.2.0@{digests['1.2.0']}"
+    filtered = await sc.wait_ready(OCIREPO, "filtered")
+    assert filtered["status"]["artifact"]["revision"] == f"1.4.0-prod@{digests['1.4.0-prod']}"
+    pinned = await sc.wait_ready(OCIREPO, "pinned")
+    assert pinned["status"]["artifact"]["revision"] == digests["2.0.0"]
+    assert tar_members(await served(pinned))["v.txt"] == b"2.0.0"
+    default = await sc.wait_ready(OCIREPO, "default")
+    assert default["status"]["artifact"]["revision"] == f"latest@{digests['latest']}"
+
+
+async def test_layer_selector_copy_keeps_the_layer_bytes(
+    source_controller: SourceController, oci_registry: OciRegistry
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/chart"
+    layer = make_tarball({"chart/Chart.yaml": "name: chart\n"})
+    oci_registry.push_artifact(
+        repo, "1.0.0", layer=layer, media_type="application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+    )
+    await create(
+        sc,
+        ocirepo(
+            "copy",
+            oci_registry.oci_url(repo),
+            insecure=True,
+            ref={"tag": "1.0.0"},
+            layerSelector={
+                "mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip",
+                "operation": "copy",
+            },
+        ),
+    )
+    await create(
+        sc,
+        ocirepo(
+            "wrong-type",
+            oci_registry.oci_url(repo),
+            insecure=True,
+            ref={"tag": "1.0.0"},
+            layerSelector={"mediaType": "application/x-nothing"},
+        ),
+    )
+    copied = await sc.wait_ready(OCIREPO, "copy")
+    assert await served(copied) == layer
+    assert copied["status"]["observedLayerSelector"]["operation"] == "copy"
+    failed = await sc.wait_failed(OCIREPO, "wrong-type", "OCIArtifactLayerOperationFailed")
+    assert (
+        "no layer with media type 'application/x-nothing'" in condition(failed, "Ready")["message"]
+    )  # type: ignore[index]
+
+
+async def test_unchanged_digest_is_not_downloaded_again(
+    source_controller: SourceController, oci_registry: OciRegistry
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/steady"
+    oci_registry.push_artifact(repo, "v1", files={"a.yaml": MANIFEST})
+    await create(
+        sc, ocirepo("steady", oci_registry.oci_url(repo), insecure=True, ref={"tag": "v1"})
+    )
+    first = await sc.wait_ready(OCIREPO, "steady")
+    again = await sc.poke(OCIREPO, "steady", "again")
+    assert again["status"]["artifact"] == first["status"]["artifact"]
+
+    new_digest = oci_registry.push_artifact(repo, "v1", files={"a.yaml": MANIFEST + "# 2\n"})
+    moved = await sc.poke(OCIREPO, "steady", "moved")
+    assert moved["status"]["artifact"]["revision"] == f"v1@{new_digest}"
+    assert tar_members(await served(moved))["a.yaml"].decode().endswith("# 2\n")
+
+
+async def test_registry_credentials_from_a_dockerconfigjson_secret(
+    source_controller: SourceController, oci_registry_auth: OciRegistry
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/private"
+    oci_registry_auth.push_artifact(repo, "v1", files={"a.yaml": MANIFEST})
+    url = oci_registry_auth.oci_url(repo)
+    config = json.dumps(oci_registry_auth.docker_config)
+    await make_secret(
+        sc.client, sc.namespace, "pull", {".dockerconfigjson": config},
+        type_="kubernetes.io/dockerconfigjson",
+    )  # fmt: skip
+    wrong = json.loads(config)
+    wrong["auths"][oci_registry_auth.host]["password"] = "wrong"
+    wrong["auths"][oci_registry_auth.host].pop("auth")
+    await make_secret(sc.client, sc.namespace, "wrong", {".dockerconfigjson": json.dumps(wrong)})
+    await create(
+        sc, ocirepo("good", url, insecure=True, ref={"tag": "v1"}, secretRef={"name": "pull"})
+    )
+    await create(
+        sc, ocirepo("bad", url, insecure=True, ref={"tag": "v1"}, secretRef={"name": "wrong"})
+    )
+    await create(sc, ocirepo("none", url, insecure=True, ref={"tag": "v1"}))
+    await sc.wait_ready(OCIREPO, "good")
+    for name in ("bad", "none"):
+        failed = await sc.wait_failed(OCIREPO, name, "AuthenticationFailed")
+        fetch = condition(failed, "FetchFailed")
+        assert fetch is not None and fetch["status"] == "True"
+        assert oci_registry_auth.host in fetch["message"]
+        assert (oci_registry_auth.password or "?") not in json.dumps(failed["status"])
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        pytest.param({"tag": "missing"}, "not found", id="unknown-tag"),
+        pytest.param(
+            {"semver": ">=9.0.0"}, "no tag matches semver range '>=9.0.0'", id="semver-no-match"
+        ),
+    ],
+)
+async def test_missing_artifacts_fail_with_the_pull_reason(
+    source_controller: SourceController,
+    oci_registry: OciRegistry,
+    ref: dict[str, str],
+    message: str,
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/sparse"
+    oci_registry.push_artifact(repo, "1.0.0", files={"a": "b"})
+    await create(sc, ocirepo("missing", oci_registry.oci_url(repo), insecure=True, ref=ref))
+    failed = await sc.wait_failed(OCIREPO, "missing", "OCIArtifactPullFailed")
+    assert message in condition(failed, "Ready")["message"]  # type: ignore[index]
+
+
+async def test_a_plain_http_registry_needs_insecure(
+    source_controller: SourceController, oci_registry: OciRegistry
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/plain"
+    oci_registry.push_artifact(repo, "v1", files={"a": "b"})
+    await create(sc, ocirepo("strict", oci_registry.oci_url(repo), ref={"tag": "v1"}, timeout="5s"))
+    failed = await sc.wait_failed(OCIREPO, "strict", "OCIArtifactPullFailed")
+    assert "insecure" in condition(failed, "Ready")["message"]  # type: ignore[index]
+
+
+async def test_a_url_with_a_tag_stalls(source_controller: SourceController) -> None:
+    sc = source_controller
+    await create(sc, ocirepo("tagged", "oci://127.0.0.1:1/app:v1"))
+    obj = await sc.wait(
+        OCIREPO,
+        "tagged",
+        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+        what="Stalled",
+    )
+    assert condition(obj, "Stalled")["reason"] == "URLInvalid"  # type: ignore[index]

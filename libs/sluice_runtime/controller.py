@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Generic
@@ -136,6 +137,7 @@ class Controller(Generic[C]):
         # Observable by tests and benchmarks: reconciles per key, and outcomes.
         self.reconciles: Counter[str] = Counter()
         self.last_outcome: dict[str, Outcome] = {}
+        self.last_duration: dict[str, float] = {}
         self.informer.add_handler(self._on_primary)
 
     def watch(self, rt: ResourceType, mapper: Mapper, *, selected: bool = False) -> Informer:
@@ -190,6 +192,7 @@ class Controller(Generic[C]):
                 key = await self.queue.get()
             except QueueShutDown:
                 return
+            started = time.perf_counter()
             try:
                 outcome = await self.runner.reconcile(self.informer.store.get(key))
             except Exception:  # the runner catches step errors; this is a runtime bug
@@ -197,6 +200,7 @@ class Controller(Generic[C]):
                 outcome = Outcome("error", backoff=True)
             finally:
                 self.reconciles[key] += 1
+                self.last_duration[key] = time.perf_counter() - started
             self.last_outcome[key] = outcome
             if outcome.backoff:
                 self.queue.add_rate_limited(key)

@@ -83,13 +83,18 @@ class Event:
     metadata: Mapping[str, str]
     time: datetime
 
-    def flux_json(self, *, controller: str, instance: str) -> JSON:
-        """The event as Flux controllers POST it to the notification-controller."""
+    def prefixed_metadata(self) -> dict[str, str]:
+        """Metadata keys under the involved object's API group, as Flux writes them
+        (`revision` → `source.toolkit.fluxcd.io/revision`)."""
         prefix = self.involved.group
-        metadata = {
+        return {
             (key if "/" in key or not prefix else f"{prefix}/{key}"): value
             for key, value in self.metadata.items()
         }
+
+    def flux_json(self, *, controller: str, instance: str) -> JSON:
+        """The event as Flux controllers POST it to the notification-controller."""
+        metadata = self.prefixed_metadata()
         body: JSON = {
             "involvedObject": self.involved.as_json(),
             "severity": self.severity,
@@ -192,7 +197,7 @@ class EventRecorder:
             "metadata": {
                 "name": name,
                 "namespace": involved.namespace,
-                "annotations": dict(event.metadata),
+                "annotations": event.prefixed_metadata(),
             },
             "involvedObject": involved.as_json(),
             "reason": event.reason,

@@ -18,7 +18,7 @@ from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
-from source_controller import gitrepository, ocirepository
+from source_controller import gitclient, gitrepository, ocirepository
 
 SERVICE = "source-controller"
 KINDS = (GitRepository, OCIRepository, HelmRepository, HelmChart, Bucket)
@@ -52,6 +52,7 @@ async def setup(runtime: app.Runtime) -> None:
     )
     await runtime.stack.enter_async_context(serving(file_server(root), options.storage_addr))
 
+    runtime.stack.push_async_callback(gitclient.workers().close)
     git_rt = ResourceType.of_model(GitRepository)
     repositories = runtime.informers.get(git_rt, selected=True).store
     git = runtime.controller(

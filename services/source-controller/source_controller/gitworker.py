@@ -189,7 +189,14 @@ def _classify(error: BaseException) -> WorkerError:
 
 
 def main() -> None:
-    request = json.loads(sys.stdin.read())
+    # Loaded before the request arrives: the parent keeps warm workers idle
+    # here, so a request pays for none of the start-up.
+    import pygit2  # noqa: F401
+
+    text = sys.stdin.read()
+    if not text:
+        return  # released unused (shutdown)
+    request = json.loads(text)
     with tempfile.TemporaryDirectory(prefix="sluice-git-") as tmp:
         scratch = Path(tmp)
         home = scratch / "home"

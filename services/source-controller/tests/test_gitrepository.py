@@ -59,8 +59,10 @@ async def test_branch_is_archived_served_and_announced(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    work = seeded(git_http, "branchy")
-    await create(sc, gitrepo("app", git_http.url("branchy"), ref={"branch": "main"}))
+    work = seeded(git_http, f"branchy-{sc.namespace}")
+    await create(
+        sc, gitrepo("app", git_http.url(f"branchy-{sc.namespace}"), ref={"branch": "main"})
+    )
     obj = await sc.wait_ready(GITREPO, "app")
 
     head = work.head
@@ -99,8 +101,10 @@ async def test_a_new_commit_becomes_a_new_artifact_and_the_old_one_is_collected(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    work = seeded(git_http, "moving")
-    await create(sc, gitrepo("moving", git_http.url("moving"), ref={"branch": "main"}))
+    work = seeded(git_http, f"moving-{sc.namespace}")
+    await create(
+        sc, gitrepo("moving", git_http.url(f"moving-{sc.namespace}"), ref={"branch": "main"})
+    )
     first = await sc.wait_ready(GITREPO, "moving")
     old_path = sc.storage / first["status"]["artifact"]["path"]
     assert old_path.exists()
@@ -176,14 +180,16 @@ async def test_the_no_op_fetch_lists_refs_and_downloads_nothing(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_http, "quiet")
-    await create(sc, gitrepo("quiet", git_http.url("quiet"), ref={"branch": "main"}))
+    seeded(git_http, f"quiet-{sc.namespace}")
+    await create(
+        sc, gitrepo("quiet", git_http.url(f"quiet-{sc.namespace}"), ref={"branch": "main"})
+    )
     first = await sc.wait_ready(GITREPO, "quiet")
-    before = git_http.stats("quiet")
+    before = git_http.stats(f"quiet-{sc.namespace}")
     assert before.upload_pack_bytes > 0, "the first reconcile clones"
 
     again = await sc.poke(GITREPO, "quiet", "no-op")
-    spent = git_http.stats("quiet") - before
+    spent = git_http.stats(f"quiet-{sc.namespace}") - before
     assert spent.upload_pack_advertisements == 1, "one ref listing"
     assert spent.upload_pack_posts == 0
     assert spent.upload_pack_bytes == 0, "no objects downloaded"
@@ -196,10 +202,12 @@ async def test_changing_ignore_alone_rebuilds_the_same_commit(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_http, "ignored")
-    await create(sc, gitrepo("ignored", git_http.url("ignored"), ref={"branch": "main"}))
+    seeded(git_http, f"ignored-{sc.namespace}")
+    await create(
+        sc, gitrepo("ignored", git_http.url(f"ignored-{sc.namespace}"), ref={"branch": "main"})
+    )
     first = await sc.wait_ready(GITREPO, "ignored")
-    before = git_http.stats("ignored")
+    before = git_http.stats(f"ignored-{sc.namespace}")
 
     # spec.ignore replaces the defaults: the PNG ships now, README does not.
     await sc.client.merge_patch(
@@ -222,14 +230,16 @@ async def test_changing_ignore_alone_rebuilds_the_same_commit(
         "deploy/app.yaml",
         "deploy/logo.png",
     ]
-    assert (git_http.stats("ignored") - before).upload_pack_bytes > 0, "a full checkout"
+    assert (git_http.stats(f"ignored-{sc.namespace}") - before).upload_pack_bytes > 0, (
+        "a full checkout"
+    )
 
 
 async def test_sourceignore_files_in_the_repository_are_honoured(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    work = git_http.create_repo("srcignore")
+    work = git_http.create_repo(f"srcignore-{sc.namespace}")
     work.commit(
         "c",
         files={
@@ -242,7 +252,9 @@ async def test_sourceignore_files_in_the_repository_are_honoured(
         },
     )
     work.push()
-    await create(sc, gitrepo("si", git_http.url("srcignore"), ref={"branch": "main"}))
+    await create(
+        sc, gitrepo("si", git_http.url(f"srcignore-{sc.namespace}"), ref={"branch": "main"})
+    )
     obj = await sc.wait_ready(GITREPO, "si")
     assert sorted(await artifact_files(sc, obj)) == [
         ".sourceignore",
@@ -256,9 +268,13 @@ async def test_same_content_gives_the_same_digest(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_http, "twin")
-    await create(sc, gitrepo("twin-a", git_http.url("twin"), ref={"branch": "main"}))
-    await create(sc, gitrepo("twin-b", git_http.url("twin"), ref={"branch": "main"}))
+    seeded(git_http, f"twin-{sc.namespace}")
+    await create(
+        sc, gitrepo("twin-a", git_http.url(f"twin-{sc.namespace}"), ref={"branch": "main"})
+    )
+    await create(
+        sc, gitrepo("twin-b", git_http.url(f"twin-{sc.namespace}"), ref={"branch": "main"})
+    )
     a = await sc.wait_ready(GITREPO, "twin-a")
     b = await sc.wait_ready(GITREPO, "twin-b")
     assert a["status"]["artifact"]["digest"] == b["status"]["artifact"]["digest"]
@@ -268,15 +284,15 @@ async def test_include_copies_another_repositorys_artifact(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_http, "main-repo")
-    lib = git_http.create_repo("lib-repo")
+    seeded(git_http, f"main-repo-{sc.namespace}")
+    lib = git_http.create_repo(f"lib-repo-{sc.namespace}")
     lib.commit("lib", files={"components/base.yaml": "base: 1\n", "other.txt": "x\n"})
     lib.push()
     await create(
         sc,
         gitrepo(
             "main",
-            git_http.url("main-repo"),
+            git_http.url(f"main-repo-{sc.namespace}"),
             ref={"branch": "main"},
             include=[
                 {"repository": {"name": "lib"}, "fromPath": "components", "toPath": "vendor/lib"}
@@ -293,7 +309,9 @@ async def test_include_copies_another_repositorys_artifact(
     assert ready is not None and ready["status"] == "False"
     assert ready["message"] == f"included GitRepository '{sc.namespace}/lib' does not exist"
 
-    await create(sc, gitrepo("lib", git_http.url("lib-repo"), ref={"branch": "main"}))
+    await create(
+        sc, gitrepo("lib", git_http.url(f"lib-repo-{sc.namespace}"), ref={"branch": "main"})
+    )
     await sc.wait_ready(GITREPO, "lib")
     main = await sc.wait_ready(GITREPO, "main")
     files = await artifact_files(sc, main)
@@ -319,7 +337,7 @@ async def test_basic_auth_and_bearer_token(
     source_controller: SourceController, git_http_auth: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_http_auth, "private")
+    seeded(git_http_auth, f"private-{sc.namespace}")
     assert git_http_auth.username and git_http_auth.password and git_http_auth.token
     await make_secret(
         sc.client,
@@ -331,7 +349,7 @@ async def test_basic_auth_and_bearer_token(
     await make_secret(
         sc.client, sc.namespace, "wrong", {"username": git_http_auth.username, "password": "nope"}
     )
-    url = git_http_auth.url("private")
+    url = git_http_auth.url(f"private-{sc.namespace}")
     await create(sc, gitrepo("basic", url, ref={"branch": "main"}, secretRef={"name": "basic"}))
     await create(sc, gitrepo("token", url, ref={"branch": "main"}, secretRef={"name": "token"}))
     await create(sc, gitrepo("wrong", url, ref={"branch": "main"}, secretRef={"name": "wrong"}))
@@ -345,21 +363,27 @@ async def test_basic_auth_and_bearer_token(
         assert fetch["reason"] == "AuthenticationFailed"
         assert url in fetch["message"]
         assert git_http_auth.password not in str(failed["status"])
-    assert {r.user for r in git_http_auth.requests("private") if r.status == 200} >= {
-        git_http_auth.username
-    }
+    assert {
+        r.user for r in git_http_auth.requests(f"private-{sc.namespace}") if r.status == 200
+    } >= {git_http_auth.username}
 
 
 async def test_a_secret_missing_a_key_names_the_key(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_http, "keys")
+    seeded(git_http, f"keys-{sc.namespace}")
     await make_secret(sc.client, sc.namespace, "half", {"username": "someone"})
     await make_secret(sc.client, sc.namespace, "sshless", {"identity": "x"})
-    await create(sc, gitrepo("half", git_http.url("keys"), secretRef={"name": "half"}))
-    await create(sc, gitrepo("sshless", git_http.url("keys"), secretRef={"name": "sshless"}))
-    await create(sc, gitrepo("nosecret", git_http.url("keys"), secretRef={"name": "missing"}))
+    await create(
+        sc, gitrepo("half", git_http.url(f"keys-{sc.namespace}"), secretRef={"name": "half"})
+    )
+    await create(
+        sc, gitrepo("sshless", git_http.url(f"keys-{sc.namespace}"), secretRef={"name": "sshless"})
+    )
+    await create(
+        sc, gitrepo("nosecret", git_http.url(f"keys-{sc.namespace}"), secretRef={"name": "missing"})
+    )
     half = await sc.wait_failed(GITREPO, "half", "AuthenticationFailed")
     assert (
         condition(half, "Ready")["message"] == f"secret '{sc.namespace}/half' has no 'password' key"
@@ -374,10 +398,10 @@ async def test_https_with_a_custom_ca(
     source_controller: SourceController, git_https: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_https, "tls")
+    seeded(git_https, f"tls-{sc.namespace}")
     assert git_https.ca_pem is not None
     await make_secret(sc.client, sc.namespace, "ca", {"ca.crt": git_https.ca_pem.decode()})
-    url = git_https.url("tls")
+    url = git_https.url(f"tls-{sc.namespace}")
     assert url.startswith("https://")
     await create(sc, gitrepo("trusted", url, ref={"branch": "main"}, secretRef={"name": "ca"}))
     await create(sc, gitrepo("untrusted", url, ref={"branch": "main"}))
@@ -390,8 +414,8 @@ async def test_ssh_with_identity_and_verified_host_key(
     source_controller: SourceController, git_ssh: SshGitServer
 ) -> None:
     sc = source_controller
-    seeded(git_ssh, "over-ssh")
-    url = git_ssh.url("over-ssh")
+    seeded(git_ssh, f"over-ssh-{sc.namespace}")
+    url = git_ssh.url(f"over-ssh-{sc.namespace}")
     await make_secret(
         sc.client,
         sc.namespace,
@@ -469,14 +493,16 @@ async def test_failures_keep_serving_the_last_artifact(
     source_controller: SourceController, git_http: GitHttpServer, tmp_path: Path
 ) -> None:
     sc = source_controller
-    work = seeded(git_http, "flaky")
-    await create(sc, gitrepo("flaky", git_http.url("flaky"), ref={"branch": "main"}))
+    work = seeded(git_http, f"flaky-{sc.namespace}")
+    await create(
+        sc, gitrepo("flaky", git_http.url(f"flaky-{sc.namespace}"), ref={"branch": "main"})
+    )
     good = await sc.wait_ready(GITREPO, "flaky")
     artifact = good["status"]["artifact"]
 
     # The repository disappears from the server (an outage, a rename).
     hidden = tmp_path / "hidden.git"
-    shutil.move(git_http.root / "flaky.git", hidden)
+    shutil.move(git_http.root / f"flaky-{sc.namespace}.git", hidden)
     work.commit("unreachable", files={"x": "y"})
     await sc.client.merge_patch(
         GITREPO,
@@ -488,8 +514,8 @@ async def test_failures_keep_serving_the_last_artifact(
     assert failed["status"]["artifact"] == artifact
     assert await download(artifact["url"])  # still served
     fetch = condition(failed, "FetchFailed")
-    assert fetch is not None and git_http.url("flaky") in fetch["message"]
-    shutil.move(hidden, git_http.root / "flaky.git")
+    assert fetch is not None and git_http.url(f"flaky-{sc.namespace}") in fetch["message"]
+    shutil.move(hidden, git_http.root / f"flaky-{sc.namespace}.git")
 
 
 async def test_an_unreachable_host_is_a_fetch_failure(source_controller: SourceController) -> None:
@@ -505,13 +531,15 @@ async def test_a_corrupt_repository_is_a_fetch_failure(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_http, "corrupt")
+    seeded(git_http, f"corrupt-{sc.namespace}")
     # Damage every object on the server: upload-pack cannot build a pack.
-    for obj in (git_http.root / "corrupt.git" / "objects").rglob("*"):
+    for obj in (git_http.root / f"corrupt-{sc.namespace}.git" / "objects").rglob("*"):
         if obj.is_file() and len(obj.parent.name) == 2:
             obj.chmod(0o644)
             obj.write_bytes(b"garbage")
-    await create(sc, gitrepo("corrupt", git_http.url("corrupt"), ref={"branch": "main"}))
+    await create(
+        sc, gitrepo("corrupt", git_http.url(f"corrupt-{sc.namespace}"), ref={"branch": "main"})
+    )
     failed = await sc.wait_failed(GITREPO, "corrupt", "GitOperationFailed")
     assert failed["status"].get("artifact") is None
 
@@ -520,8 +548,10 @@ async def test_deleting_the_source_deletes_its_artifacts(
     source_controller: SourceController, git_http: GitHttpServer, kube: KubeClient
 ) -> None:
     sc = source_controller
-    seeded(git_http, "doomed")
-    await create(sc, gitrepo("doomed", git_http.url("doomed"), ref={"branch": "main"}))
+    seeded(git_http, f"doomed-{sc.namespace}")
+    await create(
+        sc, gitrepo("doomed", git_http.url(f"doomed-{sc.namespace}"), ref={"branch": "main"})
+    )
     obj = await sc.wait_ready(GITREPO, "doomed")
     directory = (sc.storage / obj["status"]["artifact"]["path"]).parent
     assert directory.is_dir()
@@ -542,3 +572,39 @@ async def test_deleting_the_source_deletes_its_artifacts(
         assert time.monotonic() < deadline, "finalizer not removed"
         await asyncio.sleep(0.1)
     assert not directory.exists()
+
+
+async def test_a_failure_after_the_ref_listing_names_the_commit_in_its_event(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    work = seeded(git_http, f"partial-{sc.namespace}")
+    await create(
+        sc,
+        gitrepo(
+            "partial",
+            git_http.url(f"partial-{sc.namespace}"),
+            ref={"branch": "main"},
+            include=[{"repository": {"name": "absent"}}],
+        ),
+    )
+    await sc.wait_failed(GITREPO, "partial", "NotFound")
+
+    async def warning() -> dict[str, Any] | None:
+        events = (await sc.client.list(EVENT, namespace=sc.namespace)).items
+        for event in events:
+            if event["involvedObject"]["name"] == "partial" and event["type"] == "Warning":
+                return event
+        return None
+
+    import asyncio
+
+    for _ in range(100):
+        event = await warning()
+        if event is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert event is not None
+    assert event["reason"] == "NotFound"
+    annotations = event["metadata"]["annotations"]
+    assert annotations["source.toolkit.fluxcd.io/revision"] == f"main@sha1:{work.head}"

@@ -1,0 +1,23 @@
+"""`python -m e2e.bench <name> [options]`: run one benchmark of shared/spec/benchmarks.md."""
+
+from __future__ import annotations
+
+import sys
+
+from e2e.bench import noop_fetch
+
+BENCHMARKS = {
+    "noop-fetch": noop_fetch.main,
+}
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:
+        names = ", ".join(BENCHMARKS)
+        print(f"usage: python -m e2e.bench {{{names}}} [options]", file=sys.stderr)
+        raise SystemExit(2)
+    BENCHMARKS[sys.argv[1]](sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()

@@ -44,7 +44,7 @@ class StartupError(Exception):
     """A problem with the environment that the user must fix; printed as one line."""
 
 
-def _duration(text: str) -> float:
+def duration(text: str) -> float:
     try:
         return parse_duration(text).total_seconds()
     except ValueError as error:
@@ -60,9 +60,9 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
     p.add_argument("--health-addr", default=":9440", help="/healthz and /readyz address")
     p.add_argument("--events-addr", default="", help="notification-controller event endpoint")
     p.add_argument("--enable-leader-election", action="store_true")
-    p.add_argument("--leader-election-lease-duration", type=_duration, default=35.0)
-    p.add_argument("--leader-election-renew-deadline", type=_duration, default=30.0)
-    p.add_argument("--leader-election-retry-period", type=_duration, default=5.0)
+    p.add_argument("--leader-election-lease-duration", type=duration, default=35.0)
+    p.add_argument("--leader-election-renew-deadline", type=duration, default=30.0)
+    p.add_argument("--leader-election-retry-period", type=duration, default=5.0)
     p.add_argument(
         "--watch-all-namespaces",
         type=_bool,
@@ -75,11 +75,11 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
     p.add_argument("--watch-label-selector", default="", help="only reconcile matching objects")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-encoding", default="json", choices=["json", "console"])
-    p.add_argument("--min-retry-delay", type=_duration, default=0.75)
-    p.add_argument("--max-retry-delay", type=_duration, default=900.0)
+    p.add_argument("--min-retry-delay", type=duration, default=0.75)
+    p.add_argument("--max-retry-delay", type=duration, default=900.0)
     p.add_argument("--kube-api-qps", type=float, default=50.0)
     p.add_argument("--kube-api-burst", type=int, default=300)
-    p.add_argument("--shutdown-timeout", type=_duration, default=30.0)
+    p.add_argument("--shutdown-timeout", type=duration, default=30.0)
     return p
 
 

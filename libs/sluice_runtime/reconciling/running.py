@@ -175,7 +175,9 @@ class Runner(Generic[C]):
             outcome = await self._run_steps(ctx, generation)
         finally:
             await ctx.cleanup.aclose()
-        await self._write_status(ctx, raw)
+        # Waiting (for a dependency, an artifact, a gate) is not news: the
+        # condition says so, without an event on every wait.
+        await self._write_status(ctx, raw, announce=outcome.result != "waiting")
         return outcome
 
     async def _run_steps(self, ctx: C, generation: int) -> Outcome:
@@ -277,13 +279,14 @@ class Runner(Generic[C]):
             return ObjectRecorder(None, InvolvedObject.of(raw))
         return self.recorder.for_object(raw)
 
-    async def _write_status(self, ctx: ReconcileContext, raw: JSON) -> None:
+    async def _write_status(self, ctx: ReconcileContext, raw: JSON, *, announce: bool) -> None:
         status = ctx.obj.status
         status.conditions = ctx.conditions.as_list()
         new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
         old = raw.get("status") or {}
         patch = merge_patch(old, new)
-        self._announce(ctx, old, new)
+        if announce:
+            self._announce(ctx, old, new)
         if not patch:
             return
         meta = raw["metadata"]

@@ -1,32 +1,91 @@
 """kustomize-controller: builds artifacts with kustomize and applies them with server-side apply.
 
-Wiring only: flags, the shared runtime, and this controller's kinds.
-Until its reconcilers land (see the issues), it watches its kinds so that
-its cache, probes and metrics are live.
+Wiring only: flags, the kustomize binary check, the source caches a
+Kustomization reads, and the watches that make it react within seconds to a
+new source revision or a dependency becoming ready.
 """
 
 from __future__ import annotations
 
-from sluice_api import Kustomization
+import argparse
+
+import aiohttp
+
+from kustomize_controller import building, kustomization
+from kustomize_controller.targets import Targets
+from sluice_api import Bucket, GitRepository, Kustomization, OCIRepository
 from sluice_runtime import app
 from sluice_runtime.kube.resources import ResourceType
 
 SERVICE = "kustomize-controller"
 KINDS = (Kustomization,)
+SOURCE_KINDS = (GitRepository, OCIRepository, Bucket)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--requeue-dependency",
+        type=app.duration,
+        default=30.0,
+        help="how long to wait before looking again at a dependency that is not ready",
+    )
+    parser.add_argument(
+        "--no-cross-namespace-refs",
+        action="store_true",
+        help="refuse sourceRefs to other namespaces",
+    )
+    parser.add_argument(
+        "--default-service-account",
+        default="",
+        help="service account to impersonate when a Kustomization names none",
+    )
+    parser.add_argument(
+        "--allow-remote-bases",
+        action="store_true",
+        help="let kustomize fetch remote bases (refused by default: no network during builds)",
+    )
 
 
 async def setup(runtime: app.Runtime) -> None:
-    for kind in KINDS:
-        runtime.informers.get(ResourceType.of_model(kind), selected=True)
+    options = runtime.options
+    try:
+        kustomize = building.find_kustomize()
+    except building.KustomizeUnavailable as error:
+        raise app.StartupError(str(error)) from None
+    session = aiohttp.ClientSession()
+    runtime.stack.push_async_callback(session.close)
+    targets = Targets(runtime.client, options.default_service_account or None)
+    runtime.stack.push_async_callback(targets.close)
+
+    ks_rt = ResourceType.of_model(Kustomization)
+    kustomizations = runtime.informers.get(ks_rt, selected=True).store
+    sources = {
+        kind.KIND: runtime.informers.get(ResourceType.of_model(kind)).store for kind in SOURCE_KINDS
+    }
+    services = kustomization.Services(
+        session=session,
+        kustomize=kustomize,
+        sources=sources,
+        kustomizations=kustomizations,
+        targets=targets,
+        requeue_dependency=options.requeue_dependency,
+        no_cross_namespace_refs=options.no_cross_namespace_refs,
+        allow_remote_bases=options.allow_remote_bases,
+    )
+    controller = runtime.controller(kustomization.reconciler(services))
+    for kind in SOURCE_KINDS:
+        controller.watch(ResourceType.of_model(kind), kustomization.source_watchers(kustomizations))
+    controller.watch(ks_rt, kustomization.dependent_watchers(kustomizations), selected=True)
 
 
 def main() -> None:
     app.main(
         service=SERVICE,
         description=__doc__.splitlines()[0] if __doc__ else SERVICE,
-        kinds=KINDS,
+        kinds=KINDS + SOURCE_KINDS,
         setup=setup,
         concurrency=4,
+        add_arguments=add_arguments,
     )
 
 

@@ -32,7 +32,7 @@ from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
-from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
+from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
 from source_controller import gitclient
@@ -200,12 +200,11 @@ def _included_artifacts(ctx: GitRepositoryContext) -> list[tuple[GitRepositoryIn
         if cached is None or not artifact:
             reason = "NotFound" if cached is None else "NoArtifact"
             what = "does not exist" if cached is None else "has no artifact yet"
-            raise Waiting(
+            raise StepError(
                 reason,
                 f"included GitRepository '{namespace}/{name}' {what}",
-                requeue_after=ctx.services.include_requeue,
                 condition=SourceCondition.INCLUDE_UNAVAILABLE,
-                status="True",
+                requeue_after=ctx.services.include_requeue,
             )
         found.append((include, Artifact.model_validate(artifact)))
     return found

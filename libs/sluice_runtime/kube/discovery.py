@@ -1,0 +1,143 @@
+"""From `apiVersion` + `kind` in a manifest to the resource URL that serves it.
+
+Manifests name kinds; the API serves plural resources, some namespaced and
+some not, and only the server knows which (CRDs add kinds at run time). The
+mapper asks API discovery (`/api/v1`, `/apis/<group>/<version>`) and caches
+each group-version's answer. A miss refreshes that group-version once before
+failing, because a CRD applied earlier in the same run is served only after
+it was cached as missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.errors import KubeError, NotFound
+from sluice_runtime.kube.resources import ResourceType
+
+
+class UnknownKind(KubeError):
+    """The API server serves no such kind in that group-version (yet)."""
+
+    def __init__(self, api_version: str, kind: str) -> None:
+        self.api_version = api_version
+        self.kind = kind
+        super().__init__(f"no kind '{kind}' in '{api_version}': is its CRD installed?")
+
+
+def split_api_version(api_version: str) -> tuple[str, str]:
+    """`apps/v1` -> ("apps", "v1"); the core group's `v1` -> ("", "v1")."""
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+class RestMapper:
+    """Kinds to `ResourceType`s for one client, from API discovery, cached.
+
+    Build one per identity: discovery is readable by every authenticated user,
+    but an impersonating client's mapper keeps its requests under that user.
+    """
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+        # group-version -> kind -> resource; a group-version the server does
+        # not serve is cached as an empty mapping until the next miss.
+        self._kinds: dict[str, dict[str, ResourceType]] = {}
+        # group -> its versions, preferred first.
+        self._versions: dict[str, list[str]] = {}
+        # Fetch counters let concurrent misses share one refresh.
+        self._fetches: dict[str, int] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def invalidate(self) -> None:
+        """Forget everything; the next lookups ask the server again."""
+        self._kinds.clear()
+        self._versions.clear()
+
+    async def resource_for(self, api_version: str, kind: str) -> ResourceType:
+        """The resource serving `kind` in `api_version`, or UnknownKind."""
+        found = self._kinds.get(api_version, {}).get(kind)
+        if found is not None:
+            return found
+        await self._refresh(api_version, self._fetch_group_version)
+        found = self._kinds.get(api_version, {}).get(kind)
+        if found is None:
+            raise UnknownKind(api_version, kind)
+        return found
+
+    async def resource_for_kind(self, group: str, kind: str) -> ResourceType:
+        """The resource serving `kind` in any version of `group`, preferred version first.
+
+        Inventories record a version, but pruning must still work after the
+        server stopped serving it; any served version reaches the same object.
+        """
+        for attempt in range(2):
+            if attempt or group not in self._versions:
+                await self._refresh(f"group:{group}", self._fetch_group)
+            for version in self._versions.get(group) or []:
+                api_version = f"{group}/{version}" if group else version
+                with contextlib.suppress(UnknownKind):
+                    return await self.resource_for(api_version, kind)
+        raise UnknownKind(group or "v1", kind)
+
+    # -- fetching ---------------------------------------------------------
+
+    async def _refresh(self, key: str, fetch: Callable[[str], Awaitable[None]]) -> None:
+        seen = self._fetches.get(key, 0)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            # Someone else refreshed while we waited: their answer is fresh.
+            if self._fetches.get(key, 0) == seen:
+                await fetch(key)
+                self._fetches[key] = seen + 1
+
+    async def _fetch_group_version(self, api_version: str) -> None:
+        group, version = split_api_version(api_version)
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            answer = await self._client.request("GET", path)
+        except NotFound:
+            self._kinds[api_version] = {}
+            return
+        self._kinds[api_version] = _kinds_of(answer or {}, group=group, version=version)
+
+    async def _fetch_group(self, key: str) -> None:
+        group = key.removeprefix("group:")
+        if not group:
+            self._versions[group] = ["v1"]
+            return
+        try:
+            answer = await self._client.request("GET", f"/apis/{group}")
+        except NotFound:
+            self._versions[group] = []
+            return
+        preferred = ((answer or {}).get("preferredVersion") or {}).get("version")
+        versions = [v.get("version") for v in (answer or {}).get("versions") or []]
+        ordered = [preferred] if preferred else []
+        ordered += [v for v in versions if v and v != preferred]
+        self._versions[group] = ordered
+
+
+def _kinds_of(answer: Mapping[str, Any], *, group: str, version: str) -> dict[str, ResourceType]:
+    kinds: dict[str, ResourceType] = {}
+    for resource in answer.get("resources") or []:
+        name = str(resource.get("name") or "")
+        kind = str(resource.get("kind") or "")
+        # `deployments/status`, `pods/log`: subresources share their parent's kind.
+        if not name or "/" in name or not kind:
+            continue
+        kinds.setdefault(
+            kind,
+            ResourceType(
+                group=group,
+                version=version,
+                plural=name,
+                kind=kind,
+                namespaced=bool(resource.get("namespaced")),
+            ),
+        )
+    return kinds

@@ -1,0 +1,113 @@
+"""`dependsOn`: whether a Kustomization may go ahead, decided from the cache.
+
+Pure functions over cached objects, so the rules are unit-tested without a
+cluster: each dependency must exist, be Ready for its current generation,
+and, when it reconciles the same source, have applied the revision this one
+is about to apply. A cycle is found by walking the graph from this object;
+it is reported once as a cycle rather than waited on forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+JSON = dict[str, Any]
+Lookup = Callable[[str], JSON | None]
+
+
+class DependencyNotReady(Exception):
+    pass
+
+
+class DependencyCycle(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class SourceKey:
+    kind: str
+    namespace: str
+    name: str
+
+
+def dependency_keys(obj: JSON) -> list[str]:
+    namespace = obj["metadata"].get("namespace", "")
+    keys = []
+    for dep in (obj.get("spec") or {}).get("dependsOn") or []:
+        keys.append(f"{dep.get('namespace') or namespace}/{dep['name']}")
+    return keys
+
+
+def source_of(obj: JSON) -> SourceKey:
+    ref = obj["spec"]["sourceRef"]
+    return SourceKey(
+        kind=ref["kind"],
+        namespace=ref.get("namespace") or obj["metadata"].get("namespace", ""),
+        name=ref["name"],
+    )
+
+
+def find_cycle(key: str, lookup: Lookup) -> list[str] | None:
+    """The dependency path from `key` back to itself, if there is one."""
+    path: list[str] = []
+    seen: set[str] = set()
+
+    def walk(current: str) -> list[str] | None:
+        obj = lookup(current)
+        if obj is None:
+            return None
+        for dep in dependency_keys(obj):
+            if dep == key:
+                return [*path, current, dep]
+            if dep in seen:
+                continue
+            seen.add(dep)
+            path.append(current)
+            found = walk(dep)
+            path.pop()
+            if found:
+                return found
+        return None
+
+    return walk(key)
+
+
+def check(obj: JSON, lookup: Lookup, *, source_revision: str | None) -> None:
+    """Raise DependencyCycle or DependencyNotReady naming the dependency at fault."""
+    key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+    cycle = find_cycle(key, lookup)
+    if cycle:
+        raise DependencyCycle(f"dependency cycle detected: {' -> '.join(cycle)}")
+    own_source = source_of(obj)
+    for dep_key in dependency_keys(obj):
+        dep = lookup(dep_key)
+        if dep is None:
+            raise DependencyNotReady(f"dependency '{dep_key}' not found")
+        meta, status = dep["metadata"], dep.get("status") or {}
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        if (
+            ready is None
+            or ready.get("status") != "True"
+            or status.get("observedGeneration") != meta.get("generation")
+        ):
+            raise DependencyNotReady(f"dependency '{dep_key}' is not ready")
+        if (
+            source_revision is not None
+            and source_of(dep) == own_source
+            and status.get("lastAppliedRevision") != source_revision
+        ):
+            raise DependencyNotReady(
+                f"dependency '{dep_key}' has not applied revision '{source_revision}' yet"
+            )
+
+
+def dependents(changed_key: str, objects: list[JSON]) -> list[str]:
+    """Keys of the Kustomizations that depend on `changed_key`."""
+    found = []
+    for obj in objects:
+        if changed_key in dependency_keys(obj):
+            meta = obj["metadata"]
+            found.append(f"{meta.get('namespace', '')}/{meta['name']}")
+    return found

@@ -1,0 +1,532 @@
+"""Kustomization: from a source's artifact to healthy, pruned cluster state.
+
+STEPS, in the order of the contract: source → dependencies → artifact →
+build → substitution → validation (and a server-side dry-run of everything)
+→ apply (staged) → prune → health. Nothing of a revision is applied unless
+every object of it passed validation and dry-run. Steps 7 to 10 talk to the
+cluster through the *target* client: the tenant's impersonated identity
+(`serviceAccountName`) and/or a remote cluster (`kubeConfig`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from kustomize_controller import building, dependencies, substituting
+from kustomize_controller.targets import TargetError, Targets
+from sluice_api.kustomize import (
+    NAME_LABEL,
+    NAMESPACE_LABEL,
+    Kustomization,
+    KustomizationCondition,
+    KustomizationReason,
+    ResourceInventory,
+)
+from sluice_api.meta import Artifact, parse_duration
+from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
+from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.kube.applying import (
+    ApplyFailed,
+    ChangeSet,
+    ObjectId,
+    ResourceManager,
+    ValidationFailed,
+)
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.discovery import UnknownKind
+from sluice_runtime.kube.errors import KubeError
+from sluice_runtime.kube.health import wait_for_health
+from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
+from sluice_runtime.reconciling.running import Reconciler
+from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
+
+FIELD_MANAGER = "kustomize-controller"
+MAX_ARTIFACT_SIZE = 512 * 1024 * 1024
+SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket")
+Condition = KustomizationCondition
+Reason = KustomizationReason
+
+
+@dataclass
+class Services:
+    """What Kustomization steps share across reconciles."""
+
+    session: aiohttp.ClientSession
+    kustomize: building.Kustomize
+    sources: dict[str, Store]
+    """Source caches by kind (GitRepository, OCIRepository, Bucket)."""
+    kustomizations: Store
+    targets: Targets
+    requeue_dependency: float = 30.0
+    no_cross_namespace_refs: bool = False
+    allow_remote_bases: bool = False
+    health_interval: float = 2.0
+
+
+@dataclass(kw_only=True)
+class KustomizationContext(ReconcileContext):
+    services: Services
+    artifact: Artifact | None = None
+    source_key: tuple[str, str] | None = None
+    workdir: Path | None = None
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    target: KubeClient | None = None
+    manager: ResourceManager | None = None
+    changeset: ChangeSet = field(default_factory=ChangeSet)
+
+    @property
+    def ks(self) -> Kustomization:
+        obj: Kustomization = self.obj
+        return obj
+
+    @property
+    def namespace(self) -> str:
+        return self.ks.metadata.namespace or "default"
+
+    def retry_after(self) -> float | None:
+        """The spec's retryInterval, which replaces exponential backoff when set."""
+        interval = self.ks.spec.retry_interval
+        return parse_duration(interval).total_seconds() if interval else None
+
+    def failed(self, reason: str, message: str, *, condition: str | None = None) -> StepError:
+        return StepError(reason, message, condition=condition, requeue_after=self.retry_after())
+
+
+def owner_labels(ks: Kustomization) -> dict[str, str]:
+    return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.metadata.namespace or "default"}
+
+
+# -- 2. source -------------------------------------------------------------------
+
+
+@step()
+async def reconcile_source(ctx: KustomizationContext) -> Result | None:
+    ref = ctx.ks.spec.source_ref
+    namespace = ref.namespace or ctx.namespace
+    if ctx.services.no_cross_namespace_refs and namespace != ctx.namespace:
+        raise Stalling(
+            Reason.ACCESS_DENIED,
+            f"cannot access {ref.kind}/{namespace}/{ref.name}: "
+            "cross-namespace references are not allowed",
+        )
+    store = ctx.services.sources.get(ref.kind)
+    source = store.get(f"{namespace}/{ref.name}") if store is not None else None
+    if source is None:
+        raise Waiting(
+            Reason.ARTIFACT_FAILED,
+            f"Source '{ref.kind}/{namespace}/{ref.name}' not found",
+            requeue_after=ctx.services.requeue_dependency,
+        )
+    artifact = (source.get("status") or {}).get("artifact")
+    if not artifact:
+        raise Waiting(
+            Reason.ARTIFACT_FAILED,
+            f"Source '{ref.kind}/{namespace}/{ref.name}' has no artifact yet",
+            requeue_after=ctx.services.requeue_dependency,
+        )
+    ctx.artifact = Artifact.model_validate(artifact)
+    ctx.source_key = (ref.kind, f"{namespace}/{ref.name}")
+    ctx.ks.status.last_attempted_revision = ctx.artifact.revision
+    ctx.event_metadata["revision"] = ctx.artifact.revision
+    origin = (ctx.artifact.metadata or {}).get("org.opencontainers.image.revision")
+    if origin:
+        ctx.event_metadata["originRevision"] = origin
+    return None
+
+
+# -- 3. dependencies --------------------------------------------------------------
+
+
+@step()
+async def reconcile_dependencies(ctx: KustomizationContext) -> Result | None:
+    if not ctx.ks.spec.depends_on:
+        return None
+    assert ctx.artifact is not None
+    try:
+        dependencies.check(
+            ctx.raw, ctx.services.kustomizations.get, source_revision=ctx.artifact.revision
+        )
+    except dependencies.DependencyCycle as error:
+        raise Stalling(Reason.DEPENDENCY_NOT_READY, str(error)) from None
+    except dependencies.DependencyNotReady as error:
+        raise Waiting(
+            Reason.DEPENDENCY_NOT_READY,
+            f"{error}, retrying in {ctx.services.requeue_dependency:g}s",
+            requeue_after=ctx.services.requeue_dependency,
+        ) from None
+    return None
+
+
+# -- 4. artifact -----------------------------------------------------------------
+
+
+@step()
+async def reconcile_artifact(ctx: KustomizationContext) -> Result | None:
+    assert ctx.artifact is not None
+    artifact = ctx.artifact
+    if not artifact.digest:
+        raise ctx.failed(Reason.ARTIFACT_FAILED, "source artifact has no digest")
+    scratch = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="ks-")))
+    ctx.workdir = scratch / "artifact"
+    try:
+        await fetch_artifact(
+            ctx.services.session,
+            url=artifact.url,
+            digest=artifact.digest,
+            dest=ctx.workdir,
+            max_size=MAX_ARTIFACT_SIZE,
+        )
+    except ArtifactError as error:
+        raise ctx.failed(
+            Reason.ARTIFACT_FAILED, f"artifact of revision '{artifact.revision}': {error}"
+        ) from None
+    return None
+
+
+# -- 5. build ----------------------------------------------------------------------
+
+
+@step()
+async def reconcile_build(ctx: KustomizationContext) -> Result | None:
+    assert ctx.workdir is not None
+    try:
+        ctx.objects = await building.build(
+            ctx.workdir,
+            ctx.ks.spec,
+            kustomize=ctx.services.kustomize,
+            allow_remote_bases=ctx.services.allow_remote_bases,
+        )
+    except building.BuildError as error:
+        raise ctx.failed(Reason.BUILD_FAILED, str(error)) from None
+    return None
+
+
+# -- 6. substitution -------------------------------------------------------------
+
+
+@step()
+async def reconcile_substitution(ctx: KustomizationContext) -> Result | None:
+    post_build = ctx.ks.spec.post_build
+    if post_build is None or not substituting.post_build_enabled(post_build):
+        return None
+    try:
+        variables = await substituting.collect(ctx.client, ctx.namespace, post_build)
+        ctx.objects = substituting.substitute(ctx.objects, variables)
+    except substituting.SubstitutionError as error:
+        raise ctx.failed(Reason.BUILD_FAILED, f"post-build substitution failed: {error}") from None
+    return None
+
+
+# -- 7. validation ------------------------------------------------------------------
+
+
+@step()
+async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
+    """Pick the target client, then validate and dry-run every object of the revision."""
+    try:
+        ctx.target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
+    except TargetError as error:
+        raise ctx.failed(Reason.RECONCILIATION_FAILED, str(error)) from None
+    ctx.manager = ResourceManager(
+        ctx.target, mapper, field_manager=FIELD_MANAGER, owner_labels=owner_labels(ctx.ks)
+    )
+    try:
+        ctx.manager.validate(ctx.objects)
+        await ctx.manager.dry_run_all(ctx.objects, force=ctx.ks.spec.force)
+    except ValidationFailed as error:
+        raise ctx.failed(Reason.BUILD_FAILED, str(error)) from None
+    except ApplyFailed as error:
+        reason = Reason.ACCESS_DENIED if error.forbidden else Reason.RECONCILIATION_FAILED
+        raise ctx.failed(reason, f"dry-run failed: {error}") from None
+    except UnknownKind as error:
+        raise ctx.failed(Reason.RECONCILIATION_FAILED, f"dry-run failed: {error}") from None
+    return None
+
+
+# -- 8. apply --------------------------------------------------------------------------
+
+
+@step()
+async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
+    assert ctx.manager is not None and ctx.artifact is not None
+    try:
+        ctx.changeset = await ctx.manager.apply_all_staged(
+            ctx.objects, force=ctx.ks.spec.force, dry_run_first=False, wait_timeout=_timeout(ctx)
+        )
+    except ApplyFailed as error:
+        # What did get applied stays in the inventory, so a later prune can
+        # still find it.
+        _merge_inventory(ctx, error.changeset)
+        reason = Reason.ACCESS_DENIED if error.forbidden else Reason.RECONCILIATION_FAILED
+        raise ctx.failed(reason, f"apply failed: {error}") from None
+    except (UnknownKind, KubeError) as error:
+        raise ctx.failed(Reason.RECONCILIATION_FAILED, f"apply failed: {error}") from None
+    if ctx.changeset.changed:
+        ctx.events.normal(
+            Reason.PROGRESSING,
+            ctx.changeset.summary(only_changes=True),
+            metadata=ctx.event_metadata,
+        )
+    return None
+
+
+def _merge_inventory(ctx: KustomizationContext, applied: ChangeSet) -> None:
+    entries = {e["id"]: e["v"] for e in _inventory_entries(ctx)}
+    entries.update({item["id"]: item["v"] for item in applied.inventory()})
+    if entries:
+        ctx.ks.status.inventory = _inventory(entries)
+
+
+def _inventory(entries: dict[str, str]) -> ResourceInventory:
+    return ResourceInventory.model_validate(
+        {"entries": [{"id": k, "v": v} for k, v in sorted(entries.items())]}
+    )
+
+
+def _inventory_entries(ctx: KustomizationContext) -> list[dict[str, str]]:
+    inventory = ctx.ks.status.inventory
+    if inventory is None:
+        return []
+    return [{"id": e.id, "v": e.version} for e in inventory.entries]
+
+
+# -- 9. prune ------------------------------------------------------------------------------
+
+
+@step()
+async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
+    assert ctx.manager is not None
+    new = {e["id"]: e["v"] for e in ctx.changeset.inventory()}
+    old = {e["id"] for e in _inventory_entries(ctx)}
+    stale = sorted(old - set(new))
+    if ctx.ks.spec.prune and stale:
+        try:
+            pruned = await ctx.manager.delete_all([ObjectId.from_inventory_id(i) for i in stale])
+        except (ApplyFailed, KubeError) as error:
+            reason = (
+                Reason.ACCESS_DENIED if getattr(error, "forbidden", False) else Reason.PRUNE_FAILED
+            )
+            raise ctx.failed(reason, f"prune failed: {error}") from None
+        if pruned.changed:
+            ctx.events.normal(
+                Reason.PROGRESSING, pruned.summary(only_changes=True), metadata=ctx.event_metadata
+            )
+    ctx.ks.status.inventory = _inventory(new)
+    return None
+
+
+# -- 10. health -------------------------------------------------------------------------
+
+
+@step(Condition.HEALTHY)
+async def reconcile_health(ctx: KustomizationContext) -> Result | None:
+    targets = await _health_targets(ctx)
+    if not targets:
+        return None
+    assert ctx.target is not None
+    cancel = asyncio.Event()
+    with _cancel_on_new_revision(ctx, cancel):
+        report = await wait_for_health(
+            ctx.target,
+            targets,
+            timeout=_timeout(ctx),
+            interval=ctx.services.health_interval,
+            cancel=cancel,
+        )
+    if report.cancelled:
+        raise Waiting(
+            Reason.PROGRESSING,
+            "a new source revision arrived while waiting for health checks",
+            requeue_after=0,
+        )
+    if not report.healthy:
+        raise StepError(
+            Reason.HEALTH_CHECK_FAILED,
+            ("health check timed out: " if report.timed_out else "health check failed: ")
+            + report.summary(),
+            condition=Condition.HEALTHY,
+            requeue_after=ctx.retry_after(),
+        )
+    ctx.conditions.mark_true(Condition.HEALTHY, Reason.SUCCEEDED, "Health check passed")
+    return None
+
+
+async def _health_targets(ctx: KustomizationContext) -> list[tuple[ResourceType, str | None, str]]:
+    assert ctx.manager is not None
+    mapper = ctx.manager.mapper
+    targets: list[tuple[ResourceType, str | None, str]] = []
+    if ctx.ks.spec.wait:
+        for entry in ctx.changeset.entries:
+            if entry.action == "skipped":
+                continue
+            rt = await mapper.resource_for_kind(entry.id.group, entry.id.kind)
+            targets.append((rt, entry.id.namespace or None, entry.id.name))
+        return targets
+    for check in ctx.ks.spec.health_checks or []:
+        try:
+            api_version = check.api_version or "v1"
+            rt = await mapper.resource_for(api_version, check.kind)
+        except UnknownKind as error:
+            raise ctx.failed(Reason.HEALTH_CHECK_FAILED, str(error)) from None
+        namespace = check.namespace or (ctx.namespace if rt.namespaced else None)
+        targets.append((rt, namespace if rt.namespaced else None, check.name))
+    return targets
+
+
+@contextlib.contextmanager
+def _cancel_on_new_revision(ctx: KustomizationContext, cancel: asyncio.Event) -> Iterator[None]:
+    """A new artifact of our source ends a long health wait: reconcile it instead."""
+    assert ctx.source_key is not None and ctx.artifact is not None
+    kind, key = ctx.source_key
+    store = ctx.services.sources[kind]
+    revision = ctx.artifact.revision
+
+    async def watch() -> None:
+        while not cancel.is_set():
+            current = ((store.get(key) or {}).get("status") or {}).get("artifact") or {}
+            if current.get("revision") not in (None, revision):
+                cancel.set()
+            await asyncio.sleep(0.2)
+
+    task = asyncio.get_running_loop().create_task(watch(), name="health-cancel-watch")
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+def _timeout(ctx: KustomizationContext) -> float:
+    spec = ctx.ks.spec
+    return parse_duration(spec.timeout or spec.interval).total_seconds()
+
+
+# -- 11. status ----------------------------------------------------------------------------
+
+
+@step()
+async def reconcile_status(ctx: KustomizationContext) -> Result | None:
+    assert ctx.artifact is not None
+    status = ctx.ks.status
+    status.last_applied_revision = ctx.artifact.revision
+    origin = (ctx.artifact.metadata or {}).get("org.opencontainers.image.revision")
+    status.last_applied_origin_revision = origin
+    ctx.ready_reason = Reason.RECONCILIATION_SUCCEEDED
+    ctx.ready_message = f"Applied revision: {ctx.artifact.revision}"
+    return None
+
+
+STEPS = (
+    reconcile_source,
+    reconcile_dependencies,
+    reconcile_artifact,
+    reconcile_build,
+    reconcile_substitution,
+    reconcile_validation,
+    reconcile_apply,
+    reconcile_prune,
+    reconcile_health,
+    reconcile_status,
+)
+
+
+# -- deletion --------------------------------------------------------------------------------
+
+
+async def finalize(ctx: KustomizationContext) -> None:
+    """Garbage-collect what this Kustomization applied, per its deletion policy."""
+    spec = ctx.ks.spec
+    policy = spec.deletion_policy or "MirrorPrune"
+    delete = policy in ("Delete", "WaitForTermination") or (policy == "MirrorPrune" and spec.prune)
+    entries = _inventory_entries(ctx)
+    if not delete or not entries:
+        return
+    try:
+        target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
+    except TargetError as error:
+        # The target cluster's credentials are gone; nothing can be cleaned.
+        ctx.log.warning("cannot garbage-collect on deletion", error=str(error))
+        return
+    manager = ResourceManager(
+        target, mapper, field_manager=FIELD_MANAGER, owner_labels=owner_labels(ctx.ks)
+    )
+    await manager.delete_all([ObjectId.from_inventory_id(e["id"]) for e in entries])
+
+
+# -- what makes a Kustomization reconcile ---------------------------------------------------
+
+
+def source_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
+    """Kustomizations to reconcile when a source's artifact revision changes."""
+
+    def mapper(change: Change) -> list[str]:
+        old = ((change.old or {}).get("status") or {}).get("artifact") or {}
+        new = ((change.new or {}).get("status") or {}).get("artifact") or {}
+        if change.kind == "deleted" or old.get("revision") == new.get("revision"):
+            return []
+        kind = change.obj.get("kind")
+        namespace = change.obj["metadata"].get("namespace")
+        name = change.obj["metadata"]["name"]
+        keys = []
+        for obj in kustomizations.values():
+            spec = obj.get("spec") or {}
+            if spec.get("suspend"):
+                continue  # a suspended Kustomization ignores source events
+            ref = spec.get("sourceRef") or {}
+            own_ns = obj["metadata"].get("namespace")
+            if (
+                ref.get("kind") == kind
+                and ref.get("name") == name
+                and (ref.get("namespace") or own_ns) == namespace
+            ):
+                keys.append(f"{own_ns}/{obj['metadata']['name']}")
+        return keys
+
+    return mapper
+
+
+def dependent_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
+    """Kustomizations to reconcile when one they depend on becomes ready or applies."""
+
+    def mapper(change: Change) -> list[str]:
+        if change.kind != "updated":
+            return []
+
+        def state(obj: dict[str, Any] | None) -> tuple[Any, ...]:
+            status = (obj or {}).get("status") or {}
+            ready = next(
+                (
+                    c.get("status")
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "Ready"
+                ),
+                None,
+            )
+            return (ready, status.get("lastAppliedRevision"), status.get("observedGeneration"))
+
+        if state(change.old) == state(change.new):
+            return []
+        return dependencies.dependents(change.key, list(kustomizations.values()))
+
+    return mapper
+
+
+def reconciler(services: Services) -> Reconciler[KustomizationContext]:
+    def make(**base: Any) -> KustomizationContext:
+        return KustomizationContext(services=services, **base)
+
+    return Reconciler(
+        model=Kustomization,
+        steps=STEPS,
+        context=make,
+        finalize=finalize,
+        success_reason=Reason.RECONCILIATION_SUCCEEDED,
+    )

@@ -1,0 +1,295 @@
+"""The delivery pipeline end to end: Git → artifact → kustomize → SSA → prune → health."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from sluice_envtest.harness import condition, is_ready
+from sluice_envtest.workloads import simulated_rollouts
+from sluice_runtime.kube.errors import NotFound
+
+from .conftest import (
+    CONFIG_MAP,
+    DEPLOYMENT,
+    GITREPO,
+    KUSTOMIZATION,
+    NAMESPACE,
+    SERVICE,
+    Delivery,
+    config_map,
+    deployment,
+    namespace_doc,
+)
+
+
+def service(name: str, namespace: str) -> str:
+    return f"""apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  selector: {{app: {name}}}
+  ports:
+    - port: 80
+"""
+
+
+async def exists(d: Delivery, rt: Any, name: str, namespace: str | None) -> bool:
+    try:
+        await d.kube.get(rt, name, namespace)
+    except NotFound:
+        return False
+    return True
+
+
+async def test_the_webapp_example_goes_ready_in_dependency_order(delivery: Delivery) -> None:
+    """The kustomize-controller design's own example, from a local Git repository."""
+    d = delivery
+    ns = d.namespace
+    istio_ns, app_ns = f"istio-{ns}"[:63], f"webapp-{ns}"[:63]
+    repo = d.repo("fleet")
+    repo.commit(
+        "fleet",
+        files={
+            "istio/namespace.yaml": namespace_doc(istio_ns),
+            "istio/istiod.yaml": deployment("istiod", istio_ns),
+            "webapp/common/namespace.yaml": namespace_doc(app_ns),
+            "webapp/common/config.yaml": config_map("common", app_ns, env="prod"),
+            "webapp/backend/deployment.yaml": deployment("backend", app_ns),
+            "webapp/backend/service.yaml": service("backend", app_ns),
+            "webapp/frontend/deployment.yaml": deployment("frontend", app_ns),
+            "webapp/frontend/service.yaml": service("frontend", app_ns),
+        },
+    )
+    repo.push()
+    await d.git_repository("fleet")
+    await d.kustomization(
+        "istio",
+        source="fleet",
+        path="./istio",
+        healthChecks=[
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "istiod", "namespace": istio_ns}
+        ],
+        timeout="2m",
+    )
+    await d.kustomization(
+        "webapp-common", source="fleet", path="./webapp/common", dependsOn=[{"name": "istio"}]
+    )
+    await d.kustomization(
+        "webapp-backend",
+        source="fleet",
+        path="./webapp/backend",
+        dependsOn=[{"name": "webapp-common"}],
+        healthChecks=[
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "backend", "namespace": app_ns}
+        ],
+        timeout="2m",
+    )
+    await d.kustomization(
+        "webapp-frontend",
+        source="fleet",
+        path="./webapp/frontend",
+        dependsOn=[{"name": "webapp-backend"}],
+    )
+    names = ["istio", "webapp-common", "webapp-backend", "webapp-frontend"]
+    ready_at: dict[str, float] = {}
+    waited_on_dependency: set[str] = set()
+
+    # Nothing rolls a Deployment out until we say so: istio waits on istiod.
+    await asyncio.sleep(1.0)
+    frontend = await d.observe.get(KUSTOMIZATION, "webapp-frontend")
+    assert (condition(frontend, "Ready") or {}).get("reason") == "DependencyNotReady"
+    assert not await exists(d, DEPLOYMENT, "frontend", app_ns)
+
+    async with simulated_rollouts(d.kube):
+        deadline = time.monotonic() + 60
+        while len(ready_at) < len(names) and time.monotonic() < deadline:
+            for name in names:
+                obj = await d.observe.get(KUSTOMIZATION, name)
+                if name not in ready_at and is_ready(obj):
+                    ready_at[name] = time.monotonic()
+                if (condition(obj, "Ready") or {}).get("reason") == "DependencyNotReady":
+                    waited_on_dependency.add(name)
+            await asyncio.sleep(0.05)
+    assert set(ready_at) == set(names), f"not all ready: {ready_at}"
+    order = sorted(names, key=ready_at.__getitem__)
+    assert order == names
+    assert {"webapp-common", "webapp-backend", "webapp-frontend"} <= waited_on_dependency
+
+    backend = await d.observe.get(KUSTOMIZATION, "webapp-backend")
+    revision = f"main@sha1:{repo.head}"
+    assert backend["status"]["lastAppliedRevision"] == revision
+    assert backend["status"]["lastAttemptedRevision"] == revision
+    assert condition(backend, "Ready")["message"] == f"Applied revision: {revision}"  # type: ignore[index]
+    assert condition(backend, "Healthy")["status"] == "True"  # type: ignore[index]
+    entries = {e["id"]: e["v"] for e in backend["status"]["inventory"]["entries"]}
+    assert entries == {
+        f"{app_ns}_backend_apps_Deployment": "v1",
+        f"{app_ns}_backend__Service": "v1",
+    }
+    svc = await d.kube.get(SERVICE, "backend", app_ns)
+    assert svc["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/name"] == "webapp-backend"
+    assert svc["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/namespace"] == ns
+
+
+async def test_edit_prune_and_drift_correction(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("app")
+    repo.commit(
+        "v1", files={"a.yaml": config_map("a", ns, k="1"), "b.yaml": config_map("b", ns, k="1")}
+    )
+    repo.push()
+    await d.git_repository("app")
+    await d.kustomization("app", source="app")
+    first = await d.observe.wait_ready(KUSTOMIZATION, "app")
+    assert len(first["status"]["inventory"]["entries"]) == 2
+
+    # Editing a manifest updates the object; deleting one prunes it.
+    repo.commit("v2", files={"a.yaml": config_map("a", ns, k="2")}, remove=["b.yaml"])
+    repo.push()
+    await d.observe.poke(GITREPO, "app", "v2")
+    second = await d.observe.wait(
+        KUSTOMIZATION,
+        "app",
+        lambda o: o["status"].get("lastAppliedRevision") == f"main@sha1:{repo.head}",
+        what="v2 applied",
+    )
+    assert (await d.kube.get(CONFIG_MAP, "a", ns))["data"] == {"k": "2"}
+    assert not await exists(d, CONFIG_MAP, "b", ns)
+    assert [e["id"] for e in second["status"]["inventory"]["entries"]] == [f"{ns}_a__ConfigMap"]
+
+    # Someone edits a managed field by hand; the next reconcile reverts it.
+    await d.kube.merge_patch(CONFIG_MAP, "a", {"data": {"k": "hand-edited"}}, namespace=ns)
+    await d.observe.poke(KUSTOMIZATION, "app", "drift")
+    assert (await d.kube.get(CONFIG_MAP, "a", ns))["data"] == {"k": "2"}
+
+
+async def test_a_new_source_revision_is_applied_within_seconds(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("fast")
+    repo.commit("v1", files={"c.yaml": config_map("c", ns, v="1")})
+    repo.push()
+    await d.git_repository("fast")
+    await d.kustomization("fast", source="fast")  # interval 1h: only events can make it quick
+    await d.observe.wait_ready(KUSTOMIZATION, "fast")
+    repo.commit("v2", files={"c.yaml": config_map("c", ns, v="2")})
+    repo.push()
+    started = time.monotonic()
+    await d.observe.poke(GITREPO, "fast", "go")
+    await d.observe.wait(
+        KUSTOMIZATION,
+        "fast",
+        lambda o: o["status"].get("lastAppliedRevision") == f"main@sha1:{repo.head}",
+        timeout=10,
+        what="new revision applied",
+    )
+    assert (await d.kube.get(CONFIG_MAP, "c", ns))["data"] == {"v": "2"}
+    assert time.monotonic() - started < 10
+
+
+async def test_deleting_a_kustomization_garbage_collects_unless_orphaned(
+    delivery: Delivery,
+) -> None:
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("gc")
+    repo.commit(
+        "v1",
+        files={
+            "keep/x.yaml": config_map("orphaned", ns),
+            "drop/y.yaml": config_map("collected", ns),
+        },
+    )
+    repo.push()
+    await d.git_repository("gc")
+    await d.kustomization("collect", source="gc", path="./drop")
+    await d.kustomization("orphan", source="gc", path="./keep", deletionPolicy="Orphan")
+    await d.observe.wait_ready(KUSTOMIZATION, "collect")
+    await d.observe.wait_ready(KUSTOMIZATION, "orphan")
+    await d.kube.delete(KUSTOMIZATION, "collect", namespace=ns)
+    await d.kube.delete(KUSTOMIZATION, "orphan", namespace=ns)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if not await exists(d, KUSTOMIZATION, "collect", ns) and not await exists(
+            d, KUSTOMIZATION, "orphan", ns
+        ):
+            break
+        await asyncio.sleep(0.1)
+    assert not await exists(d, CONFIG_MAP, "collected", ns)
+    assert await exists(d, CONFIG_MAP, "orphaned", ns)
+
+
+async def test_suspended_kustomization_ignores_new_revisions(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("paused")
+    repo.commit("v1", files={"p.yaml": config_map("p", ns, v="1")})
+    repo.push()
+    await d.git_repository("paused")
+    await d.kustomization("paused", source="paused")
+    await d.observe.wait_ready(KUSTOMIZATION, "paused")
+    await d.kube.merge_patch(KUSTOMIZATION, "paused", {"spec": {"suspend": True}}, namespace=ns)
+    repo.commit("v2", files={"p.yaml": config_map("p", ns, v="2")})
+    repo.push()
+    await d.observe.poke(GITREPO, "paused", "v2")
+    await asyncio.sleep(1.5)
+    assert (await d.kube.get(CONFIG_MAP, "p", ns))["data"] == {"v": "1"}
+    await d.kube.merge_patch(KUSTOMIZATION, "paused", {"spec": {"suspend": False}}, namespace=ns)
+    await d.observe.wait(
+        KUSTOMIZATION,
+        "paused",
+        lambda o: o["status"].get("lastAppliedRevision") == f"main@sha1:{repo.head}",
+        what="applied after resume",
+    )
+    assert (await d.kube.get(CONFIG_MAP, "p", ns))["data"] == {"v": "2"}
+
+
+async def test_namespaces_and_crds_apply_before_what_needs_them(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    group = f"{ns}.example.com"
+    crd = f"""apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.{group}
+spec:
+  group: {group}
+  names: {{kind: Widget, plural: widgets, singular: widget}}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {{type: object, properties: {{size: {{type: integer}}}}}}
+"""
+    widget = f"apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w\n  namespace: fresh-{ns}\nspec:\n  size: 3\n"
+    repo = d.repo("stages")
+    # The CR and its namespace come first in the file order; staging must fix that.
+    repo.commit(
+        "stages",
+        files={
+            "0-widget.yaml": widget,
+            "1-ns.yaml": namespace_doc(f"fresh-{ns}"),
+            "2-crd.yaml": crd,
+        },
+    )
+    repo.push()
+    await d.git_repository("stages")
+    await d.kustomization("stages", source="stages")
+    obj = await d.observe.wait_ready(KUSTOMIZATION, "stages")
+    ids = sorted(e["id"] for e in obj["status"]["inventory"]["entries"])
+    assert ids == [
+        f"_fresh-{ns}__Namespace",
+        f"_widgets.{group}_apiextensions.k8s.io_CustomResourceDefinition",
+        f"fresh-{ns}_w_{group}_Widget",
+    ]
+    assert await exists(d, NAMESPACE, f"fresh-{ns}", None)

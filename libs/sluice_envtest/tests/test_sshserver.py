@@ -325,7 +325,9 @@ def test_debians_ssh_client_works_where_the_system_has_none(
     git_ssh: SshGitServer, tmp_path: Path
 ) -> None:
     ssh = ssh_client(prefer_system=False)
-    assert ".cache" in str(ssh) or "sluice" in str(ssh)
+    from sluice_envtest.debian import cache_root
+
+    assert str(ssh).startswith(str(cache_root())), ssh
     version = subprocess.run([str(ssh), "-V"], capture_output=True, text=True)
     assert version.returncode == 0, version.stderr
     assert "OpenSSH_9.2" in version.stderr

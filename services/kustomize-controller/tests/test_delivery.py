@@ -293,3 +293,84 @@ spec:
         f"fresh-{ns}_w_{group}_Widget",
     ]
     assert await exists(d, NAMESPACE, f"fresh-{ns}", None)
+
+
+async def test_post_build_substitution_from_configmaps_and_secrets(delivery: Delivery) -> None:
+    from sluice_envtest.harness import make_config_map, make_secret
+
+    d = delivery
+    ns = d.namespace
+    await make_config_map(d.kube, ns, "cluster-vars", {"region": "eu-central-1", "env": "staging"})
+    await make_secret(d.kube, ns, "cluster-secrets", {"token": "s3cr3t"})
+    skipped = config_map("literal", ns, v="${region}").replace(
+        "metadata:\n",
+        "metadata:\n  annotations:\n    kustomize.toolkit.fluxcd.io/substitute: disabled\n",
+    )
+    repo = d.repo("vars")
+    repo.commit(
+        "vars",
+        files={
+            "cm.yaml": config_map(
+                "vars",
+                ns,
+                region="${region}",
+                env="${env}",
+                tier="${tier:=gold}",
+                token="${token}",
+                raw="$${region}",
+            ),
+            "skip.yaml": skipped,
+        },
+    )
+    repo.push()
+    await d.git_repository("vars")
+    await d.kustomization(
+        "vars",
+        source="vars",
+        postBuild={
+            "substitute": {"env": "prod"},
+            "substituteFrom": [
+                {"kind": "ConfigMap", "name": "cluster-vars"},
+                {"kind": "Secret", "name": "cluster-secrets"},
+                {"kind": "ConfigMap", "name": "absent", "optional": True},
+            ],
+        },
+    )
+    await d.observe.wait_ready(KUSTOMIZATION, "vars")
+    data = (await d.kube.get(CONFIG_MAP, "vars", ns))["data"]
+    assert data == {
+        "region": "eu-central-1",
+        "env": "prod",
+        "tier": "gold",
+        "token": "s3cr3t",
+        "raw": "${region}",
+    }
+    assert (await d.kube.get(CONFIG_MAP, "literal", ns))["data"] == {"v": "${region}"}
+
+
+async def test_kubeconfig_secret_targets_another_cluster(
+    delivery: Delivery, second_cluster: Any
+) -> None:
+    from sluice_envtest.harness import make_secret
+    from sluice_runtime.kube.client import KubeClient
+
+    d = delivery
+    ns = d.namespace
+    remote = await KubeClient.connect(kubeconfig=str(second_cluster.kubeconfig))
+    try:
+        await remote.create(
+            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        )
+        await make_secret(d.kube, ns, "remote", {"value": second_cluster.kubeconfig.read_text()})
+        repo = d.repo("remote")
+        repo.commit("c", files={"r.yaml": config_map("remote-only", ns, where="second")})
+        repo.push()
+        await d.git_repository("remote")
+        await d.kustomization(
+            "remote", source="remote", kubeConfig={"secretRef": {"name": "remote"}}
+        )
+        await d.observe.wait_ready(KUSTOMIZATION, "remote")
+        assert (await remote.get(CONFIG_MAP, "remote-only", ns))["data"] == {"where": "second"}
+        assert not await exists(d, CONFIG_MAP, "remote-only", ns), "nothing applied locally"
+    finally:
+        await remote.close()

@@ -1,0 +1,235 @@
+"""Each step's failure: the condition names the problem and nothing is half-applied."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice_envtest.harness import condition
+from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import ResourceType
+
+from .conftest import CONFIG_MAP, DEPLOYMENT, GITREPO, KUSTOMIZATION, Delivery, config_map
+
+SERVICE_ACCOUNT = ResourceType("", "v1", "serviceaccounts", "ServiceAccount")
+ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+
+
+async def absent(d: Delivery, name: str, namespace: str | None = None) -> bool:
+    try:
+        await d.kube.get(CONFIG_MAP, name, namespace or d.namespace)
+    except NotFound:
+        return True
+    return False
+
+
+async def failing(
+    d: Delivery, name: str, files: dict[str, str], reason: str, **spec: Any
+) -> tuple[dict[str, Any], str]:
+    repo = d.repo(name)
+    repo.commit("c", files=files)
+    repo.push()
+    await d.git_repository(name)
+    await d.kustomization(name, source=name, **spec)
+    obj = await d.observe.wait_reason(KUSTOMIZATION, name, reason)
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert obj["status"].get("lastAppliedRevision") is None
+    assert obj["status"]["lastAttemptedRevision"] == f"main@sha1:{repo.head}"
+    return obj, ready["message"]
+
+
+BAD_YAML = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: broken\n data: [oops\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "spec", "expect"),
+    [
+        pytest.param(
+            {"ok.yaml": config_map("ok")},
+            {"path": "./nope"},
+            "path './nope' not found",
+            id="missing-path",
+        ),
+        pytest.param(
+            {"ok.yaml": config_map("ok"), "bad.yaml": BAD_YAML}, {}, "bad.yaml", id="bad-yaml"
+        ),
+        pytest.param(
+            {
+                "ok.yaml": config_map("ok"),
+                "kustomization.yaml": "resources:\n- ok.yaml\n- missing.yaml\n",
+            },
+            {},
+            "missing.yaml",
+            id="kustomize-error",
+        ),
+        pytest.param(
+            {
+                "ok.yaml": config_map("ok"),
+                "kustomization.yaml": "resources:\n- ok.yaml\n- https://github.com/fluxcd/flux2/manifests/bases/helm-controller?ref=main\n",
+            },
+            {},
+            "https://github.com/fluxcd/flux2",
+            id="remote-base-refused",
+        ),
+        pytest.param(
+            {"ok.yaml": config_map("ok", v="${my_var}")},
+            {"postBuild": {"substitute": {"my-var": "x"}}},
+            "variable name 'my-var' is not valid",
+            id="invalid-substitution",
+        ),
+        pytest.param(
+            {"ok.yaml": config_map("ok", v="${var")},
+            {"postBuild": {"substitute": {"var": "x"}}},
+            "ConfigMap",
+            id="malformed-substitution",
+        ),
+    ],
+)
+async def test_build_failures(
+    delivery: Delivery, files: dict[str, str], spec: dict[str, Any], expect: str
+) -> None:
+    obj, message = await failing(delivery, "build", files, "BuildFailed", **spec)
+    assert expect in message
+    assert await absent(delivery, "ok"), "nothing of a failed build is applied"
+
+
+async def test_a_dry_run_rejection_names_the_object_and_applies_nothing(delivery: Delivery) -> None:
+    d = delivery
+    bad = f"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: bad\n  namespace: {d.namespace}\nspec:\n  template:\n    spec:\n      containers: []\n"
+    _, message = await failing(
+        d,
+        "dryrun",
+        {"ok.yaml": config_map("ok", d.namespace), "bad.yaml": bad},
+        "ReconciliationFailed",
+    )
+    assert f"Deployment/{d.namespace}/bad" in message
+    assert "selector" in message  # the API server's own words
+    assert await absent(d, "ok")
+
+
+async def test_a_tenant_cannot_touch_other_namespaces(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    await d.kube.create(
+        SERVICE_ACCOUNT,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "tenant", "namespace": ns},
+        },
+    )
+    await d.kube.create(
+        ROLE,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "tenant", "namespace": ns},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}],
+        },
+    )
+    await d.kube.create(
+        ROLE_BINDING,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "tenant", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+        },
+    )
+    files = {
+        "mine.yaml": config_map("mine", ns),
+        "theirs.yaml": config_map(f"intrusion-{ns}", "default"),
+    }
+    _, message = await failing(d, "tenant", files, "AccessDenied", serviceAccountName="tenant")
+    assert f"ConfigMap/default/intrusion-{ns}" in message
+    assert "forbidden" in message.lower()
+    assert await absent(d, f"intrusion-{ns}", "default")
+    assert await absent(d, "mine")
+
+    # Within its own namespace the same tenant may deliver.
+    repo = d.repo("tenant-ok")
+    repo.commit("c", files={"mine.yaml": config_map("mine", ns)})
+    repo.push()
+    await d.git_repository("tenant-ok")
+    await d.kustomization("tenant-ok", source="tenant-ok", serviceAccountName="tenant")
+    await d.observe.wait_ready(KUSTOMIZATION, "tenant-ok")
+    assert not await absent(d, "mine")
+
+
+async def test_a_dependency_that_is_not_ready_is_named(delivery: Delivery) -> None:
+    d = delivery
+    _, message = await failing(
+        d,
+        "waits",
+        {"ok.yaml": config_map("ok", d.namespace)},
+        "DependencyNotReady",
+        dependsOn=[{"name": "ghost"}],
+    )
+    assert f"dependency '{d.namespace}/ghost' not found" in message
+    assert await absent(d, "ok")
+
+
+async def test_a_dependency_cycle_stalls(delivery: Delivery) -> None:
+    d = delivery
+    repo = d.repo("cycle")
+    repo.commit("c", files={"a/x.yaml": config_map("x"), "b/y.yaml": config_map("y")})
+    repo.push()
+    await d.git_repository("cycle")
+    await d.kustomization("a", source="cycle", path="./a", dependsOn=[{"name": "b"}])
+    await d.kustomization("b", source="cycle", path="./b", dependsOn=[{"name": "a"}])
+    obj = await d.observe.wait(
+        KUSTOMIZATION,
+        "a",
+        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+        what="Stalled",
+    )
+    assert (
+        f"dependency cycle detected: {d.namespace}/a -> {d.namespace}/b -> {d.namespace}/a"
+        in condition(obj, "Stalled")["message"]
+    )  # type: ignore[index]
+    assert await absent(d, "x")
+
+
+async def test_a_health_check_timeout_names_the_unhealthy_object(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    from .conftest import deployment
+
+    obj, message = await failing(
+        d,
+        "unhealthy",
+        {"web.yaml": deployment("web", ns)},
+        "HealthCheckFailed",
+        healthChecks=[
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": ns}
+        ],
+        timeout="2s",
+    )
+    assert f"Deployment/{ns}/web" in message
+    assert "timed out" in message
+    healthy = condition(obj, "Healthy")
+    assert healthy is not None and healthy["status"] == "False"
+    assert healthy["reason"] == "HealthCheckFailed"
+    # Health comes after the apply: the Deployment is there, just not available.
+    await d.kube.get(DEPLOYMENT, "web", ns)
+
+
+async def test_a_tampered_artifact_is_refused(delivery: Delivery) -> None:
+    d = delivery
+    repo = d.repo("tamper")
+    repo.commit("c", files={"ok.yaml": config_map("ok", d.namespace)})
+    repo.push()
+    await d.git_repository("tamper")
+    source = await d.observe.wait_ready(GITREPO, "tamper")
+    storage = Path(d.source.options.storage_path)
+    artifact = storage / source["status"]["artifact"]["path"]
+    artifact.write_bytes(artifact.read_bytes() + b"tampered")
+    await d.kustomization("tamper", source="tamper")
+    obj = await d.observe.wait_reason(KUSTOMIZATION, "tamper", "ArtifactFailed")
+    assert "digest mismatch" in condition(obj, "Ready")["message"]  # type: ignore[index]
+    assert await absent(d, "ok")

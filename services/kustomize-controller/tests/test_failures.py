@@ -92,7 +92,7 @@ BAD_YAML = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: broken\n data: [
 async def test_build_failures(
     delivery: Delivery, files: dict[str, str], spec: dict[str, Any], expect: str
 ) -> None:
-    obj, message = await failing(delivery, "build", files, "BuildFailed", **spec)
+    _, message = await failing(delivery, "build", files, "BuildFailed", **spec)
     assert expect in message
     assert await absent(delivery, "ok"), "nothing of a failed build is applied"
 

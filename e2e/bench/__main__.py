@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from e2e.bench import noop_fetch
+from e2e.bench import mttp, noop_fetch
 
 BENCHMARKS = {
     "noop-fetch": noop_fetch.main,
+    "mttp": mttp.main,
 }
 
 

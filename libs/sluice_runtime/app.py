@@ -32,6 +32,7 @@ from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_lin
 from sluice_runtime.leading import LeaderElector
 from sluice_runtime.observing import logging as sluice_logging
 from sluice_runtime.observing import tracing
+from sluice_runtime.observing.metrics import observe_api_requests
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import C
 from sluice_runtime.recording import EventRecorder
@@ -166,6 +167,7 @@ async def running(
             kubeconfig=options.kubeconfig, qps=options.kube_api_qps, burst=options.kube_api_burst
         )
         stack.push_async_callback(client.close)
+        observe_api_requests(service, lambda: client.request_count)
         await require_kinds(client, kinds)
         recorder = EventRecorder(
             client, controller=service, events_addr=options.events_addr or None

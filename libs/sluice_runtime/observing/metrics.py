@@ -8,10 +8,18 @@ the queue record them; steps never do.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.metrics import Counter, Histogram, Meter, UpDownCounter
+from opentelemetry.metrics import (
+    CallbackOptions,
+    Counter,
+    Histogram,
+    Meter,
+    Observation,
+    UpDownCounter,
+)
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
@@ -41,6 +49,25 @@ def _meter(service: str) -> Meter:
             ],
         )
     return _provider.get_meter("sluice")
+
+
+_request_counters: list[Callable[[], int]] = []
+
+
+def observe_api_requests(service: str, count: Callable[[], int]) -> None:
+    """Export how many requests this process sent to the API server (benchmarks
+    divide it by the objects reconciled). Several clients in one process add up."""
+
+    def observe(_: CallbackOptions) -> Iterable[Observation]:
+        yield Observation(sum(counter() for counter in _request_counters))
+
+    if not _request_counters:
+        _meter(service).create_observable_counter(
+            "rest_client_requests_total",
+            callbacks=[observe],
+            description="Requests sent to the Kubernetes API server.",
+        )
+    _request_counters.append(count)
 
 
 def exposition() -> bytes:

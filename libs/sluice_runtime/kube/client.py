@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from sluice_runtime.kube.errors import (
     ApiError,
@@ -31,6 +29,7 @@ from sluice_runtime.kube.errors import (
     error_from_status_object,
 )
 from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.kube.transport import k8s_client, k8s_config
 
 JSON = dict[str, Any]
 DEFAULT_TIMEOUT = 30.0
@@ -120,9 +119,7 @@ class KubeClient:
                     config_file=path, context=context, client_configuration=configuration
                 )
             elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-                k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                    client_configuration=configuration
-                )
+                k8s_config.load_incluster_config(client_configuration=configuration)
             elif os.path.exists(os.path.expanduser("~/.kube/config")):
                 await k8s_config.load_kube_config(
                     context=context, client_configuration=configuration

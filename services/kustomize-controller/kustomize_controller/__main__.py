@@ -13,13 +13,14 @@ import aiohttp
 
 from kustomize_controller import building, kustomization
 from kustomize_controller.targets import Targets
-from sluice_api import Bucket, GitRepository, Kustomization, OCIRepository
-from sluice_runtime import app
+from sluice_api import Bucket, Gate, GitRepository, Kustomization, OCIRepository
+from sluice_runtime import app, gates
 from sluice_runtime.kube.resources import ResourceType
 
 SERVICE = "kustomize-controller"
-KINDS = (Kustomization,)
 SOURCE_KINDS = (GitRepository, OCIRepository, Bucket)
+KINDS = (Kustomization, *SOURCE_KINDS, Gate)
+"""Every kind this process reads; startup fails clearly if one is not served."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def setup(runtime: app.Runtime) -> None:
+    """Wire the Kustomization controller; it also watches sources and Gates."""
     options = runtime.options
     try:
         kustomize = building.find_kustomize()
@@ -68,6 +70,7 @@ async def setup(runtime: app.Runtime) -> None:
         sources=sources,
         kustomizations=kustomizations,
         targets=targets,
+        gates=runtime.informers.get(ResourceType.of_model(Gate)).store,
         requeue_dependency=options.requeue_dependency,
         no_cross_namespace_refs=options.no_cross_namespace_refs,
         allow_remote_bases=options.allow_remote_bases,
@@ -76,13 +79,14 @@ async def setup(runtime: app.Runtime) -> None:
     for kind in SOURCE_KINDS:
         controller.watch(ResourceType.of_model(kind), kustomization.source_watchers(kustomizations))
     controller.watch(ks_rt, kustomization.dependent_watchers(kustomizations), selected=True)
+    controller.watch(ResourceType.of_model(Gate), gates.consumers_of(kustomizations))
 
 
 def main() -> None:
     app.main(
         service=SERVICE,
         description=__doc__.splitlines()[0] if __doc__ else SERVICE,
-        kinds=KINDS + SOURCE_KINDS,
+        kinds=KINDS,
         setup=setup,
         concurrency=4,
         add_arguments=add_arguments,

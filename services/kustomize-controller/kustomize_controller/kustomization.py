@@ -31,6 +31,7 @@ from sluice_api.kustomize import (
     ResourceInventory,
 )
 from sluice_api.meta import Artifact, parse_duration
+from sluice_runtime import gates
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube.applying import (
@@ -66,6 +67,7 @@ class Services:
     """Source caches by kind (GitRepository, OCIRepository, Bucket)."""
     kustomizations: Store
     targets: Targets
+    gates: Store
     requeue_dependency: float = 30.0
     no_cross_namespace_refs: bool = False
     allow_remote_bases: bool = False
@@ -103,6 +105,32 @@ class KustomizationContext(ReconcileContext):
 
 def owner_labels(ks: Kustomization) -> dict[str, str]:
     return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.metadata.namespace or "default"}
+
+
+# -- 1. gates -------------------------------------------------------------------
+
+
+@step(Condition.APPROVED)
+async def reconcile_gates(ctx: KustomizationContext) -> Result | None:
+    """A closed gate holds the Kustomization before it looks at its source."""
+    refs = ctx.ks.spec.gates
+    if not refs:
+        return None
+    closed = gates.closed_gates(refs, namespace=ctx.namespace, store=ctx.services.gates)
+    if closed:
+        first = closed[0]
+        raise Waiting(
+            Reason.GATE_CLOSED,
+            f"Reconciliation is waiting approval, gate '{first.key}' {first.why}.",
+            # Woken by the Gate watch; the interval is a backstop.
+            requeue_after=parse_duration(ctx.ks.spec.interval).total_seconds(),
+            condition=Condition.APPROVED,
+        )
+    names = ", ".join(f"'{ctx.namespace}/{ref.name}'" for ref in refs)
+    ctx.conditions.mark_true(
+        Condition.APPROVED, "GateOpened", f"Reconciliation is approved, gates {names} are open."
+    )
+    return None
 
 
 # -- 2. source -------------------------------------------------------------------
@@ -425,6 +453,7 @@ async def reconcile_status(ctx: KustomizationContext) -> Result | None:
 
 
 STEPS = (
+    reconcile_gates,
     reconcile_source,
     reconcile_dependencies,
     reconcile_artifact,

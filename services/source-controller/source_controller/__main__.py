@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sluice_api import Bucket, GitRepository, HelmChart, HelmRepository, OCIRepository
+from sluice_api import Bucket, Gate, GitRepository, HelmChart, HelmRepository, OCIRepository
 from sluice_api.meta import parse_duration
 from sluice_runtime import app
 from sluice_runtime.artifacts.serving import file_server
@@ -21,7 +21,8 @@ from sluice_runtime.serving import serving
 from source_controller import gitclient, gitrepository, ocirepository
 
 SERVICE = "source-controller"
-KINDS = (GitRepository, OCIRepository, HelmRepository, HelmChart, Bucket)
+KINDS = (GitRepository, OCIRepository, HelmRepository, HelmChart, Bucket, Gate)
+"""Every kind this process reads; startup fails clearly if one is not served."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -43,6 +43,7 @@ from source_controller.sources import (
     finalize,
     mark_outdated,
     mark_stored,
+    reconcile_gates,
     reconcile_storage,
     record_artifact,
     write_archive,
@@ -58,6 +59,7 @@ class GitServices:
     storage: Storage
     repositories: Store
     """The GitRepository cache, for includes."""
+    gates: Store | None = None
     include_requeue: float = 10.0
 
 
@@ -353,12 +355,20 @@ def includers_of(store: Store) -> Callable[[Change], list[str]]:
     return mapper
 
 
-STEPS = (reconcile_storage, reconcile_source, reconcile_include, reconcile_artifact)
+STEPS = (
+    reconcile_storage,
+    reconcile_gates,
+    reconcile_source,
+    reconcile_include,
+    reconcile_artifact,
+)
 
 
 def reconciler(services: GitServices) -> Reconciler[GitRepositoryContext]:
     def make(**base: Any) -> GitRepositoryContext:
-        return GitRepositoryContext(services=services, storage=services.storage, **base)
+        return GitRepositoryContext(
+            services=services, storage=services.storage, gates=services.gates, **base
+        )
 
     return Reconciler(
         model=GitRepository,

@@ -21,6 +21,7 @@ from sluice_api.meta import parse_duration
 from sluice_api.source import OCIRepository, SourceCondition, SourceReason
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
+from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
@@ -33,6 +34,7 @@ from source_controller.sources import (
     finalize,
     mark_outdated,
     mark_stored,
+    reconcile_gates,
     reconcile_storage,
     record_artifact,
     write_archive,
@@ -255,12 +257,12 @@ def _select_layer(ctx: OCIRepositoryContext) -> dict[str, Any]:
     )
 
 
-STEPS = (reconcile_storage, reconcile_source, reconcile_artifact)
+STEPS = (reconcile_storage, reconcile_gates, reconcile_source, reconcile_artifact)
 
 
-def reconciler(storage: Storage) -> Reconciler[OCIRepositoryContext]:
+def reconciler(storage: Storage, *, gates: Store | None = None) -> Reconciler[OCIRepositoryContext]:
     def make(**base: Any) -> OCIRepositoryContext:
-        return OCIRepositoryContext(storage=storage, **base)
+        return OCIRepositoryContext(storage=storage, gates=gates, **base)
 
     return Reconciler(
         model=OCIRepository,

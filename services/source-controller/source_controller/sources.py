@@ -15,12 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sluice_api.meta import Artifact
+from sluice_api.meta import Artifact, parse_duration
 from sluice_api.source import SourceCondition, SourceReason
+from sluice_runtime import gates
 from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
 from sluice_runtime.artifacts.storage import ArtifactFile, Storage
-from sluice_runtime.reconciling.errors import Stalling, StepError
-from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
+from sluice_runtime.informing.watching import Store
+from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
+from sluice_runtime.reconciling.steps import ReconcileContext, Result, done, step
 
 LATEST = "latest.tar.gz"
 
@@ -28,6 +30,8 @@ LATEST = "latest.tar.gz"
 @dataclass(kw_only=True)
 class SourceContext(ReconcileContext):
     storage: Storage
+    gates: Store | None = None
+    """The Gate cache, for sources that list `spec.gates`."""
 
     @property
     def kind(self) -> str:
@@ -43,6 +47,29 @@ class SourceContext(ReconcileContext):
 
     def relative_path(self, filename: str) -> str:
         return self.storage.relative_path(self.kind, self.namespace, self.name, filename)
+
+
+@step(SourceCondition.BLOCKED)
+async def reconcile_gates(ctx: SourceContext) -> Result | None:
+    """A closed gate freezes the source at its last artifact (a change freeze)."""
+    refs = ctx.obj.spec.gates
+    if not refs or ctx.gates is None:
+        return None
+    closed = gates.closed_gates(refs, namespace=ctx.namespace, store=ctx.gates)
+    if not closed:
+        return None
+    first = closed[0]
+    message = f"gate '{first.key}' {first.why}: no new revision is fetched"
+    ctx.conditions.mark_true(SourceCondition.BLOCKED, SourceReason.GATE_CLOSED, message)
+    artifact = ctx.obj.status.artifact
+    if artifact is None:
+        raise Waiting(
+            SourceReason.GATE_CLOSED,
+            f"{message}, and there is no artifact yet",
+            requeue_after=parse_duration(ctx.obj.spec.interval).total_seconds(),
+        )
+    mark_stored(ctx, artifact.revision)
+    return done()
 
 
 @step()

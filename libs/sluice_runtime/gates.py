@@ -1,0 +1,73 @@
+"""Consuming Gates: whether an object may go ahead, and waking it when a gate moves.
+
+The gating-controller alone decides whether a Gate is open (its `Opened`
+condition); consumers (sources, Kustomizations) only read that condition
+from their informer cache, so checking gates costs no API call, and costs
+nothing at all when `spec.gates` is empty. A gate that does not exist
+counts as closed, with a message saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sluice_runtime.informing.watching import Change, Store
+
+JSON = dict[str, Any]
+OPENED = "Opened"
+
+
+class GateRef(Protocol):
+    name: str
+
+
+@dataclass(frozen=True)
+class ClosedGate:
+    key: str
+    missing: bool
+
+    @property
+    def why(self) -> str:
+        return "does not exist" if self.missing else "is closed"
+
+
+def closed_gates(gates: Sequence[GateRef], *, namespace: str, store: Store) -> list[ClosedGate]:
+    """The gates among `gates` that hold their consumer back, in spec order."""
+    closed = []
+    for ref in gates:
+        key = f"{namespace}/{ref.name}"
+        gate = store.get(key)
+        if gate is None:
+            closed.append(ClosedGate(key, missing=True))
+        elif not is_open(gate):
+            closed.append(ClosedGate(key, missing=False))
+    return closed
+
+
+def is_open(gate: JSON) -> bool:
+    for cond in (gate.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == OPENED:
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def consumers_of(store: Store) -> Callable[[Change], list[str]]:
+    """Keys of the objects in `store` listing a gate whose state just changed."""
+
+    def mapper(change: Change) -> list[str]:
+        was = is_open(change.old) if change.old is not None else None
+        now = is_open(change.new) if change.new is not None else None
+        if change.kind == "updated" and was == now:
+            return []
+        namespace = change.obj["metadata"].get("namespace")
+        name = change.obj["metadata"]["name"]
+        keys = []
+        for obj in store.values(namespace):
+            refs = (obj.get("spec") or {}).get("gates") or []
+            if any(ref.get("name") == name for ref in refs):
+                keys.append(f"{namespace}/{obj['metadata']['name']}")
+        return keys
+
+    return mapper

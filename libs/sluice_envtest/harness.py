@@ -46,7 +46,11 @@ async def running_service(
         ]
     )  # fmt: skip
     async with app.running(
-        service=service.SERVICE, options=options, kinds=service.KINDS, setup=service.setup
+        service=service.SERVICE,
+        options=options,
+        kinds=service.KINDS,
+        setup=service.setup,
+        forward_events=getattr(service, "FORWARD_EVENTS", True),
     ) as runtime:
         yield runtime
 

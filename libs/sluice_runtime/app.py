@@ -108,6 +108,8 @@ class Runtime:
     recorder: EventRecorder
     stack: contextlib.AsyncExitStack
     controllers: list[Controller[Any]] = field(default_factory=list)
+    components: dict[str, Any] = field(default_factory=dict)
+    """What a service's setup built besides controllers (servers, hubs), by name."""
 
     def controller(
         self, reconciler: Reconciler[C], *, concurrency: int | None = None
@@ -156,6 +158,7 @@ async def running(
     kinds: Sequence[Any],
     setup: Setup,
     on_lost_leadership: Callable[[], None] | None = None,
+    forward_events: bool = True,
 ) -> AsyncIterator[Runtime]:
     """Everything a controller process runs, from API client to workers, as one context.
 
@@ -170,7 +173,9 @@ async def running(
         observe_api_requests(service, lambda: client.request_count)
         await require_kinds(client, kinds)
         recorder = EventRecorder(
-            client, controller=service, events_addr=options.events_addr or None
+            client,
+            controller=service,
+            events_addr=(options.events_addr or None) if forward_events else None,
         )
         await stack.enter_async_context(recorder.running())
         informers = Informers(
@@ -226,6 +231,7 @@ async def run(
     options: argparse.Namespace,
     kinds: Sequence[Any],
     setup: Setup,
+    forward_events: bool = True,
 ) -> None:
     """Run until SIGTERM/SIGINT (or lost leadership), then unwind in order."""
     stop = asyncio.Event()
@@ -243,6 +249,7 @@ async def run(
             kinds=kinds,
             setup=setup,
             on_lost_leadership=stop.set,
+            forward_events=forward_events,
         ):
             started.set()
             await stop.wait()
@@ -270,6 +277,7 @@ def main(
     concurrency: int = 4,
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
     argv: Sequence[str] | None = None,
+    forward_events: bool = True,
 ) -> None:
     """Parse flags, configure logging, run until signalled; exit 1 on startup errors."""
     arg_parser = parser(service=service, description=description, concurrency=concurrency)
@@ -278,7 +286,15 @@ def main(
     options = arg_parser.parse_args(argv)
     sluice_logging.configure(level=options.log_level, encoding=options.log_encoding)
     try:
-        asyncio.run(run(service=service, options=options, kinds=kinds, setup=setup))
+        asyncio.run(
+            run(
+                service=service,
+                options=options,
+                kinds=kinds,
+                setup=setup,
+                forward_events=forward_events,
+            )
+        )
     except (StartupError, ConfigError, KubeError, OSError, ValueError) as error:
         print(f"{service}: {one_line(error)}", file=sys.stderr)
         raise SystemExit(1) from None

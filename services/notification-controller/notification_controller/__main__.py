@@ -1,27 +1,108 @@
 """notification-controller: receives webhooks and sends alerts.
 
-Wiring only: flags, the shared runtime, and this controller's kinds.
-Until its reconcilers land (see the issues), it watches its kinds so that
-its cache, probes and metrics are live.
+Wiring only: the Receiver controller and its webhook server
+(`--receiver-addr`), and the event hub (`--events-addr`, which here is the
+address this controller listens on, as in Flux) with its Alert dispatcher.
 """
 
 from __future__ import annotations
 
-from sluice_api import Alert, Provider, Receiver
+import argparse
+from datetime import timedelta
+
+import aiohttp
+
+from notification_controller import receivers
+from notification_controller.hub import EventHub
+from notification_controller.limiting import Dedup, WebhookLimiter
+from notification_controller.webhooks import WebhookServer
+from sluice_api import Alert, Gate, Provider, Receiver
 from sluice_runtime import app
+from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.serving import serving
 
 SERVICE = "notification-controller"
-KINDS = (
-    Receiver,
-    Alert,
-    Provider,
-)
+KINDS = (Receiver, Alert, Provider, Gate)
+"""Every kind this process reads; startup fails clearly if one is not served."""
+FORWARD_EVENTS = False
+"""This controller is where events go: it never POSTs its own to itself."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(events_addr=":9090")
+    parser.add_argument("--receiver-addr", default=":9292", help="webhook receiver address")
+    parser.add_argument(
+        "--rate-limit-interval",
+        type=app.duration,
+        default=300.0,
+        help="an identical event for one object is sent at most once per interval",
+    )
+    parser.add_argument("--no-cross-namespace-refs", action="store_true")
+    parser.add_argument(
+        "--receiver-rate", type=float, default=5.0, help="webhooks per second per receiver"
+    )
+    parser.add_argument("--receiver-burst", type=int, default=20)
+    parser.add_argument(
+        "--receiver-debounce",
+        type=app.duration,
+        default=2.0,
+        help="pushes within this window trigger one reconcile (plus one trailing)",
+    )
+    parser.add_argument(
+        "--replay-window",
+        type=app.duration,
+        default=0.0,
+        help="when set, generic-hmac requests must carry a signed timestamp this recent",
+    )
 
 
 async def setup(runtime: app.Runtime) -> None:
-    for kind in KINDS:
-        runtime.informers.get(ResourceType.of_model(kind), selected=True)
+    """Wire Receivers, the webhook server and the event hub."""
+    options = runtime.options
+    directory = receivers.Directory()
+    receiver_rt = ResourceType.of_model(Receiver)
+    receiver_informer = runtime.informers.get(receiver_rt, selected=True)
+    receiver_informer.add_handler(directory.on_change)
+    runtime.controller(
+        receivers.reconciler(directory, no_cross_namespace_refs=options.no_cross_namespace_refs)
+    )
+    mapper = RestMapper(runtime.client)
+    webhooks = WebhookServer(
+        client=runtime.client,
+        mapper=mapper,
+        receivers=receiver_informer.store,
+        directory=directory,
+        limiter=WebhookLimiter(
+            rate=options.receiver_rate,
+            burst=options.receiver_burst,
+            window=timedelta(seconds=options.receiver_debounce),
+        ),
+        replay_window=timedelta(seconds=options.replay_window) if options.replay_window else None,
+    )
+    runtime.components["webhooks"] = webhooks
+    receiving = await runtime.stack.enter_async_context(
+        serving(webhooks.app(), options.receiver_addr)
+    )
+    runtime.components["receiver_address"] = receiving.addresses[0]
+
+    session = aiohttp.ClientSession()
+    runtime.stack.push_async_callback(session.close)
+    hub = EventHub(
+        client=runtime.client,
+        mapper=mapper,
+        alerts=runtime.informers.get(ResourceType.of_model(Alert), selected=True).store,
+        providers=runtime.informers.get(ResourceType.of_model(Provider), selected=True).store,
+        recorder=runtime.recorder,
+        session=session,
+        dedup=Dedup(timedelta(seconds=options.rate_limit_interval)),
+        no_cross_namespace_refs=options.no_cross_namespace_refs,
+    )
+    runtime.components["hub"] = hub
+    await hub.start()
+    runtime.stack.push_async_callback(hub.stop)
+    listening = await runtime.stack.enter_async_context(serving(hub.app(), options.events_addr))
+    runtime.components["events_address"] = listening.addresses[0]
 
 
 def main() -> None:
@@ -31,6 +112,8 @@ def main() -> None:
         kinds=KINDS,
         setup=setup,
         concurrency=4,
+        add_arguments=add_arguments,
+        forward_events=FORWARD_EVENTS,
     )
 
 

@@ -1,0 +1,485 @@
+"""Outbound delivery: one event to one Provider, in that Provider's format.
+
+`deliver` builds the request for the Provider's type and sends it, retrying
+with exponential backoff on 5xx, 429, connection errors and timeouts, never
+on other 4xx, and raises `DeliveryError` when it gives up. The controller
+turns that into a warning event on the Alert.
+
+The caller resolves the Provider's secret: `address` and `token` from
+`spec.secretRef` take precedence over `spec.address`, and `headers` is the
+secret's `headers` map; `deliver` takes them as given and never reads
+`spec.address` itself. `timeout` bounds each attempt. Error messages never
+carry the token nor the address's path or query (webhook URLs are secrets
+for Slack, Teams and Discord): they name the type, the host and the status.
+
+Payloads, as Flux sends them:
+
+- `generic`: the event JSON, with `gotk-component` and the secret's headers.
+- `generic-hmac`: the same, plus `X-Signature: sha256=<hex hmac(token, body)>`
+  (Flux-compatible) and, beyond Flux, `X-Signature-Timestamp: <unix seconds>`
+  with `X-Signature-Timestamped: sha256=<hex hmac(token, timestamp + "." + body)>`
+  so receivers can reject replays (see `signatures`).
+- `slack`: an incoming-webhook message, one attachment coloured by severity
+  (`good`/`danger`) with the metadata as fields; `Authorization: Bearer` when
+  a token is set (chat.postMessage).
+- `discord`: the Slack message to the webhook's Slack-compatible `/slack` URL.
+- `msteams`: an Adaptive Card for Workflows webhooks; the legacy MessageCard
+  for Office 365 connector URLs (`*.webhook.office.com`).
+- `github`, `gitlab`: a commit status on the commit the event is about.
+  State `success` for info and `failure` (GitLab `failed`) for error;
+  `Progressing` events are skipped, as in Flux. Context (GitLab `name`)
+  `<kind>/<name>/<first segment of the Provider's UID>`, lowercased; the
+  description is the reason split into words ("reconciliation succeeded").
+  The commit is the hash in the `originRevision` or else `revision`
+  metadata (`main@sha1:<sha>`, `sha256:<sha>`, legacy `main/<sha>`); an
+  event without either is skipped without error. The API is found from the
+  repository address: `https://github.com/<owner>/<repo>` posts to
+  `https://api.github.com`, any other host is GitHub Enterprise
+  (`<scheme>://<host>/api/v3`) — which is also how tests point at a
+  GitHub-shaped server on loopback; GitLab is `<scheme>://<host>/api/v4`.
+
+Events carrying `commit_status: update` metadata go to the commit-status
+types only, as in Flux.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import aiohttp
+
+from notification_controller.signatures import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    TIMESTAMPED_SIGNATURE_HEADER,
+    sign,
+    timestamped_payload,
+)
+from sluice_api.notification import Provider
+
+COMPONENT_HEADER = "gotk-component"
+"""Names the controller that reported the event, as Flux's forwarder does."""
+
+COMMIT_STATUS_TYPES = frozenset({"github", "gitlab"})
+PROGRESSING_REASON = "Progressing"
+GITHUB_DESCRIPTION_LIMIT = 140
+"""GitHub rejects commit status descriptions longer than this."""
+
+_MAX_RETRY_AFTER = 30.0
+_RETRIABLE_STATUSES = frozenset({429})
+
+
+class DeliveryError(Exception):
+    """An event could not be delivered; the message is safe to log."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRequest:
+    """One HTTP request to a Provider, built before it is sent."""
+
+    method: str
+    url: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+async def deliver(
+    session: aiohttp.ClientSession,
+    provider: Provider,
+    event: Mapping[str, Any],
+    *,
+    address: str,
+    token: str | None,
+    headers: Mapping[str, str],
+    timeout: float,
+    retries: int = 3,
+    backoff: float = 0.5,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Send `event` (already enriched for the Alert) to `provider`.
+
+    Makes up to `1 + retries` attempts, waiting `backoff * 2**n` seconds
+    between them (or the server's `Retry-After`, up to 30s, on 429).
+    Returns quietly when the event is not for this provider type (a commit
+    status without a commit, a Progressing event, a commit status update for
+    a chat provider).
+    """
+    request = build_request(
+        provider, event, address=address, token=token, headers=headers, now=clock()
+    )
+    if request is None:
+        return
+    host = urlsplit(request.url).netloc or "?"
+    where = f"{provider.spec.type} provider at {host}"
+    last_error = f"{where}: no attempt made"
+    for attempt in range(retries + 1):
+        delay = backoff * 2**attempt
+        try:
+            async with session.request(
+                request.method,
+                request.url,
+                data=request.body,
+                headers=request.headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                allow_redirects=False,
+            ) as answer:
+                status = answer.status
+                if status < 300:
+                    return
+                last_error = f"{where} answered {status}"
+                if status < 500 and status not in _RETRIABLE_STATUSES:
+                    raise DeliveryError(last_error, status=status)
+                delay = max(delay, _retry_after(answer.headers.get("Retry-After")))
+        except TimeoutError:
+            last_error = f"{where} timed out after {timeout:g}s"
+        except aiohttp.ClientError as error:
+            last_error = f"{where} unreachable: {type(error).__name__}"
+        if attempt < retries:
+            await asyncio.sleep(delay)
+    raise DeliveryError(f"{last_error} (after {retries + 1} attempts)")
+
+
+def build_request(
+    provider: Provider,
+    event: Mapping[str, Any],
+    *,
+    address: str,
+    token: str | None,
+    headers: Mapping[str, str],
+    now: float,
+) -> OutboundRequest | None:
+    """The request `deliver` sends, or None when the event is skipped."""
+    kind = provider.spec.type
+    if not address:
+        raise DeliveryError(f"{kind} provider has no address")
+    metadata = _metadata(event)
+    if kind not in COMMIT_STATUS_TYPES and metadata.get("commit_status") == "update":
+        return None
+    builder = _BUILDERS.get(kind)
+    if builder is None:
+        raise DeliveryError(f"provider type {kind!r} is not supported")
+    return builder(_Target(provider, event, address, token or "", dict(headers), now))
+
+
+# Builders ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    provider: Provider
+    event: Mapping[str, Any]
+    address: str
+    token: str
+    headers: dict[str, str]
+    now: float
+
+
+def _generic(target: _Target) -> OutboundRequest:
+    body = _json(target.event)
+    headers = {
+        "Content-Type": "application/json",
+        COMPONENT_HEADER: str(target.event.get("reportingController", "")),
+        **target.headers,
+    }
+    return OutboundRequest("POST", _http_url(target.address), body, headers)
+
+
+def _generic_hmac(target: _Target) -> OutboundRequest:
+    if not target.token:
+        raise DeliveryError("generic-hmac provider needs a token")
+    request = _generic(target)
+    timestamp = str(int(target.now))
+    request.headers[SIGNATURE_HEADER] = sign(target.token, request.body)
+    request.headers[TIMESTAMP_HEADER] = timestamp
+    request.headers[TIMESTAMPED_SIGNATURE_HEADER] = sign(
+        target.token, timestamped_payload(timestamp, request.body)
+    )
+    return request
+
+
+def _slack(target: _Target) -> OutboundRequest:
+    payload = _slack_payload(target, channel=target.provider.spec.channel)
+    headers = {"Content-Type": "application/json"}
+    if target.token:
+        headers["Authorization"] = f"Bearer {target.token}"
+    return OutboundRequest("POST", _http_url(target.address), _json(payload), headers)
+
+
+def _discord(target: _Target) -> OutboundRequest:
+    parts = urlsplit(_http_url(target.address))
+    path = parts.path.rstrip("/")
+    if not path.endswith("/slack"):
+        path += "/slack"
+    url = urlunsplit(parts._replace(path=path))
+    payload = _slack_payload(target, channel=None)
+    return OutboundRequest("POST", url, _json(payload), {"Content-Type": "application/json"})
+
+
+def _msteams(target: _Target) -> OutboundRequest:
+    url = _http_url(target.address)
+    event = target.event
+    subject = _subject(event)
+    facts = sorted(_metadata(event).items())
+    error = event.get("severity") == "error"
+    payload: dict[str, Any]
+    if (urlsplit(url).hostname or "").endswith("webhook.office.com"):
+        payload = {
+            "@type": "MessageCard",
+            "@context": "http://schema.org/extensions",
+            "themeColor": "FF0000" if error else "0076D7",
+            "summary": subject,
+            "sections": [
+                {
+                    "activityTitle": str(event.get("message", "")),
+                    "activitySubtitle": subject,
+                    "facts": [{"name": key, "value": value} for key, value in facts],
+                }
+            ],
+        }
+    else:
+        card = {
+            "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+            "type": "AdaptiveCard",
+            "version": "1.4",
+            "body": [
+                {
+                    "type": "TextBlock",
+                    "text": subject,
+                    "weight": "bolder",
+                    "size": "medium",
+                    "color": "attention" if error else "good",
+                    "wrap": True,
+                },
+                {"type": "TextBlock", "text": str(event.get("message", "")), "wrap": True},
+                {
+                    "type": "FactSet",
+                    "facts": [{"title": key, "value": value} for key, value in facts],
+                },
+            ],
+        }
+        payload = {
+            "type": "message",
+            "attachments": [
+                {"contentType": "application/vnd.microsoft.card.adaptive", "content": card}
+            ],
+        }
+    return OutboundRequest("POST", url, _json(payload), {"Content-Type": "application/json"})
+
+
+def _github(target: _Target) -> OutboundRequest | None:
+    status = _commit_status(target)
+    if status is None:
+        return None
+    sha, state, context, description = status
+    scheme, host, path = _repository(target.address)
+    owner_repo = path.split("/")
+    if len(owner_repo) != 2:
+        raise DeliveryError(f"github provider address must be <host>/<owner>/<repo>, at {host}")
+    api = "https://api.github.com" if host == "github.com" else f"{scheme}://{host}/api/v3"
+    owner, repo = (quote(part, safe="") for part in owner_repo)
+    body = {
+        "state": "success" if state == "success" else "failure",
+        "context": context,
+        "description": description[:GITHUB_DESCRIPTION_LIMIT],
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/vnd.github+json",
+        "X-GitHub-Api-Version": "2022-11-28",
+        "Authorization": f"Bearer {target.token}",
+    }
+    url = f"{api}/repos/{owner}/{repo}/statuses/{sha}"
+    return OutboundRequest("POST", url, _json(body), headers)
+
+
+def _gitlab(target: _Target) -> OutboundRequest | None:
+    status = _commit_status(target)
+    if status is None:
+        return None
+    sha, state, context, description = status
+    scheme, host, path = _repository(target.address)
+    project = quote(path, safe="")
+    body = {
+        "state": "success" if state == "success" else "failed",
+        "name": context,
+        "description": description,
+    }
+    headers = {"Content-Type": "application/json", "PRIVATE-TOKEN": target.token}
+    url = f"{scheme}://{host}/api/v4/projects/{project}/statuses/{sha}"
+    return OutboundRequest("POST", url, _json(body), headers)
+
+
+_BUILDERS: dict[str, Callable[[_Target], OutboundRequest | None]] = {
+    "generic": _generic,
+    "generic-hmac": _generic_hmac,
+    "slack": _slack,
+    "discord": _discord,
+    "msteams": _msteams,
+    "github": _github,
+    "gitlab": _gitlab,
+}
+
+
+# Commit status -------------------------------------------------------------------
+
+
+def commit_status_context(provider: Provider, event: Mapping[str, Any]) -> str:
+    """`<kind>/<name>/<first segment of the Provider UID>`, lowercased, as Flux."""
+    uid = provider.metadata.uid
+    if not uid:
+        raise DeliveryError(f"{provider.spec.type} provider has no uid for the status context")
+    involved = _involved(event)
+    kind, name = involved.get("kind", ""), involved.get("name", "")
+    return f"{kind}/{name}/{uid.split('-')[0]}".lower()
+
+
+def commit_state(severity: str, reason: str) -> str | None:
+    """`success`, `failure`, or None to skip (Progressing), as Flux maps them."""
+    if reason == PROGRESSING_REASON:
+        return None
+    if severity == "info":
+        return "success"
+    if severity == "error":
+        return "failure"
+    raise DeliveryError(f"cannot map severity {severity!r} to a commit status")
+
+
+def commit_sha(revision: str) -> str:
+    """The commit hash in a Flux revision (`main@sha1:<sha>`, `sha1:<sha>`, `main/<sha>`)."""
+    candidate = revision.strip()
+    if "@" in candidate:
+        candidate = candidate.rpartition("@")[2]
+    elif ":" not in candidate and "/" in candidate:
+        candidate = candidate.rpartition("/")[2]  # the legacy `<branch>/<sha>`
+    algorithm, _, digest = candidate.rpartition(":")
+    if algorithm not in ("", "sha1", "sha256") or not _HEX_COMMIT.fullmatch(digest):
+        raise DeliveryError("cannot find a commit hash in the event's revision")
+    return digest.lower()
+
+
+def describe_reason(reason: str) -> str:
+    """`ReconciliationSucceeded` → `reconciliation succeeded`, as Flux splits camel case."""
+    words = _CAMEL_WORDS.findall(reason)
+    return " ".join(words).lower() if words else reason.lower()
+
+
+def _commit_status(target: _Target) -> tuple[str, str, str, str] | None:
+    if target.provider.spec.commit_status_expr:
+        raise DeliveryError("commitStatusExpr is not supported")
+    if not target.token:
+        raise DeliveryError(f"{target.provider.spec.type} provider needs a token")
+    event = target.event
+    metadata = _metadata(event)
+    revision = metadata.get("originRevision") or metadata.get("revision")
+    if not revision:
+        return None
+    reason = str(event.get("reason", ""))
+    state = commit_state(str(event.get("severity", "")), reason)
+    if state is None:
+        return None
+    context = commit_status_context(target.provider, event)
+    return commit_sha(revision), state, context, describe_reason(reason)
+
+
+_HEX_COMMIT = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
+_CAMEL_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+# Helpers ------------------------------------------------------------------------
+
+
+def _slack_payload(target: _Target, *, channel: str | None) -> dict[str, Any]:
+    event = target.event
+    payload: dict[str, Any] = {
+        "username": target.provider.spec.username or str(event.get("reportingController", "")),
+        "attachments": [
+            {
+                "color": "danger" if event.get("severity") == "error" else "good",
+                "author_name": _subject(event),
+                "text": str(event.get("message", "")),
+                "mrkdwn_in": ["text"],
+                "fields": [
+                    {"title": key, "value": value, "short": False}
+                    for key, value in sorted(_metadata(event).items())
+                ],
+            }
+        ],
+    }
+    if channel:
+        payload["channel"] = channel
+    return payload
+
+
+def _subject(event: Mapping[str, Any]) -> str:
+    """`kustomization/apps.flux-system`, how Flux names the object in chat."""
+    involved = _involved(event)
+    kind = str(involved.get("kind", "")).lower()
+    return f"{kind}/{involved.get('name', '')}.{involved.get('namespace', '')}"
+
+
+def _repository(address: str) -> tuple[str, str, str]:
+    """(scheme, host, `owner/repo` path without `.git`) of a Git repository address."""
+    text = address.strip()
+    scp = re.fullmatch(r"(?:[^@/]+@)?([^:/]+):(?!//)(.+)", text)
+    if scp and "://" not in text:
+        scheme, host, path = "https", scp.group(1), scp.group(2)
+    else:
+        parts = urlsplit(text)
+        scheme = "https" if parts.scheme in ("ssh", "git", "") else parts.scheme
+        host = parts.hostname or ""
+        try:
+            port = parts.port
+        except ValueError:
+            raise DeliveryError("the provider address has an invalid port") from None
+        if port and parts.scheme in ("http", "https"):
+            host = f"{host}:{port}"
+        path = parts.path
+    path = path.strip("/").removesuffix(".git")
+    if not host or not path:
+        raise DeliveryError("the provider address is not a Git repository URL")
+    return scheme, host, path
+
+
+def _http_url(address: str) -> str:
+    parts = urlsplit(address.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise DeliveryError("the provider address is not an http(s) URL")
+    return address.strip()
+
+
+def _metadata(event: Mapping[str, Any]) -> dict[str, str]:
+    metadata = event.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return {}
+    return {str(key): str(value) for key, value in metadata.items()}
+
+
+def _involved(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    involved = event.get("involvedObject")
+    return involved if isinstance(involved, Mapping) else {}
+
+
+def _json(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _retry_after(value: str | None) -> float:
+    if not value:
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        return 0.0
+    return min(max(seconds, 0.0), _MAX_RETRY_AFTER)

@@ -31,6 +31,10 @@ OPEN_REQUESTED_AT_ANNOTATION = "open.gate.fluxcd.io/requestedAt"
 """Setting this annotation to an RFC 3339 time opens the gate."""
 CLOSE_REQUESTED_AT_ANNOTATION = "close.gate.fluxcd.io/requestedAt"
 """Setting this annotation to an RFC 3339 time closes the gate."""
+OPEN_REQUESTED_BY_ANNOTATION = "open.gate.fluxcd.io/requestedBy"
+"""Sluice: who asked to open (`cli:<user>`, `receiver:<ns>/<name>`), for the audit trail."""
+CLOSE_REQUESTED_BY_ANNOTATION = "close.gate.fluxcd.io/requestedBy"
+"""Sluice: who asked to close, for the audit trail."""
 
 
 class GateCondition(StrEnum):

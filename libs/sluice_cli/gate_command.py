@@ -18,7 +18,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice_api.gating import CLOSE_REQUESTED_AT_ANNOTATION, OPEN_REQUESTED_AT_ANNOTATION, Gate
+from sluice_api.gating import (
+    CLOSE_REQUESTED_AT_ANNOTATION,
+    CLOSE_REQUESTED_BY_ANNOTATION,
+    OPEN_REQUESTED_AT_ANNOTATION,
+    OPEN_REQUESTED_BY_ANNOTATION,
+    Gate,
+)
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound, one_line
 from sluice_runtime.kube.resources import ResourceType
@@ -27,8 +33,6 @@ DEFAULT_NAMESPACE = "flux-system"
 """Where gates live unless told otherwise, as with the flux CLI."""
 
 # The same names as gating_controller.gates, which libs may not import.
-OPEN_REQUESTED_BY_ANNOTATION = "open.gate.fluxcd.io/requestedBy"
-CLOSE_REQUESTED_BY_ANNOTATION = "close.gate.fluxcd.io/requestedBy"
 
 _ANNOTATIONS = {
     "open": (OPEN_REQUESTED_AT_ANNOTATION, OPEN_REQUESTED_BY_ANNOTATION),

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sluice_cli import crds_command, dev
+from sluice_cli import crds_command, dev, gate_command
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -14,6 +14,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     dev.register(commands)
     crds_command.register(commands)
+    gate_command.register(commands)
     args = parser.parse_args(argv)
     sys.exit(args.run(args))
 

@@ -28,6 +28,7 @@ async def running_service(
     kubeconfig: str,
     namespace: str | None,
     argv: Sequence[str] = (),
+    components: dict[str, Any] | None = None,
 ) -> AsyncIterator[app.Runtime]:
     """Run `service` (a controller's `__main__` module) until the block ends."""
     parser = app.parser(service=service.SERVICE, description="test", concurrency=4)
@@ -51,6 +52,7 @@ async def running_service(
         kinds=service.KINDS,
         setup=service.setup,
         forward_events=getattr(service, "FORWARD_EVENTS", True),
+        components=components,
     ) as runtime:
         yield runtime
 

@@ -159,6 +159,7 @@ async def running(
     setup: Setup,
     on_lost_leadership: Callable[[], None] | None = None,
     forward_events: bool = True,
+    components: dict[str, Any] | None = None,
 ) -> AsyncIterator[Runtime]:
     """Everything a controller process runs, from API client to workers, as one context.
 
@@ -183,7 +184,9 @@ async def running(
             namespace=watched_namespace(options),
             label_selector=options.watch_label_selector or None,
         )
-        runtime = Runtime(service, options, client, informers, recorder, stack)
+        runtime = Runtime(
+            service, options, client, informers, recorder, stack, components=dict(components or {})
+        )
         await setup(runtime)
 
         same_addr = options.metrics_addr == options.health_addr

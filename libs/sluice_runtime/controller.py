@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Generic
 
 import structlog
@@ -93,7 +93,7 @@ def _annotation(obj: JSON | None, name: str) -> str | None:
     return str(value) if value is not None else None
 
 
-def primary_change_matters(change: Change) -> bool:
+def primary_change_matters(change: Change, trigger_annotations: Sequence[str] = ()) -> bool:
     """Flux's GenerationChanged + ReconcileRequested predicates, plus deletions."""
     if change.kind != "updated":
         return True
@@ -101,10 +101,9 @@ def primary_change_matters(change: Change) -> bool:
     new_meta = (change.new or {}).get("metadata", {})
     if old_meta.get("generation") != new_meta.get("generation"):
         return True
-    if _annotation(change.old, RECONCILE_REQUESTED_AT_ANNOTATION) != _annotation(
-        change.new, RECONCILE_REQUESTED_AT_ANNOTATION
-    ):
-        return True
+    for name in (RECONCILE_REQUESTED_AT_ANNOTATION, *trigger_annotations):
+        if _annotation(change.old, name) != _annotation(change.new, name):
+            return True
     return bool(new_meta.get("deletionTimestamp")) and (
         not old_meta.get("deletionTimestamp")
         or old_meta.get("finalizers") != new_meta.get("finalizers")
@@ -159,7 +158,7 @@ class Controller(Generic[C]):
             self.queue.cancel_delayed(change.key)
             self.queue.forget(change.key)
             return
-        if primary_change_matters(change):
+        if primary_change_matters(change, self.reconciler.trigger_annotations):
             self.queue.add(change.key)
 
     async def start(self) -> None:

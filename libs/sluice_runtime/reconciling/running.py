@@ -73,6 +73,9 @@ class Reconciler(Generic[C]):
     finalize: Callable[[C], Awaitable[None]] | None = None
     """Cleanup when the object is deleted (artifacts, applied objects)."""
     uses_finalizer: bool = True
+    trigger_annotations: Sequence[str] = ()
+    """Annotations whose change means "reconcile now", besides requestedAt
+    (a Gate's open/close requests)."""
     success_reason: str = Reason.SUCCEEDED
     default_interval: float = 600.0
 

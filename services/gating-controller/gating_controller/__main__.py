@@ -1,23 +1,24 @@
 """gating-controller: opens and closes Gates for approvals, maintenance windows and freezes.
 
-Wiring only: flags, the shared runtime, and this controller's kinds.
-Until its reconcilers land (see the issues), it watches its kinds so that
-its cache, probes and metrics are live.
+Wiring only: the Gate controller, with the clock it reads (a test can hand
+it another through `components["clock"]`).
 """
 
 from __future__ import annotations
 
+from gating_controller import gating
 from sluice_api import Gate
 from sluice_runtime import app
-from sluice_runtime.kube.resources import ResourceType
 
 SERVICE = "gating-controller"
 KINDS = (Gate,)
+"""Every kind this process reads; startup fails clearly if one is not served."""
 
 
 async def setup(runtime: app.Runtime) -> None:
-    for kind in KINDS:
-        runtime.informers.get(ResourceType.of_model(kind), selected=True)
+    """Wire the Gate controller."""
+    clock = runtime.components.get("clock", gating.system_clock)
+    runtime.controller(gating.reconciler(clock))
 
 
 def main() -> None:

@@ -93,18 +93,15 @@ from cronsim import CronSim, CronSimError
 
 from sluice_api.gating import (
     CLOSE_REQUESTED_AT_ANNOTATION,
+    CLOSE_REQUESTED_BY_ANNOTATION,
     OPEN_REQUESTED_AT_ANNOTATION,
+    OPEN_REQUESTED_BY_ANNOTATION,
     Gate,
     GateHistoryEntry,
     GateReason,
     GateSchedule,
 )
 from sluice_api.meta import parse_duration
-
-OPEN_REQUESTED_BY_ANNOTATION = "open.gate.fluxcd.io/requestedBy"
-"""Who asked for the open request, e.g. `cli:alice` or `receiver:flux-system/github`."""
-CLOSE_REQUESTED_BY_ANNOTATION = "close.gate.fluxcd.io/requestedBy"
-"""Who asked for the close request, in the same form."""
 
 HISTORY_LIMIT = 20
 """How many open and close entries status.history keeps."""

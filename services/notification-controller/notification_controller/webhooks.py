@@ -25,7 +25,12 @@ from aiohttp import web
 from notification_controller.limiting import WebhookLimiter
 from notification_controller.receivers import Directory
 from notification_controller.signatures import event_allowed, verify
-from sluice_api.gating import CLOSE_REQUESTED_AT_ANNOTATION, OPEN_REQUESTED_AT_ANNOTATION
+from sluice_api.gating import (
+    CLOSE_REQUESTED_AT_ANNOTATION,
+    CLOSE_REQUESTED_BY_ANNOTATION,
+    OPEN_REQUESTED_AT_ANNOTATION,
+    OPEN_REQUESTED_BY_ANNOTATION,
+)
 from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
 from sluice_api.notification import Receiver, ReceiverResource
 from sluice_runtime.informing.watching import Store
@@ -36,9 +41,6 @@ from sluice_runtime.kube.errors import KubeError
 log = structlog.get_logger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
-# Sluice: who asked, for the Gate's audit trail.
-OPEN_REQUESTED_BY_ANNOTATION = "open.gate.fluxcd.io/requestedBy"
-CLOSE_REQUESTED_BY_ANNOTATION = "close.gate.fluxcd.io/requestedBy"
 
 DEFAULT_API_VERSIONS = {
     "GitRepository": "source.toolkit.fluxcd.io/v1",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sluice_api import Bucket, Gate, GitRepository, HelmChart, HelmRepository, OCIRepository
 from sluice_api.meta import parse_duration
-from sluice_runtime import app
+from sluice_runtime import app, gates
 from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.resources import ResourceType
@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def setup(runtime: app.Runtime) -> None:
+    """Wire storage, its file server, and the source controllers."""
     options = runtime.options
     adv_addr = options.storage_adv_addr or (
         f"source-controller.{app.runtime_namespace()}.svc.cluster.local."
@@ -54,16 +55,21 @@ async def setup(runtime: app.Runtime) -> None:
     await runtime.stack.enter_async_context(serving(file_server(root), options.storage_addr))
 
     runtime.stack.push_async_callback(gitclient.workers().close)
+    gate_rt = ResourceType.of_model(Gate)
+    gate_store = runtime.informers.get(gate_rt).store
     git_rt = ResourceType.of_model(GitRepository)
     repositories = runtime.informers.get(git_rt, selected=True).store
     git = runtime.controller(
         gitrepository.reconciler(
-            gitrepository.GitServices(storage=storage, repositories=repositories)
+            gitrepository.GitServices(storage=storage, repositories=repositories, gates=gate_store)
         )
     )
     git.watch(git_rt, gitrepository.includers_of(repositories), selected=True)
+    git.watch(gate_rt, gates.consumers_of(repositories))
 
-    runtime.controller(ocirepository.reconciler(storage))
+    oci_rt = ResourceType.of_model(OCIRepository)
+    oci = runtime.controller(ocirepository.reconciler(storage, gates=gate_store))
+    oci.watch(gate_rt, gates.consumers_of(runtime.informers.get(oci_rt, selected=True).store))
 
     for kind in (HelmRepository, HelmChart, Bucket):
         runtime.informers.get(ResourceType.of_model(kind), selected=True)

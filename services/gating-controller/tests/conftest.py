@@ -1,0 +1,172 @@
+"""The gating story's cast, in-process: gating-, source-, kustomize- and
+notification-controller against one namespace, with the gating-controller
+reading a clock the test moves, so an hour-long window takes no hour."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest_asyncio
+
+from gating_controller import __main__ as gating_main
+from sluice_envtest.controlplane import free_port
+from sluice_envtest.gitserver import GitHttpServer, WorkRepo
+from sluice_envtest.harness import Observer, running_service
+from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime import app
+from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.resources import ResourceType
+
+GATE = ResourceType("gating.toolkit.fluxcd.io", "v1alpha1", "gates", "Gate")
+GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
+KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
+CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
+
+
+@dataclass
+class FakeClock:
+    """Real time plus an offset the test advances."""
+
+    offset: timedelta = field(default_factory=timedelta)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, by: timedelta) -> None:
+        self.offset += by
+
+
+def config_map(name: str, namespace: str, **data: str) -> str:
+    body = "".join(f"\n  {k}: {v!r}" for k, v in data.items()) or " {}"
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {namespace}\ndata:{body}\n"
+
+
+@dataclass
+class Stage:
+    kube: KubeClient
+    namespace: str
+    git: GitHttpServer
+    observe: Observer
+    clock: FakeClock
+    gating: app.Runtime
+    notification: app.Runtime
+    session: aiohttp.ClientSession
+    kubeconfig: str
+
+    def repo(self, name: str) -> WorkRepo:
+        return self.git.create_repo(f"{name}-{self.namespace}")
+
+    def url(self, name: str) -> str:
+        return self.git.url(f"{name}-{self.namespace}")
+
+    @property
+    def receiver_url(self) -> str:
+        return f"http://127.0.0.1:{self.notification.components['receiver_address'][1]}"
+
+    async def gate(self, name: str, **spec: Any) -> JSON:
+        body = {
+            "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+            "kind": "Gate",
+            "metadata": {"name": name},
+            "spec": {"interval": "10m", **spec},
+        }
+        await self.kube.create(GATE, body, namespace=self.namespace)
+        return await self.observe.wait(
+            GATE, name, lambda o: _opened(o) is not None, what="Opened set"
+        )
+
+    async def annotate(self, name: str, annotations: dict[str, str]) -> None:
+        await self.kube.merge_patch(
+            GATE, name, {"metadata": {"annotations": annotations}}, namespace=self.namespace
+        )
+
+    async def git_repository(self, name: str, **spec: Any) -> None:
+        await self.kube.create(
+            GITREPO,
+            {
+                "apiVersion": "source.toolkit.fluxcd.io/v1",
+                "kind": "GitRepository",
+                "metadata": {"name": name},
+                "spec": {
+                    "url": self.url(name),
+                    "interval": "1h",
+                    "ref": {"branch": "main"},
+                    **spec,
+                },
+            },
+            namespace=self.namespace,
+        )
+
+    async def kustomization(self, name: str, source: str, **spec: Any) -> None:
+        await self.kube.create(
+            KUSTOMIZATION,
+            {
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+                "kind": "Kustomization",
+                "metadata": {"name": name},
+                "spec": {
+                    "interval": "1h",
+                    "path": "./",
+                    "prune": True,
+                    "sourceRef": {"kind": "GitRepository", "name": source},
+                    **spec,
+                },
+            },
+            namespace=self.namespace,
+        )
+
+
+def _opened(obj: JSON) -> str | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Opened":
+            return str(cond.get("status"))
+    return None
+
+
+def opened(obj: JSON) -> bool:
+    return _opened(obj) == "True"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stage(
+    cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer, tmp_path: Path
+) -> AsyncIterator[Stage]:
+    from kustomize_controller import __main__ as kustomize_main
+    from notification_controller import __main__ as notification_main
+    from source_controller import __main__ as source_main
+
+    clock = FakeClock()
+    kubeconfig = str(cluster.kubeconfig)
+    storage_port = free_port()
+    async with (
+        running_service(
+            gating_main, kubeconfig=kubeconfig, namespace=namespace, components={"clock": clock}
+        ) as gating,
+        running_service(
+            notification_main,
+            kubeconfig=kubeconfig,
+            namespace=namespace,
+            argv=["--receiver-addr", "127.0.0.1:0", "--events-addr", "127.0.0.1:0"],
+        ) as notification,
+        running_service(
+            source_main,
+            kubeconfig=kubeconfig,
+            namespace=namespace,
+            argv=[
+                "--storage-path", str(tmp_path / "storage"),
+                "--storage-addr", f"127.0.0.1:{storage_port}",
+                "--storage-adv-addr", f"127.0.0.1:{storage_port}",
+            ],
+        ),
+        running_service(kustomize_main, kubeconfig=kubeconfig, namespace=namespace),
+        aiohttp.ClientSession() as session,
+    ):  # fmt: skip
+        yield Stage(
+            kube, namespace, git_http, Observer(kube, namespace), clock, gating, notification,
+            session, kubeconfig,
+        )  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -10,8 +11,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from sluice_envtest.gitserver import GitHttpServer
 
 
 def read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
@@ -30,9 +34,90 @@ def read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
     raise AssertionError(f"{marker!r} not printed; got:\n{''.join(seen)}")
 
 
+def deliver_through(kubeconfig: str, git: GitHttpServer) -> dict[str, Any]:
+    """A GitRepository and a Kustomization, applied with kubectl like a user would."""
+    work = git.create_repo("dev-smoke")
+    work.commit(
+        "c",
+        files={
+            "cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\n  namespace: default\ndata:\n  from: sluice-dev\n"
+        },
+    )
+    work.push()
+    manifests = f"""apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata:
+  name: smoke
+  namespace: default
+spec:
+  interval: 1m
+  url: {git.url("dev-smoke")}
+  ref:
+    branch: main
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: smoke
+  namespace: default
+spec:
+  interval: 10m
+  path: ./
+  prune: true
+  sourceRef:
+    kind: GitRepository
+    name: smoke
+"""
+    applied = subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "apply", "-f", "-"],
+        input=manifests,
+        capture_output=True,
+        text=True,
+    )
+    assert applied.returncode == 0, applied.stderr
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = subprocess.run(
+            [
+                "kubectl",
+                "--kubeconfig",
+                kubeconfig,
+                "get",
+                "configmap",
+                "hello",
+                "-n",
+                "default",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if got.returncode == 0:
+            return dict(json.loads(got.stdout))
+        time.sleep(0.5)
+    status = subprocess.run(
+        [
+            "kubectl",
+            "--kubeconfig",
+            kubeconfig,
+            "get",
+            "gitrepositories,kustomizations",
+            "-A",
+            "-o",
+            "yaml",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    raise AssertionError(f"not delivered:\n{status.stdout[-3000:]}")
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
-def test_sluice_dev_runs_everything_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+def test_sluice_dev_runs_everything_and_ctrl_c_stops_it(
+    tmp_path: Path, git_http: GitHttpServer
+) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluice_cli", "dev", "--workdir", str(tmp_path)],
         stdout=subprocess.PIPE,
@@ -63,6 +148,9 @@ def test_sluice_dev_runs_everything_and_ctrl_c_stops_it(tmp_path: Path) -> None:
         )
         assert listed.returncode == 0, listed.stderr
         assert "No resources found" in listed.stderr + listed.stdout
+        # The four processes deliver together: source → artifact URL → kustomize → cluster.
+        delivered = deliver_through(kubeconfig.group(1), git_http)
+        assert delivered["data"] == {"from": "sluice-dev"}
     finally:
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)

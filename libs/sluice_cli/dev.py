@@ -52,20 +52,32 @@ class ControllerProcess:
         return f"127.0.0.1:{self.health_port}"
 
 
-def controllers(workdir: Path) -> list[ControllerProcess]:
-    events_port = free_port()
-    events = ["--events-addr", f"http://127.0.0.1:{events_port}"]
-    storage = f"127.0.0.1:{free_port()}"
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the controllers listen, on loopback, for people and tools to use."""
+
+    events: str
+    receiver: str
+    storage: str
+
+    @classmethod
+    def pick(cls) -> Endpoints:
+        return cls(*(f"127.0.0.1:{free_port()}" for _ in range(3)))
+
+
+def controllers(workdir: Path, endpoints: Endpoints) -> list[ControllerProcess]:
+    events = ["--events-addr", f"http://{endpoints.events}"]
     source = [
         "--storage-path", str(workdir / "storage"),
-        "--storage-addr", storage,
-        "--storage-adv-addr", storage,
+        "--storage-addr", endpoints.storage,
+        "--storage-adv-addr", endpoints.storage,
     ]  # fmt: skip
+    notification = ["--events-addr", endpoints.events, "--receiver-addr", endpoints.receiver]
     return [
         ControllerProcess("source-controller", "source_controller", extra=[*events, *source]),
         ControllerProcess("kustomize-controller", "kustomize_controller", extra=list(events)),
         ControllerProcess("gating-controller", "gating_controller", extra=list(events)),
-        ControllerProcess("notification-controller", "notification_controller"),
+        ControllerProcess("notification-controller", "notification_controller", extra=notification),
     ]
 
 
@@ -100,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="sluice-dev-"))
     workdir.mkdir(parents=True, exist_ok=True)
     plane: ControlPlane | None = None
-    procs = controllers(workdir)
+    endpoints = Endpoints.pick()
+    procs = controllers(workdir, endpoints)
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         if args.kubeconfig:
@@ -116,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         for controller in procs:
             _start(controller, kubeconfig=kubeconfig, workdir=workdir, log_level=args.log_level)
         _wait_ready(procs)
-        _print_summary(kubeconfig, procs, plane)
+        _print_summary(kubeconfig, procs, plane, endpoints)
         if args.exit_when_ready:
             return 0
         while True:
@@ -243,13 +256,17 @@ def _tail(path: Path | None, lines: int = 15) -> str:
 
 
 def _print_summary(
-    kubeconfig: str, procs: list[ControllerProcess], plane: ControlPlane | None
+    kubeconfig: str,
+    procs: list[ControllerProcess],
+    plane: ControlPlane | None,
+    endpoints: Endpoints,
 ) -> None:
     where = f"embedded control plane at {plane.server}" if plane else "your cluster"
     print()
     print(f"Sluice is running on {where}.")
     print(f"  export KUBECONFIG={kubeconfig}")
     print("  kubectl get gitrepositories,kustomizations,gates,receivers -A")
+    print("  sluice gate list -A")
     print()
     for controller in procs:
         assert controller.proc is not None
@@ -257,5 +274,9 @@ def _print_summary(
             f"  {controller.name:<24} pid {controller.proc.pid:<7} "
             f"http://{controller.health_addr}/readyz  log {controller.log_path}"
         )
+    print()
+    print(f"  webhook receiver   http://{endpoints.receiver}/hook/<status.webhookPath>")
+    print(f"  event hub          http://{endpoints.events}/")
+    print(f"  artifacts          http://{endpoints.storage}/<status.artifact.path>")
     print()
     print("Press Ctrl-C to stop everything.", flush=True)

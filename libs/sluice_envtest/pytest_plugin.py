@@ -37,6 +37,7 @@ E2E_FIXTURES = {
     "git_ssh",
     "oci_registry",
     "oci_registry_auth",
+    "oci_registry_tls",
 }
 
 

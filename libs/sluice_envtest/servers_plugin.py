@@ -60,6 +60,13 @@ def oci_registry() -> Iterator[OciRegistry]:
 
 
 @pytest.fixture(scope="session")
+def oci_registry_tls() -> Iterator[OciRegistry]:
+    """docker-registry over HTTPS with a certificate from a test CA (`.ca_pem`)."""
+    with OciRegistry(tls=True) as registry:
+        yield registry
+
+
+@pytest.fixture(scope="session")
 def oci_registry_auth() -> Iterator[OciRegistry]:
     """docker-registry wanting htpasswd basic auth; `.docker_config` is the Secret's data."""
     with OciRegistry(username="sluice", password=secrets.token_hex(8)) as registry:

@@ -174,13 +174,19 @@ class Runner(Generic[C]):
         if requested:
             obj.status.last_handled_reconcile_at = requested
 
+        written: list[JSON] = [raw.get("status") or {}]
+
+        async def publish() -> None:
+            written[0] = await self._write_status(ctx, raw, base=written[0], announce=False)
+
+        ctx.publish = publish
         try:
             outcome = await self._run_steps(ctx, generation)
         finally:
             await ctx.cleanup.aclose()
         # Waiting (for a dependency, an artifact, a gate) is not news: the
         # condition says so, without an event on every wait.
-        await self._write_status(ctx, raw, announce=outcome.result != "waiting")
+        await self._write_status(ctx, raw, base=written[0], announce=outcome.result != "waiting")
         return outcome
 
     async def _run_steps(self, ctx: C, generation: int) -> Outcome:
@@ -282,16 +288,19 @@ class Runner(Generic[C]):
             return ObjectRecorder(None, InvolvedObject.of(raw))
         return self.recorder.for_object(raw)
 
-    async def _write_status(self, ctx: ReconcileContext, raw: JSON, *, announce: bool) -> None:
+    async def _write_status(
+        self, ctx: ReconcileContext, raw: JSON, *, base: JSON, announce: bool
+    ) -> JSON:
+        """Patch status from `base` (what the server has) to the context's; return it."""
         status = ctx.obj.status
         status.conditions = ctx.conditions.as_list()
-        new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        new: JSON = status.model_dump(mode="json", by_alias=True, exclude_none=True)
         old = raw.get("status") or {}
-        patch = merge_patch(old, new)
+        patch = merge_patch(base, new)
         if announce:
             self._announce(ctx, old, new)
         if not patch:
-            return
+            return new
         meta = raw["metadata"]
         try:
             await self.client.merge_patch(
@@ -302,9 +311,11 @@ class Runner(Generic[C]):
                 subresource="status",
             )
         except NotFound:
-            return  # deleted while we worked
+            return new  # deleted while we worked
         except KubeError as error:
             ctx.log.warning("status update failed", error=str(error))
+            return base
+        return new
 
     @staticmethod
     def _announce(ctx: ReconcileContext, old: JSON, new: JSON) -> None:

@@ -49,6 +49,19 @@ class ReconcileContext:
     """Metadata added to every event of this reconcile (e.g. the revision)."""
     cleanup: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     """Where steps register what must be undone after the last step (work dirs)."""
+    publish: Callable[[], Awaitable[None]] | None = None
+    """Set by the runner: writes the status as it stands, mid-reconcile."""
+
+    async def progress(self, message: str) -> None:
+        """Show Reconciling=True with `message` now, before a long step.
+
+        Status is otherwise written once, at the end; a health wait of
+        minutes should not leave the object showing the previous reconcile.
+        """
+        self.conditions.mark_true("Reconciling", "Progressing", message)
+        self.conditions.mark_unknown("Ready", "Progressing", message)
+        if self.publish is not None:
+            await self.publish()
 
     @property
     def status(self) -> Any:

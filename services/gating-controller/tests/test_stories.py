@@ -239,6 +239,20 @@ async def test_story_4_a_webhook_approves_a_release(stage: Stage) -> None:
     await s.observe.wait_ready(KUSTOMIZATION, "hooked", timeout=10)
     gate = await s.observe.get(GATE, "release")
     assert gate["status"]["history"][-1]["source"] == f"Receiver/{ns}/chatops"
+    # Each open and close is an event, so Alerts can announce it.
+    from sluice_runtime.kube.resources import EVENT
+
+    for _ in range(50):
+        events = [
+            e for e in (await s.kube.list(EVENT, namespace=ns)).items
+            if e["involvedObject"]["name"] == "release" and e["reason"] == "GateOpened"
+        ]  # fmt: skip
+        if events:
+            break
+        await asyncio.sleep(0.1)
+    assert events, "a GateOpened event"
+    until = gate["status"]["resetToDefaultAt"]
+    assert events[0]["message"] == f"release opened by Receiver/{ns}/chatops until {until}"
 
 
 async def test_a_malformed_request_keeps_the_last_state(stage: Stage) -> None:

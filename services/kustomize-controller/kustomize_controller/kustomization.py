@@ -15,6 +15,7 @@ import contextlib
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from sluice_api.kustomize import (
     KustomizationReason,
     ResourceInventory,
 )
-from sluice_api.meta import Artifact, parse_duration
+from sluice_api.meta import Artifact, format_duration, parse_duration
 from sluice_runtime import gates
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.informing.watching import Change, Store
@@ -360,13 +361,18 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
     targets = await _health_targets(ctx)
     if not targets:
         return None
-    assert ctx.target is not None
+    assert ctx.target is not None and ctx.artifact is not None
+    timeout = _timeout(ctx)
+    await ctx.progress(
+        f"Running health checks for revision '{ctx.artifact.revision}' "
+        f"with a timeout of {format_duration(timedelta(seconds=timeout))}"
+    )
     cancel = asyncio.Event()
     with _cancel_on_new_revision(ctx, cancel):
         report = await wait_for_health(
             ctx.target,
             targets,
-            timeout=_timeout(ctx),
+            timeout=timeout,
             interval=ctx.services.health_interval,
             cancel=cancel,
         )

@@ -374,3 +374,54 @@ async def test_kubeconfig_secret_targets_another_cluster(
         assert not await exists(d, CONFIG_MAP, "remote-only", ns), "nothing applied locally"
     finally:
         await remote.close()
+
+
+async def test_a_new_revision_cancels_a_long_health_wait(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("stuck")
+    repo.commit(
+        "v1", files={"web.yaml": deployment("web", ns), "cm.yaml": config_map("rev", ns, v="1")}
+    )
+    repo.push()
+    await d.git_repository("stuck")
+    await d.kustomization(
+        "stuck",
+        source="stuck",
+        healthChecks=[
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": ns}
+        ],
+        timeout="10m",
+    )
+    # v1 is applied, then the controller waits (up to 10m) for a Deployment nobody rolls out.
+    await d.observe.wait(
+        KUSTOMIZATION,
+        "stuck",
+        lambda o: (condition(o, "Reconciling") or {}).get("status") == "True",
+    )
+    await d.observe.wait(
+        KUSTOMIZATION, "stuck", lambda o: bool(o.get("status", {}).get("inventory"))
+    )
+    # v2 fixes the rollout (here: the stand-in deployment controller runs for it).
+    repo.commit(
+        "v2",
+        files={
+            "web.yaml": deployment("web", ns, image="nginx:1.27"),
+            "cm.yaml": config_map("rev", ns, v="2"),
+        },
+    )
+    repo.push()
+    started = time.monotonic()
+    await d.observe.poke(GITREPO, "stuck", "v2")
+    await d.observe.wait(
+        KUSTOMIZATION,
+        "stuck",
+        lambda o: o["status"].get("lastAttemptedRevision") == f"main@sha1:{repo.head}",
+        timeout=20,
+        what="v2 attempted without waiting out v1's 10m health timeout",
+    )
+    assert time.monotonic() - started < 20
+    assert (await d.kube.get(CONFIG_MAP, "rev", ns))["data"] == {"v": "2"}
+    async with simulated_rollouts(d.kube, namespace=ns):
+        ready = await d.observe.wait_ready(KUSTOMIZATION, "stuck", timeout=20)
+    assert ready["status"]["lastAppliedRevision"] == f"main@sha1:{repo.head}"

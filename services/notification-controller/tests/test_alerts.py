@@ -166,3 +166,46 @@ async def test_the_event_hub_validates_what_it_is_sent(platform: Platform) -> No
     incomplete["severity"] = "info"
     status, _ = await p.post(p.events_url, json.dumps(incomplete).encode(), {})
     assert status == 202
+
+
+async def test_a_failed_delivery_becomes_a_warning_on_the_alert(platform: Platform) -> None:
+    from sluice_envtest.controlplane import free_port
+    from sluice_runtime.kube.resources import EVENT
+
+    p = platform
+    ns = p.namespace
+    await p.kube.create(
+        PROVIDER,
+        {"apiVersion": "notification.toolkit.fluxcd.io/v1beta3", "kind": "Provider", "metadata": {"name": "down"},
+         "spec": {"type": "generic", "address": f"http://127.0.0.1:{free_port()}/gone", "timeout": "2s"}},
+        namespace=ns,
+    )  # fmt: skip
+    await p.kube.create(
+        ALERT,
+        {"apiVersion": "notification.toolkit.fluxcd.io/v1beta3", "kind": "Alert", "metadata": {"name": "down"},
+         "spec": {"providerRef": {"name": "down"}, "eventSources": [{"kind": "GitRepository", "name": "*"}]}},
+        namespace=ns,
+    )  # fmt: skip
+    await asyncio.sleep(0.5)  # the hub's caches see the new Alert and Provider
+    event = {
+        "involvedObject": {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "x", "namespace": ns},
+        "severity": "info", "timestamp": "2026-11-21T10:00:00Z", "message": "hello", "reason": "NewArtifact",
+        "reportingController": "source-controller",
+    }  # fmt: skip
+    status, _ = await p.post(p.events_url, json.dumps(event).encode(), {})
+    assert status == 202
+    warnings: list[dict[str, Any]] = []
+    for _ in range(150):
+        listed = await p.kube.list(EVENT, namespace=ns)
+        warnings = [
+            e
+            for e in listed.items
+            if e["involvedObject"]["name"] == "down" and e["type"] == "Warning"
+        ]
+        if warnings:
+            break
+        await asyncio.sleep(0.1)
+    assert warnings, "a Warning event on the Alert"
+    assert warnings[0]["involvedObject"]["kind"] == "Alert"
+    assert warnings[0]["reason"] == "NotificationDispatchFailed"
+    assert "127.0.0.1" in warnings[0]["message"]

@@ -248,3 +248,31 @@ async def test_a_receiver_without_its_token_secret_is_not_ready(platform: Platfo
     obj = await p.observe.wait_reason(RECEIVER, "tokenless", "TokenNotFound")
     assert condition(obj, "Ready")["message"] == f"secret '{p.namespace}/nope' not found"  # type: ignore[index]
     assert json.dumps(obj).count("hook") == 0
+
+
+async def test_a_wildcard_resource_reaches_every_labelled_object(platform: Platform) -> None:
+    p = platform
+    for name, team in (("a", "web"), ("b", "web"), ("c", "data")):
+        await p.kube.create(
+            GITREPO,
+            {
+                "apiVersion": "source.toolkit.fluxcd.io/v1",
+                "kind": "GitRepository",
+                "metadata": {"name": f"wild-{name}", "labels": {"team": team}},
+                "spec": {"url": "https://example.invalid/x.git", "interval": "1h", "suspend": True},
+            },
+            namespace=p.namespace,
+        )
+    url = await p.receiver(
+        "team-web",
+        "generic",
+        "unused",
+        [{"kind": "GitRepository", "name": "*", "matchLabels": {"team": "web"}}],
+    )
+    status, _ = await p.post(url, b"{}", {})
+    assert status == 200
+    annotated = {
+        name: requested_at(await p.kube.get(GITREPO, f"wild-{name}", p.namespace)) is not None
+        for name in "abc"
+    }
+    assert annotated == {"a": True, "b": True, "c": False}

@@ -608,3 +608,61 @@ async def test_a_failure_after_the_ref_listing_names_the_commit_in_its_event(
     assert event["reason"] == "NotFound"
     annotations = event["metadata"]["annotations"]
     assert annotations["source.toolkit.fluxcd.io/revision"] == f"main@sha1:{work.head}"
+
+
+async def test_submodules_are_checked_out_when_asked(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    sub = git_http.create_repo(f"sub-{sc.namespace}")
+    sub.commit("lib", files={"lib.yaml": MANIFEST})
+    sub.push()
+    parent = git_http.create_repo(f"parent-{sc.namespace}")
+    parent.commit("app", files={"app.yaml": MANIFEST})
+    parent.git(
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        git_http.url(f"sub-{sc.namespace}"),
+        "vendor/lib",
+    )
+    parent.commit("add submodule")
+    parent.push()
+    url = git_http.url(f"parent-{sc.namespace}")
+    await create(sc, gitrepo("with-subs", url, ref={"branch": "main"}, recurseSubmodules=True))
+    await create(sc, gitrepo("without-subs", url, ref={"branch": "main"}))
+    with_subs = await sc.wait_ready(GITREPO, "with-subs")
+    without = await sc.wait_ready(GITREPO, "without-subs")
+    assert "vendor/lib/lib.yaml" in await artifact_files(sc, with_subs)
+    assert "vendor/lib/lib.yaml" not in await artifact_files(sc, without)
+    assert with_subs["status"]["observedRecurseSubmodules"] is True
+
+
+async def test_sparse_checkout_keeps_only_the_listed_directories(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    work = git_http.create_repo(f"sparse-{sc.namespace}")
+    work.commit(
+        "tree",
+        files={
+            "apps/a.yaml": MANIFEST,
+            "infra/b.yaml": MANIFEST,
+            "docs/c.yaml": MANIFEST,
+            "top.yaml": MANIFEST,
+        },
+    )
+    work.push()
+    await create(
+        sc,
+        gitrepo(
+            "sparse",
+            git_http.url(f"sparse-{sc.namespace}"),
+            ref={"branch": "main"},
+            sparseCheckout=["apps", "infra/"],
+        ),
+    )
+    obj = await sc.wait_ready(GITREPO, "sparse")
+    assert sorted(await artifact_files(sc, obj)) == ["apps/a.yaml", "infra/b.yaml"]
+    assert obj["status"]["observedSparseCheckout"] == ["apps", "infra/"]

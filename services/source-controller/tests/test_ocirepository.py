@@ -229,3 +229,23 @@ async def test_a_url_with_a_tag_stalls(source_controller: SourceController) -> N
         what="Stalled",
     )
     assert condition(obj, "Stalled")["reason"] == "URLInvalid"  # type: ignore[index]
+
+
+async def test_a_registry_with_a_private_ca(
+    source_controller: SourceController, oci_registry_tls: OciRegistry
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/tls"
+    oci_registry_tls.push_artifact(repo, "v1", files={"a.yaml": MANIFEST})
+    assert oci_registry_tls.ca_pem is not None
+    await make_secret(
+        sc.client, sc.namespace, "registry-ca", {"ca.crt": oci_registry_tls.ca_pem.decode()}
+    )
+    url = oci_registry_tls.oci_url(repo)
+    await create(
+        sc, ocirepo("trusted", url, ref={"tag": "v1"}, certSecretRef={"name": "registry-ca"})
+    )
+    await create(sc, ocirepo("untrusted", url, ref={"tag": "v1"}, timeout="10s"))
+    await sc.wait_ready(OCIREPO, "trusted")
+    failed = await sc.wait_failed(OCIREPO, "untrusted", "OCIArtifactPullFailed")
+    assert "certSecretRef" in condition(failed, "Ready")["message"]  # type: ignore[index]

@@ -1,0 +1,352 @@
+"""Benchmark 3 (shared/spec/benchmarks.md): reaction time, from an event to the change applied.
+
+Every interval is `1h`, so only events can explain the speed. Two series of
+trials against one local control plane, a Git server, and the source-,
+kustomize-, notification- and gating-controller as separate processes
+wired as in a cluster (events go to the notification-controller):
+
+- webhook: a new commit is pushed (not timed), then the clock starts, a
+  signed GitHub `push` webhook is POSTed to the notification-controller's
+  Receiver for the GitRepository, and the clock stops when the watch on
+  Kustomizations delivers the version with `lastAppliedRevision` equal to
+  the new commit and Ready=True. Trials are spaced so each POST comes more
+  than `--receiver-debounce` after the previous one: every trial is the
+  debouncer's leading edge (acted on at once), as a lone push in production.
+- gate: with the Gate closed, a commit is pushed and the GitRepository is
+  asked to reconcile until it has the new artifact (not timed; the
+  Kustomization is held, Approved=False); after `--settle` seconds the
+  clock starts, the Gate is opened (merge patch of
+  `open.gate.fluxcd.io/requestedAt`, now), and it stops when the
+  Kustomization is Ready with the pending revision applied. The gate is
+  closed again (`close.gate.fluxcd.io/requestedAt`) between trials.
+
+Usage: python -m e2e.bench reaction [--trials 30] [--receiver-debounce 2s] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from e2e.bench.cluster import (
+    CONFIG_MAP,
+    GATE,
+    GITREPO,
+    KUSTOMIZATION,
+    RECEIVER,
+    REQUESTED_AT,
+    Controller,
+    Watching,
+    applied,
+    condition,
+    create_namespace,
+    create_receiver,
+    git_repository,
+    github_headers,
+    has_artifact,
+    kustomization,
+    now_rfc3339,
+    percentile,
+    push_payload,
+    ready,
+)
+from e2e.bench.common import median, table, write
+from sluice_cli.crds_command import all_crds
+from sluice_envtest.controlplane import ControlPlane, free_port
+from sluice_envtest.gitserver import GitHttpServer, WorkRepo
+from sluice_runtime.app import duration
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.installing import install_crds
+
+NS = "bench"
+TOKEN = "reaction-benchmark-token"
+
+
+def _config_map(name: str, version: int) -> dict[str, str]:
+    body = f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  version: '{version}'\n"
+    return {"cm.yaml": body}
+
+
+def _commit(repo: WorkRepo, name: str, version: int) -> str:
+    head = repo.commit(f"v{version}", files=_config_map(name, version))
+    repo.push()
+    return f"main@sha1:{head}"
+
+
+def _opened(status: str) -> Any:
+    return lambda o: (condition(o, "Opened") or {}).get("status") == status
+
+
+def _held(o: Any) -> bool:
+    return (condition(o, "Approved") or {}).get("status") == "False"
+
+
+async def _check_applied(client: KubeClient, name: str, version: int) -> None:
+    data = (await client.get(CONFIG_MAP, name, NS)).get("data") or {}
+    if data.get("version") != str(version):
+        raise RuntimeError(f"ConfigMap {name} has {data}, not version {version}")
+
+
+async def _receiver_url(client: KubeClient, port: int) -> str:
+    await create_receiver(
+        client, NS, "github", token=TOKEN, resources=[{"kind": "GitRepository", "name": "app"}]
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        obj = await client.get(RECEIVER, "github", NS)
+        if ready(obj) and obj["status"].get("webhookPath"):
+            return f"http://127.0.0.1:{port}{obj['status']['webhookPath']}"
+        await asyncio.sleep(0.2)
+    raise TimeoutError("the Receiver did not become Ready")
+
+
+async def _webhook_series(
+    client: KubeClient,
+    git: GitHttpServer,
+    repos: Watching,
+    kss: Watching,
+    receiver_port: int,
+    args: argparse.Namespace,
+) -> list[dict[str, float]]:
+    repo = git.create_repo("app")
+    revision = _commit(repo, "app", 0)
+    await client.create(GITREPO, git_repository("app", git.url("app")), namespace=NS)
+    await client.create(
+        KUSTOMIZATION, kustomization("app", "app", targetNamespace=NS), namespace=NS
+    )
+    url = await _receiver_url(client, receiver_port)
+    await kss.until("app", applied(revision), timeout=120)
+    spacing = args.receiver_debounce + 0.25
+    trials = []
+    last_post = 0.0
+    async with aiohttp.ClientSession() as session:
+        for trial in range(1, args.trials + 1):
+            revision = _commit(repo, "app", trial)
+            await asyncio.sleep(max(0.0, last_post + spacing - time.monotonic()))
+            source_done = repos.expect("app", has_artifact(revision))
+            ks_done = kss.expect("app", applied(revision))
+            body = push_payload()
+            headers = github_headers(TOKEN, body)
+            start = last_post = time.monotonic()
+            async with session.post(url, data=body, headers=headers) as answer:
+                status = answer.status
+            answered = time.monotonic()
+            if status != 200:
+                raise RuntimeError(f"webhook answered {status}")
+            _, source_at = await repos.wait("app", source_done)
+            _, applied_at = await kss.wait("app", ks_done)
+            await _check_applied(client, "app", trial)
+            trials.append(
+                {
+                    "answered": answered - start,
+                    "source_artifact": source_at - start,
+                    "applied": applied_at - start,
+                }
+            )
+            print(f"  webhook trial {trial}: {applied_at - start:.3f}s", flush=True)
+    return trials
+
+
+async def _gate_series(
+    client: KubeClient,
+    git: GitHttpServer,
+    repos: Watching,
+    kss: Watching,
+    gates: Watching,
+    args: argparse.Namespace,
+) -> list[dict[str, float]]:
+    repo = git.create_repo("gated")
+    revision = _commit(repo, "gated", 0)
+    await client.create(
+        GATE,
+        {
+            "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+            "kind": "Gate",
+            "metadata": {"name": "approval"},
+            "spec": {"interval": "1h", "default": "closed", "window": "1h"},
+        },
+        namespace=NS,
+    )
+    await gates.until("approval", _opened("False"), timeout=60)
+    await client.create(GITREPO, git_repository("gated", git.url("gated")), namespace=NS)
+    await client.create(
+        KUSTOMIZATION,
+        kustomization("gated", "gated", targetNamespace=NS, gates=[{"name": "approval"}]),
+        namespace=NS,
+    )
+    await repos.until("gated", has_artifact(revision), timeout=120)
+    await kss.until("gated", _held, timeout=60)
+    trials = []
+    for trial in range(1, args.trials + 1):
+        revision = _commit(repo, "gated", trial)
+        fetched = repos.expect("gated", has_artifact(revision))
+        await client.merge_patch(
+            GITREPO,
+            "gated",
+            {"metadata": {"annotations": {REQUESTED_AT: secrets.token_hex(4)}}},
+            namespace=NS,
+        )
+        await repos.wait("gated", fetched)
+        # The Kustomization sees the new artifact and stays held; let that settle.
+        await asyncio.sleep(args.settle)
+        if (kss.objects["gated"].get("status") or {}).get("lastAppliedRevision") == revision:
+            raise RuntimeError("the revision was applied while the gate was closed")
+
+        gate_open = gates.expect("approval", _opened("True"))
+        ks_done = kss.expect("gated", applied(revision))
+        start = time.monotonic()
+        await client.merge_patch(
+            GATE,
+            "approval",
+            {"metadata": {"annotations": {"open.gate.fluxcd.io/requestedAt": now_rfc3339()}}},
+            namespace=NS,
+        )
+        _, opened_at = await gates.wait("approval", gate_open)
+        _, applied_at = await kss.wait("gated", ks_done)
+        await _check_applied(client, "gated", trial)
+        trials.append({"gate_opened": opened_at - start, "applied": applied_at - start})
+        print(f"  gate trial {trial}: {applied_at - start:.3f}s", flush=True)
+
+        gate_closed = gates.expect("approval", _opened("False"))
+        held = kss.expect("gated", _held)
+        await client.merge_patch(
+            GATE,
+            "approval",
+            {"metadata": {"annotations": {"close.gate.fluxcd.io/requestedAt": now_rfc3339()}}},
+            namespace=NS,
+        )
+        await gates.wait("approval", gate_closed, timeout=60)
+        await kss.wait("gated", held, timeout=60)
+    return trials
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    with (
+        ControlPlane(workdir=workdir / "cp") as plane,
+        GitHttpServer(workdir=workdir / "git") as git,
+    ):
+        client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig), qps=0)
+        await install_crds(client, all_crds())
+        await create_namespace(client, NS)
+        kubeconfig = str(plane.kubeconfig)
+        receiver_port, events_port, storage_port = free_port(), free_port(), free_port()
+        events = ["--events-addr", f"http://127.0.0.1:{events_port}"]
+        controllers = [
+            Controller(
+                "notification-controller",
+                "notification_controller",
+                ["--kubeconfig", kubeconfig, "--receiver-addr", f"127.0.0.1:{receiver_port}",
+                 "--events-addr", f"127.0.0.1:{events_port}",
+                 "--receiver-debounce", f"{args.receiver_debounce}s"],
+                workdir / "notification-controller.log",
+            ),
+            Controller(
+                "source-controller",
+                "source_controller",
+                ["--kubeconfig", kubeconfig, *events, "--storage-path", str(workdir / "storage"),
+                 "--storage-addr", f"127.0.0.1:{storage_port}",
+                 "--storage-adv-addr", f"127.0.0.1:{storage_port}"],
+                workdir / "source-controller.log",
+            ),
+            Controller(
+                "kustomize-controller",
+                "kustomize_controller",
+                ["--kubeconfig", kubeconfig, *events],
+                workdir / "kustomize-controller.log",
+            ),
+            Controller(
+                "gating-controller",
+                "gating_controller",
+                ["--kubeconfig", kubeconfig, *events],
+                workdir / "gating-controller.log",
+            ),
+        ]  # fmt: skip
+        try:
+            for controller in controllers:
+                controller.wait_ready()
+            async with (
+                Watching(client, GITREPO, NS).running() as repos,
+                Watching(client, KUSTOMIZATION, NS).running() as kss,
+                Watching(client, GATE, NS).running() as gates,
+            ):
+                print(f"webhook series: {args.trials} trials", flush=True)
+                webhook = await _webhook_series(client, git, repos, kss, receiver_port, args)
+                print(f"gate series: {args.trials} trials", flush=True)
+                gate = await _gate_series(client, git, repos, kss, gates, args)
+        finally:
+            for controller in controllers:
+                controller.stop()
+            await client.close()
+    return {"webhook": webhook, "gate": gate}
+
+
+def _summary(trials: list[dict[str, float]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for key in trials[0]:
+        values = [t[key] for t in trials]
+        summary[key] = {
+            "median": median(values),
+            "p90": percentile(values, 0.90),
+            "p99": percentile(values, 0.99),
+            "max": max(values),
+        }
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="e2e.bench reaction", description=__doc__)
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument(
+        "--receiver-debounce",
+        type=duration,
+        default=2.0,
+        help="the notification-controller's flag (its default: 2s); trials are spaced past it",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=1.0,
+        help="seconds between the held revision's artifact and opening the gate",
+    )
+    parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="sluice-reaction-") as tmp:
+        trials = asyncio.run(run(args, Path(tmp)))
+    labels = {
+        ("webhook", "answered"): "webhook: POST answered",
+        ("webhook", "source_artifact"): "webhook: GitRepository has the new artifact",
+        ("webhook", "applied"): "webhook → Kustomization applied (the figure)",
+        ("gate", "gate_opened"): "gate: Gate Opened=True",
+        ("gate", "applied"): "gate opened → Kustomization applied (the figure)",
+    }
+    summaries = {series: _summary(trials[series]) for series in ("webhook", "gate")}
+    rows = []
+    for (series, key), label in labels.items():
+        s = summaries[series][key]
+        rows.append([label, s["median"], s["p90"], s["p99"], s["max"]])
+    print()
+    print(f"{args.trials} trials per series, seconds from the event; every interval 1h")
+    print(table(["from the event to", "median", "p90", "p99", "max"], rows))
+    print(
+        f"\nwebhook trials spaced > --receiver-debounce ({args.receiver_debounce:g}s): "
+        "each POST is acted on at once (leading edge)"
+    )
+    write(
+        args.out,
+        "reaction",
+        {
+            "trials": args.trials,
+            "receiver_debounce_seconds": args.receiver_debounce,
+            "settle_seconds": args.settle,
+            "intervals": "1h",
+            "summary": summaries,
+            "runs": trials,
+        },
+    )

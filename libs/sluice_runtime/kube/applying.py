@@ -255,6 +255,8 @@ class ApplyFailed(ApplyError):
         self.status = status
         self.failures: list[ApplyFailed] = list(failures) or [self]
         self.changeset = changeset or ChangeSet()
+        self.dry_run = False
+        """True when the set was refused by its dry-run, before anything was applied."""
         super().__init__(
             "\n".join(f"{f.subject}: {f.message}" for f in self.failures)
             if failures
@@ -936,7 +938,9 @@ class ResourceManager:
         results = await asyncio.gather(*(one(o) for o in objects))
         failures = [r for r in results if isinstance(r, ApplyFailed)]
         if failures:
-            raise ApplyFailed.combine(failures, ChangeSet())
+            error = ApplyFailed.combine(failures, ChangeSet())
+            error.dry_run = True
+            raise error
         checked = {
             ObjectId.of(o): r
             for o, r in zip(objects, results, strict=True)

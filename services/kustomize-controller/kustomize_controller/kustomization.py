@@ -1,8 +1,8 @@
 """Kustomization: from a source's artifact to healthy, pruned cluster state.
 
 STEPS, in the order of the contract: source → dependencies → artifact →
-build → substitution → validation (and a server-side dry-run of everything)
-→ apply (staged) → prune → health. Nothing of a revision is applied unless
+build → substitution → validation → apply (a server-side dry-run of everything,
+then the staged apply) → prune → health. Nothing of a revision is applied unless
 every object of it passed validation and dry-run. Steps 7 to 10 talk to the
 cluster through the *target* client: the tenant's impersonated identity
 (`serviceAccountName`) and/or a remote cluster (`kubeConfig`).
@@ -260,7 +260,7 @@ async def reconcile_substitution(ctx: KustomizationContext) -> Result | None:
 
 @step()
 async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
-    """Pick the target client, then validate and dry-run every object of the revision."""
+    """Pick the target client (tenant identity, remote cluster) and validate the objects."""
     try:
         ctx.target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
     except TargetError as error:
@@ -270,14 +270,8 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     )
     try:
         ctx.manager.validate(ctx.objects)
-        await ctx.manager.dry_run_all(ctx.objects, force=ctx.ks.spec.force)
     except ValidationFailed as error:
         raise ctx.failed(Reason.BUILD_FAILED, str(error)) from None
-    except ApplyFailed as error:
-        reason = Reason.ACCESS_DENIED if error.forbidden else Reason.RECONCILIATION_FAILED
-        raise ctx.failed(reason, f"dry-run failed: {error}") from None
-    except UnknownKind as error:
-        raise ctx.failed(Reason.RECONCILIATION_FAILED, f"dry-run failed: {error}") from None
     return None
 
 
@@ -288,14 +282,19 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
 async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
     assert ctx.manager is not None and ctx.artifact is not None
     try:
+        # The whole set is dry-run first: one rejected object and nothing of
+        # the revision is applied. The dry-run's answers also tell which
+        # objects are unchanged, so those cost no further request.
         ctx.changeset = await ctx.manager.apply_all_staged(
-            ctx.objects, force=ctx.ks.spec.force, dry_run_first=False, wait_timeout=_timeout(ctx)
+            ctx.objects, force=ctx.ks.spec.force, dry_run_first=True, wait_timeout=_timeout(ctx)
         )
     except ApplyFailed as error:
+        reason = Reason.ACCESS_DENIED if error.forbidden else Reason.RECONCILIATION_FAILED
+        if error.dry_run:
+            raise ctx.failed(reason, f"dry-run failed: {error}") from None
         # What did get applied stays in the inventory, so a later prune can
         # still find it.
         _merge_inventory(ctx, error.changeset)
-        reason = Reason.ACCESS_DENIED if error.forbidden else Reason.RECONCILIATION_FAILED
         raise ctx.failed(reason, f"apply failed: {error}") from None
     except (UnknownKind, KubeError) as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, f"apply failed: {error}") from None

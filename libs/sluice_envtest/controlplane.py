@@ -117,7 +117,8 @@ class ControlPlane:
                 "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
                 "--service-account-key-file", str(files["sa.pub"]),
                 "--service-account-signing-key-file", str(files["sa.key"]),
-                "--service-cluster-ip-range", "10.0.0.0/24",
+                # Room for the Services of a large test or benchmark (MTTP makes 1000).
+                "--service-cluster-ip-range", "10.96.0.0/12",
                 "--authorization-mode", "RBAC",
                 # No controller-manager creates token secrets here.
                 "--disable-admission-plugins", "ServiceAccount",

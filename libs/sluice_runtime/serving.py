@@ -29,7 +29,9 @@ async def serving(app: web.Application, addr: str) -> AsyncIterator[web.AppRunne
     host, port = split_addr(addr)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    # A burst of webhooks must not overflow the listen queue (128 by default):
+    # overflowed connections wait a SYN retry, about a second.
+    site = web.TCPSite(runner, host, port, backlog=1024)
     try:
         await site.start()
     except OSError as error:

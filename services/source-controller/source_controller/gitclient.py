@@ -9,12 +9,19 @@ secret is wrong or the host is not trusted) versus everything else.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
+import shutil
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from source_controller import gitworker
 
 ErrorKind = Literal["auth", "git", "timeout", "internal"]
 
@@ -142,12 +149,55 @@ async def _run(request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
 
 
 async def ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str]:
-    """The remote's refs, `refs/...` → commit SHA (annotated tags peeled)."""
+    """The remote's refs, `refs/...` → commit SHA (annotated tags peeled).
+
+    This is the whole cost of a no-op fetch, so over HTTP(S) with the
+    system's trust store (no per-repository CA, no SSH known_hosts: nothing
+    libgit2 would have to hold per process) it runs here, in a thread,
+    without a worker process.
+    """
+    if urlsplit(url).scheme in ("http", "https") and not auth.ca:
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(_list_refs_here, url, auth, timeout), timeout + 5
+            )
+        except TimeoutError:
+            raise GitError("timeout", f"git operation timed out after {timeout:g}s") from None
     answer = await _run(
         {"op": "ls_remote", "url": url, "auth": auth.as_request(), "timeout": timeout},
         timeout=timeout,
     )
     return dict(answer["refs"])
+
+
+_local = threading.local()
+_DEFAULT_TIMEOUT_MS = 60_000
+
+
+def _probe_repository() -> Any:
+    """A bare repository per thread, only ever used for anonymous remotes."""
+    repo = getattr(_local, "repo", None)
+    if repo is None:
+        import pygit2
+
+        # Process-wide libgit2 timeouts bound a stuck thread; the per-call
+        # deadline is the asyncio timeout around it.
+        pygit2.option(pygit2.enums.Option.SET_SERVER_CONNECT_TIMEOUT, _DEFAULT_TIMEOUT_MS)
+        pygit2.option(pygit2.enums.Option.SET_SERVER_TIMEOUT, _DEFAULT_TIMEOUT_MS)
+        path = tempfile.mkdtemp(prefix="sluice-probe-")
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        repo = pygit2.init_repository(path, bare=True)
+        _local.repo = repo
+    return repo
+
+
+def _list_refs_here(url: str, auth: GitAuth, timeout: float) -> dict[str, str]:
+    request = {"url": url, "auth": auth.as_request(), "timeout": timeout}
+    try:
+        return gitworker.list_refs(_probe_repository(), request)
+    except Exception as error:
+        classified = gitworker.classify(error)
+        raise GitError("auth" if classified.kind == "auth" else "git", classified.message) from None
 
 
 async def checkout(

@@ -119,7 +119,11 @@ def ls_remote(request: dict[str, Any], scratch: Path) -> dict[str, str]:
     """Every ref the remote advertises, tags peeled to the commit they name."""
     import pygit2
 
-    repo = pygit2.init_repository(str(scratch / "probe.git"), bare=True)
+    return list_refs(pygit2.init_repository(str(scratch / "probe.git"), bare=True), request)
+
+
+def list_refs(repo: Any, request: dict[str, Any]) -> dict[str, str]:
+    """`ls_remote` through an anonymous remote of `repo` (nothing is stored in it)."""
     remote = repo.remotes.create_anonymous(request["url"])
     refs: dict[str, str] = {}
     peeled: dict[str, str] = {}
@@ -179,7 +183,7 @@ def _update_submodules(repo: Any, request: dict[str, Any]) -> None:
             _update_submodules(nested, request)
 
 
-def _classify(error: BaseException) -> WorkerError:
+def classify(error: BaseException) -> WorkerError:
     if isinstance(error, WorkerError):
         return error
     text = str(error) or type(error).__name__
@@ -210,7 +214,7 @@ def main() -> None:
             else:
                 raise WorkerError("internal", f"unknown operation {request['op']!r}")
         except Exception as error:
-            classified = _classify(error)
+            classified = classify(error)
             answer = {"ok": False, "kind": classified.kind, "message": classified.message}
             if classified.kind == "internal" or not str(error):
                 answer["trace"] = traceback.format_exc(limit=5)

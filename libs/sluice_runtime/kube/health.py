@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeGuard
@@ -486,11 +486,14 @@ async def wait_for_health(
     cancel: asyncio.Event | None = None,
     concurrency: int = 8,
     clock: Callable[[], float] = time.monotonic,
+    on_waiting: Callable[[], Awaitable[None]] | None = None,
 ) -> HealthReport:
     """Poll until every object is Current, one is Failed, `timeout` passes or `cancel` is set.
 
     Failed ends the wait at once: waiting cannot fix what kstatus calls
     Failed. NotFound counts as unhealthy (it may still be on its way).
+    `on_waiting` runs once, when the first reading shows there is something
+    to wait for (a caller reports progress then, not for instant successes).
     """
     limit = asyncio.Semaphore(max(concurrency, 1))
 
@@ -515,6 +518,9 @@ async def wait_for_health(
         remaining = deadline - clock()
         if remaining <= 0:
             return HealthReport(report, timed_out=True)
+        if on_waiting is not None:
+            await on_waiting()
+            on_waiting = None
         await _sleep_or_cancel(min(interval, remaining), cancel)
 
 

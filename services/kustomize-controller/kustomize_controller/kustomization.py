@@ -362,10 +362,14 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
         return None
     assert ctx.target is not None and ctx.artifact is not None
     timeout = _timeout(ctx)
-    await ctx.progress(
-        f"Running health checks for revision '{ctx.artifact.revision}' "
-        f"with a timeout of {format_duration(timedelta(seconds=timeout))}"
-    )
+    revision = ctx.artifact.revision
+
+    async def show_progress() -> None:
+        await ctx.progress(
+            f"Running health checks for revision '{revision}' "
+            f"with a timeout of {format_duration(timedelta(seconds=timeout))}"
+        )
+
     cancel = asyncio.Event()
     with _cancel_on_new_revision(ctx, cancel):
         report = await wait_for_health(
@@ -374,6 +378,7 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
             timeout=timeout,
             interval=ctx.services.health_interval,
             cancel=cancel,
+            on_waiting=show_progress,
         )
     if report.cancelled:
         raise Waiting(

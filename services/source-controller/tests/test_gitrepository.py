@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
+from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.sshserver import SshGitServer, generate_key, known_hosts_line
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
@@ -18,10 +19,8 @@ from sluice_runtime.kube.resources import EVENT
 from .conftest import (
     GITREPO,
     SourceController,
-    condition,
     download,
     gitrepo,
-    make_secret,
     tar_members,
 )
 

@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 
+from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.registry import OciRegistry, make_tarball
 
 from .conftest import (
     OCIREPO,
     SourceController,
-    condition,
     download,
-    make_secret,
     ocirepo,
     tar_members,
 )

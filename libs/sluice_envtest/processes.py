@@ -7,10 +7,14 @@ dies, however it dies, they die with it (see `die_with_parent`).
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from sluice_envtest.controlplane import die_with_parent
 
@@ -87,3 +91,56 @@ def stop(process: subprocess.Popen[bytes], *, grace: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+class ChildServer:
+    """A test server that is one child process with its own work directory.
+
+    Subclasses prepare their files in `start()` and hand the spawned process
+    to `_launched`, which waits until `probe` answers; `stop()` and the
+    context-manager protocol are shared.
+    """
+
+    name = "server"
+
+    def __init__(self, workdir: Path | None, *, prefix: str, log_name: str) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=prefix))
+        self.log_file = self.workdir / log_name
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self, *, timeout: float = 30.0) -> None:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def _launched(
+        self, process: subprocess.Popen[bytes], probe: Callable[[], bool], *, timeout: float
+    ) -> None:
+        self._process = process
+        try:
+            wait_ready(probe, process=process, name=self.name, log=self.log_file, timeout=timeout)
+        except ServerError:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self._process is not None:
+            stop(self._process)
+            self._process = None
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)

@@ -17,9 +17,7 @@ import ctypes
 import gzip
 import io
 import secrets
-import shutil
 import ssl
-import subprocess
 import tarfile
 import tempfile
 import threading
@@ -27,7 +25,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import oras.client
@@ -36,7 +33,7 @@ import yaml
 from sluice_envtest.certificates import make_serving_pki
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.debian import fetch_packages
-from sluice_envtest.processes import ServerError, spawn, stop, wait_ready
+from sluice_envtest.processes import ChildServer, spawn
 
 FLUX_CONTENT_MEDIA_TYPE = "application/vnd.cncf.flux.content.v1.tar+gzip"
 FLUX_CONFIG_MEDIA_TYPE = "application/vnd.cncf.flux.config.v1+json"
@@ -81,7 +78,9 @@ def bcrypt_hash(password: str) -> str:
 _CRYPT_LOCK = threading.Lock()
 
 
-class OciRegistry:
+class OciRegistry(ChildServer):
+    name = "docker-registry"
+
     """docker-registry on http(s)://127.0.0.1:PORT; `host` is what references start with.
 
     Use as a context manager or call `start()` and `stop()`. With `username`
@@ -99,30 +98,15 @@ class OciRegistry:
     ) -> None:
         if (username is None) != (password is None):
             raise ValueError("username and password go together")
-        self._own_workdir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="sluice-registry-"))
+        super().__init__(workdir, prefix="sluice-registry-", log_name="registry.log")
         self.port = port or free_port()
         self.host = f"127.0.0.1:{self.port}"
         self.tls = tls
         self.url = f"{'https' if tls else 'http'}://{self.host}"
         self.username = username
         self.password = password
-        self.log_file = self.workdir / "registry.log"
         self.ca_pem: bytes | None = None
         self.ca_file: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> OciRegistry:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def reference(self, repository: str, tag: str | None = None) -> str:
         """`127.0.0.1:PORT/<repository>[:tag]`, as oras and docker write it."""
@@ -209,30 +193,13 @@ class OciRegistry:
         packages = fetch_packages([REGISTRY_PACKAGE], binaries=["usr/bin/docker-registry"])
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self._write_config()
-        self._process = spawn(
+        process = spawn(
             [str(packages.path("usr/bin/docker-registry")), "serve", str(config)],
             log=self.log_file,
             env=packages.environ(),
             cwd=self.workdir,
         )
-        try:
-            wait_ready(
-                self._answers,
-                process=self._process,
-                name="docker-registry",
-                log=self.log_file,
-                timeout=timeout,
-            )
-        except ServerError:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        if self._process is not None:
-            stop(self._process)
-            self._process = None
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        self._launched(process, self._answers, timeout=timeout)
 
     def _write_config(self) -> Path:
         http: dict[str, Any] = {

@@ -29,12 +29,9 @@ import shlex
 import shutil
 import socket
 import stat
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 
 from cryptography.hazmat.primitives import serialization
@@ -43,7 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.debian import Log, Unpacked, fetch_packages
 from sluice_envtest.gitserver import WorkRepo
-from sluice_envtest.processes import ServerError, spawn, stop, wait_ready
+from sluice_envtest.processes import ChildServer, ServerError, spawn
 
 KeyKind = Literal["ed25519", "rsa", "ecdsa"]
 
@@ -132,7 +129,9 @@ class SshCommand:
     git_protocol: str
 
 
-class SshGitServer:
+class SshGitServer(ChildServer):
+    name = "sshd"
+
     """sshd on 127.0.0.1:PORT serving the bare repositories under `root` to user `git`.
 
     Use as a context manager or call `start()` and `stop()`. After start:
@@ -150,12 +149,10 @@ class SshGitServer:
         host_key_kinds: Sequence[KeyKind] = ("ed25519",),
         client_key: SshKey | None = None,
     ) -> None:
-        self._own_workdir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="sluice-git-ssh-"))
+        super().__init__(workdir, prefix="sluice-git-ssh-", log_name="sshd.log")
         self.root = root or self.workdir / "repos"
         self.port = port or free_port()
         self.user = LOGIN_USER
-        self.log_file = self.workdir / "sshd.log"
         self.host_keys = {kind: generate_key(kind) for kind in host_key_kinds}
         self.known_hosts = "".join(
             known_hosts_line(self.port, k.public_key) for k in self.host_keys.values()
@@ -167,19 +164,6 @@ class SshGitServer:
         self.identity_file = self.workdir / "client" / "identity"
         self._commands_log = self.workdir / "commands.log"
         self._authorized_keys = self.workdir / "etc" / "authorized_keys"
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> SshGitServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def url(self, name: str) -> str:
         return f"ssh://{self.user}@127.0.0.1:{self.port}/{name}.git"
@@ -243,7 +227,7 @@ class SshGitServer:
         }
         argv = [str(sshd), "-D", "-f", str(config), "-E", str(self.log_file)]
         switch = os.geteuid() == 0
-        self._process = spawn(
+        process = spawn(
             argv,
             log=self.log_file,
             env=env,
@@ -251,28 +235,7 @@ class SshGitServer:
             user=uid if switch else None,
             group=gid if switch else None,
         )
-        try:
-            wait_ready(
-                self._answers,
-                process=self._process,
-                name="sshd",
-                log=self.log_file,
-                timeout=timeout,
-            )
-        except ServerError:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        if self._process is not None:
-            stop(self._process)
-            self._process = None
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        self._launched(process, self._answers, timeout=timeout)
 
     def _answers(self) -> bool:
         try:

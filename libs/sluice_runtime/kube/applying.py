@@ -50,7 +50,13 @@ from sluice_runtime.kube.errors import (
     NotFound,
     one_line,
 )
-from sluice_runtime.kube.health import HealthReport, wait_for_health
+from sluice_runtime.kube.health import (
+    Health,
+    HealthReport,
+    Target,
+    compute_status,
+    wait_for_health,
+)
 from sluice_runtime.kube.resources import ResourceType
 
 ANNOTATION_PREFIX = "kustomize.toolkit.fluxcd.io"
@@ -166,6 +172,9 @@ class ChangeSetEntry:
     # False when the object is annotated so pruning must never delete it; it
     # still belongs in the inventory.
     prunable: bool = True
+    # Its health in the API's answer to the apply (or in the read, when it was
+    # unchanged): a health wait starts from it instead of reading it again.
+    observed: Health | None = field(default=None, compare=False)
 
     @property
     def subject(self) -> str:
@@ -651,16 +660,15 @@ class ResourceManager:
     ) -> None:
         # CRDs must be Established before their kinds are served, Namespaces
         # Active before objects can be created in them.
-        targets = []
-        for entry in done.entries:
-            if entry.action == Action.SKIPPED:
-                continue
-            rt = await self._resource_for_entry(entry)
-            targets.append((rt, entry.id.namespace or None, entry.id.name))
+        targets, known = await self.health_targets(done)
         if not targets:
             return
         report = await wait_for_health(
-            self.client, targets, timeout=timeout, interval=min(self.wait_interval, 0.5)
+            self.client,
+            targets,
+            timeout=timeout,
+            interval=min(self.wait_interval, 0.5),
+            known=known,
         )
         if not report.healthy:
             failures = [
@@ -802,8 +810,9 @@ class ResourceManager:
         subject = plan.id.display
         prunable = _prunable(plan.obj, existing)
 
-        def entry(action: Action, reason: str = "") -> ChangeSetEntry:
-            return ChangeSetEntry(plan.id, plan.version, action, reason, prunable)
+        def entry(action: Action, reason: str = "", live: JSON | None = None) -> ChangeSetEntry:
+            observed = compute_status(live) if live is not None else None
+            return ChangeSetEntry(plan.id, plan.version, action, reason, prunable, observed)
 
         if check.skip:
             return entry(Action.SKIPPED, check.skip)
@@ -825,15 +834,17 @@ class ResourceManager:
             and not took_over
             and not has_drifted(existing, dry_run)
         ):
-            return entry(Action.UNCHANGED)
+            return entry(Action.UNCHANGED, live=existing)
         try:
-            await self.client.apply(plan.rt, plan.obj, field_manager=self.field_manager, force=True)
+            applied = await self.client.apply(
+                plan.rt, plan.obj, field_manager=self.field_manager, force=True
+            )
         except (ApiError, ApiUnavailable) as error:
             raise ApplyFailed.of(subject, "apply failed", error) from None
         if existing is None:
             reason = "recreated: immutable field changed" if check.recreate else ""
-            return entry(Action.CREATED, reason)
-        return entry(Action.CONFIGURED)
+            return entry(Action.CREATED, reason, live=applied)
+        return entry(Action.CONFIGURED, live=applied)
 
     async def _delete_and_wait(self, plan: _Plan, existing: JSON, *, timeout: float) -> None:
         subject = plan.id.display
@@ -1051,12 +1062,7 @@ class ResourceManager:
         cancel: asyncio.Event | None = None,
     ) -> HealthReport:
         """Wait for every applied (not skipped) object of `changeset` to be healthy."""
-        targets = []
-        for e in changeset.entries:
-            if e.action in (Action.SKIPPED, Action.DELETED):
-                continue
-            rt = await self._resource_for_entry(e)
-            targets.append((rt, e.id.namespace or None, e.id.name))
+        targets, known = await self.health_targets(changeset)
         return await wait_for_health(
             self.client,
             targets,
@@ -1064,7 +1070,25 @@ class ResourceManager:
             interval=self.wait_interval if interval is None else interval,
             cancel=cancel,
             concurrency=self.concurrency,
+            known=known,
         )
+
+    async def health_targets(
+        self, changeset: ChangeSet
+    ) -> tuple[list[Target], dict[Target, Health]]:
+        """The objects of `changeset` a health wait reads (neither skipped nor
+        deleted), and the health their apply already showed."""
+        targets: list[Target] = []
+        known: dict[Target, Health] = {}
+        for e in changeset.entries:
+            if e.action in (Action.SKIPPED, Action.DELETED):
+                continue
+            rt = await self._resource_for_entry(e)
+            target = (rt, e.id.namespace or None, e.id.name)
+            targets.append(target)
+            if e.observed is not None:
+                known[target] = e.observed
+        return targets, known
 
 
 def take_over_managed_fields(

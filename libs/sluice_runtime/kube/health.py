@@ -487,6 +487,7 @@ async def wait_for_health(
     concurrency: int = 8,
     clock: Callable[[], float] = time.monotonic,
     on_waiting: Callable[[], Awaitable[None]] | None = None,
+    known: Mapping[Target, Health] | None = None,
 ) -> HealthReport:
     """Poll until every object is Current, one is Failed, `timeout` passes or `cancel` is set.
 
@@ -494,6 +495,8 @@ async def wait_for_health(
     Failed. NotFound counts as unhealthy (it may still be on its way).
     `on_waiting` runs once, when the first reading shows there is something
     to wait for (a caller reports progress then, not for instant successes).
+    `known` holds first readings the caller already has (the API's answers to
+    an apply): those objects are not read in the first round.
     """
     limit = asyncio.Semaphore(max(concurrency, 1))
 
@@ -502,16 +505,18 @@ async def wait_for_health(
             return await read_health(client, target)
 
     deadline = clock() + timeout
-    pending = list(objects)
-    results: dict[Target, ObjectHealth] = {}
+    results: dict[Target, ObjectHealth] = {
+        t: ObjectHealth(display(*t), known[t]) for t in objects if known and t in known
+    }
+    unread = [t for t in objects if t not in results]
     while True:
         if cancel is not None and cancel.is_set():
             return HealthReport([results.get(t) or _unread(t) for t in objects], cancelled=True)
-        readings = await asyncio.gather(*(read(t) for t in pending))
-        results.update(zip(pending, readings, strict=True))
+        readings = await asyncio.gather(*(read(t) for t in unread))
+        results.update(zip(unread, readings, strict=True))
         # Current objects are not read again: a rollout that finished stays finished
         # for the purpose of this wait, and it halves the requests of big sets.
-        pending = [t for t in pending if not results[t].health.is_current]
+        pending = [t for t in objects if not results[t].health.is_current]
         report = [results[t] for t in objects]
         if not pending or any(r.health.status == "Failed" for r in report):
             return HealthReport(report)
@@ -522,6 +527,7 @@ async def wait_for_health(
             await on_waiting()
             on_waiting = None
         await _sleep_or_cancel(min(interval, remaining), cancel)
+        unread = pending
 
 
 def _unread(target: Target) -> ObjectHealth:

@@ -741,6 +741,9 @@ async def test_wait_for_set(kube: KubeClient, namespace: str, manager: ResourceM
             configmap("i", namespace, annotations={"kustomize.toolkit.fluxcd.io/ssa": "Ignore"}),
         ]
     )
+    # The apply's answers are the first readings: a fresh Deployment is not yet rolled out.
+    observed = {e.id.name: e.observed.status if e.observed else None for e in changeset.entries}
+    assert observed == {"c": "Current", "web": "InProgress", "i": None}
     report = await manager.wait_for_set(changeset, timeout=0.5, interval=0.1)
     assert report.timed_out
     assert [o.subject for o in report.unhealthy] == [f"Deployment/{namespace}/web"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.health import compute_status, wait_for_health
+from sluice_runtime.kube.health import Health, compute_status, wait_for_health
 from sluice_runtime.kube.resources import CONFIG_MAP, ResourceType
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -572,6 +572,28 @@ async def test_cancel_stops_the_wait(kube: KubeClient, namespace: str) -> None:
     assert report.cancelled and not report.timed_out and not report.healthy
     assert "wait cancelled" in report.summary()
     assert f"ConfigMap/{namespace}/never: NotFound" in report.summary()
+
+
+async def test_known_readings_replace_the_first_read(kube: KubeClient, namespace: str) -> None:
+    await kube.create(CONFIG_MAP, {"metadata": {"name": "later", "namespace": namespace}})
+    gone = (CONFIG_MAP, namespace, "gone")
+    later = (CONFIG_MAP, namespace, "later")
+    before = kube.request_count
+    report = await wait_for_health(
+        kube,
+        [gone, later],
+        timeout=5,
+        interval=0.1,
+        # "gone" does not exist: it is healthy only because it is not read.
+        known={gone: Health("Current", "as applied"), later: Health("InProgress", "as applied")},
+    )
+    assert report.healthy, report
+    assert [o.health.message for o in report.objects] == [
+        "as applied",
+        "ConfigMap has no status to wait for",
+    ]
+    # Only the object that was not yet Current was read, once.
+    assert kube.request_count - before == 1
 
 
 def _deployment_manifest(name: str, namespace: str) -> dict[str, Any]:

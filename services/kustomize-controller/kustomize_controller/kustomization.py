@@ -45,8 +45,7 @@ from sluice_runtime.kube.applying import (
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import UnknownKind
 from sluice_runtime.kube.errors import KubeError
-from sluice_runtime.kube.health import wait_for_health
-from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.kube.health import Health, Target, wait_for_health
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
@@ -357,7 +356,7 @@ async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
 
 @step(Condition.HEALTHY)
 async def reconcile_health(ctx: KustomizationContext) -> Result | None:
-    targets = await _health_targets(ctx)
+    targets, known = await _health_targets(ctx)
     if not targets:
         return None
     assert ctx.target is not None and ctx.artifact is not None
@@ -379,6 +378,7 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
             interval=ctx.services.health_interval,
             cancel=cancel,
             on_waiting=show_progress,
+            known=known,
         )
     if report.cancelled:
         raise Waiting(
@@ -398,17 +398,15 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
     return None
 
 
-async def _health_targets(ctx: KustomizationContext) -> list[tuple[ResourceType, str | None, str]]:
+async def _health_targets(ctx: KustomizationContext) -> tuple[list[Target], dict[Target, Health]]:
+    """What to wait for (everything applied with `wait`, else `healthChecks`), and the
+    health the apply already showed of it."""
     assert ctx.manager is not None
     mapper = ctx.manager.mapper
-    targets: list[tuple[ResourceType, str | None, str]] = []
+    applied, known = await ctx.manager.health_targets(ctx.changeset)
     if ctx.ks.spec.wait:
-        for entry in ctx.changeset.entries:
-            if entry.action == "skipped":
-                continue
-            rt = await mapper.resource_for_kind(entry.id.group, entry.id.kind)
-            targets.append((rt, entry.id.namespace or None, entry.id.name))
-        return targets
+        return applied, known
+    targets: list[Target] = []
     for check in ctx.ks.spec.health_checks or []:
         try:
             api_version = check.api_version or "v1"
@@ -417,7 +415,7 @@ async def _health_targets(ctx: KustomizationContext) -> list[tuple[ResourceType,
             raise ctx.failed(Reason.HEALTH_CHECK_FAILED, str(error)) from None
         namespace = check.namespace or (ctx.namespace if rt.namespaced else None)
         targets.append((rt, namespace if rt.namespaced else None, check.name))
-    return targets
+    return targets, known
 
 
 @contextlib.contextmanager

@@ -265,7 +265,9 @@ class ApplyFailed(ApplyError):
         self.failures: list[ApplyFailed] = list(failures) or [self]
         self.changeset = changeset or ChangeSet()
         self.dry_run = False
-        """True when the set was refused by its dry-run, before anything was applied."""
+        """True when a dry-run refused the set: nothing of it was applied, except
+        the earlier stages in `changeset` (Namespaces and CRDs of the set, which
+        must exist before the objects in them can be dry-run)."""
         super().__init__(
             "\n".join(f"{f.subject}: {f.message}" for f in self.failures)
             if failures
@@ -631,17 +633,37 @@ class ResourceManager:
     ) -> ChangeSet:
         limit = asyncio.Semaphore(self.concurrency)
 
+        async def check(obj: Mapping[str, Any]) -> _Checked | ApplyFailed:
+            async with limit:
+                try:
+                    found = await self._check(obj, force=force, defined=defined, wait=wait_timeout)
+                except ApplyFailed as error:
+                    return error
+                assert isinstance(found, _Checked)  # nothing is deferred now
+                return found
+
+        # Objects the up-front dry-run could not judge (their Namespace or CRD
+        # came with the set) are all dry-run before any of them is applied.
+        unchecked = [o for o in objects if ObjectId.of(o) not in checked]
+        found = await asyncio.gather(*(check(o) for o in unchecked))
+        rejected = [r for r in found if isinstance(r, ApplyFailed)]
+        if rejected:
+            error = ApplyFailed.combine(rejected, ChangeSet(list(so_far.entries)))
+            error.dry_run = True
+            raise error
+        checks = {**checked}
+        checks.update(
+            (ObjectId.of(o), r)
+            for o, r in zip(unchecked, found, strict=True)
+            if isinstance(r, _Checked)
+        )
+
         async def one(obj: Mapping[str, Any]) -> ChangeSetEntry | ApplyFailed:
             async with limit:
                 try:
-                    check = checked.get(ObjectId.of(obj))
-                    if check is None:
-                        found = await self._check(
-                            obj, force=force, defined=defined, wait=wait_timeout
-                        )
-                        assert isinstance(found, _Checked)  # nothing is deferred now
-                        check = found
-                    return await self._apply_checked(check, wait_timeout=wait_timeout)
+                    return await self._apply_checked(
+                        checks[ObjectId.of(obj)], wait_timeout=wait_timeout
+                    )
                 except ApplyFailed as error:
                     return error
 

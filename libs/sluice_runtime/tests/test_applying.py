@@ -604,6 +604,35 @@ async def test_dry_run_rejection_applies_nothing(
             await kube.get(rt, name, namespace)
 
 
+async def test_a_rejected_object_in_a_new_namespace_stops_its_whole_stage(
+    kube: KubeClient, namespace: str, manager: ResourceManager
+) -> None:
+    # Objects of a Namespace the set creates can only be dry-run once it exists;
+    # then they are all dry-run before any of them is applied.
+    fresh = f"{namespace}-stage"
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": fresh}},
+        configmap("good", fresh),
+        service("bad", fresh, port=70000),
+        deployment("web", fresh),
+    ]
+    try:
+        with pytest.raises(ApplyFailed) as caught:
+            await manager.apply_all_staged(objects)
+        error = caught.value
+        assert error.dry_run
+        assert [f.subject for f in error.failures] == [f"Service/{fresh}/bad"]
+        assert "spec.ports[0].port: Invalid value: 70000" in error.message
+        # The Namespace was applied and is reported, so it reaches the inventory.
+        assert error.changeset.summary() == f"Namespace/{fresh} created"
+        for rt, name in ((CONFIG_MAP, "good"), (DEPLOYMENT, "web")):
+            with pytest.raises(NotFound):
+                await kube.get(rt, name, fresh)
+    finally:
+        with contextlib.suppress(KubeError):
+            await kube.delete(NAMESPACE, fresh)
+
+
 async def test_dry_run_defers_objects_of_crds_in_the_set(
     namespace: str, manager: ResourceManager, group: str
 ) -> None:

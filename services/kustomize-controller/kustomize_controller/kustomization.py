@@ -289,12 +289,11 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
         )
     except ApplyFailed as error:
         reason = Reason.ACCESS_DENIED if error.forbidden else Reason.RECONCILIATION_FAILED
-        if error.dry_run:
-            raise ctx.failed(reason, f"dry-run failed: {error}") from None
-        # What did get applied stays in the inventory, so a later prune can
-        # still find it.
+        # What did get applied (a Namespace whose objects the dry-run then
+        # refused, say) stays in the inventory, so a later prune can find it.
         _merge_inventory(ctx, error.changeset)
-        raise ctx.failed(reason, f"apply failed: {error}") from None
+        what = "dry-run failed" if error.dry_run else "apply failed"
+        raise ctx.failed(reason, f"{what}: {error}") from None
     except (UnknownKind, KubeError) as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, f"apply failed: {error}") from None
     if ctx.changeset.changed:

@@ -71,7 +71,11 @@ async def reconcile_gate(ctx: GateContext) -> Result | None:
     ctx.ready_reason = GateReason.RECONCILIATION_SUCCEEDED
     ctx.ready_message = state.message
     if had_opened and was_open != state.opened:
-        _announce(ctx, state.opened, state.source, state.user, state.reset_to_default_at)
+        # "until" only while held away from the default: a request for the
+        # default state ("Gate close requested") ends nothing.
+        away = state.opened != (gate.spec.default == "opened")
+        until = state.reset_to_default_at if away else None
+        _announce(ctx, state.opened, state.source, state.user, until)
     if state.next_transition is None:
         return None  # the interval is the backstop
     wait = max((state.next_transition - now).total_seconds(), 0.0)

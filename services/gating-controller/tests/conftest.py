@@ -1,9 +1,15 @@
 """The gating story's cast, in-process: gating-, source-, kustomize- and
 notification-controller against one namespace, with the gating-controller
-reading a clock the test moves, so an hour-long window takes no hour."""
+reading a clock the test moves, so an hour-long window takes no hour, and
+posting its events to the notification-controller's hub, as in production."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
+import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -12,20 +18,25 @@ from typing import Any
 
 import aiohttp
 import pytest_asyncio
+from aiohttp import web
 
 from gating_controller import __main__ as gating_main
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
-from sluice_envtest.harness import Observer, running_service
+from sluice_envtest.harness import Observer, condition, make_secret, running_service
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.serving import serving
 
 GATE = ResourceType("gating.toolkit.fluxcd.io", "v1alpha1", "gates", "Gate")
 GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
 KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
 CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
+RECEIVER = ResourceType("notification.toolkit.fluxcd.io", "v1", "receivers", "Receiver")
+ALERT = ResourceType("notification.toolkit.fluxcd.io", "v1beta3", "alerts", "Alert")
+PROVIDER = ResourceType("notification.toolkit.fluxcd.io", "v1beta3", "providers", "Provider")
 
 
 @dataclass
@@ -102,6 +113,55 @@ class Stage:
             namespace=self.namespace,
         )
 
+    async def gated_app(self, name: str, gates: list[str]) -> WorkRepo:
+        """A repository holding ConfigMap `name`, its GitRepository, and a
+        Kustomization `name` applying it that lists `gates`."""
+        repo = self.repo(name)
+        repo.commit("v1", files={"cm.yaml": config_map(name, self.namespace, v="1")})
+        repo.push()
+        await self.git_repository(name)
+        await self.kustomization(name, name, gates=[{"name": gate} for gate in gates])
+        return repo
+
+    async def held(self, name: str, message: str) -> JSON:
+        """Wait until Kustomization `name` is held with `message`; return it."""
+        ks = await self.observe.wait(
+            KUSTOMIZATION,
+            name,
+            lambda o: (condition(o, "Approved") or {}).get("message") == message,
+            what=f"held: {message}",
+        )
+        approved = condition(ks, "Approved")
+        assert approved is not None
+        assert (approved["status"], approved["reason"]) == ("False", "GateClosed")
+        assert (condition(ks, "Ready") or {}).get("reason") == "GateClosed"
+        return ks
+
+    async def receiver(self, name: str, token: str, resources: list[JSON]) -> str:
+        """A generic-hmac Receiver acting on `resources`; its webhook URL once Ready."""
+        await make_secret(self.kube, self.namespace, name, {"token": token})
+        await self.kube.create(
+            RECEIVER,
+            {
+                "apiVersion": "notification.toolkit.fluxcd.io/v1",
+                "kind": "Receiver",
+                "metadata": {"name": name},
+                "spec": {
+                    "type": "generic-hmac",
+                    "secretRef": {"name": name},
+                    "resources": resources,
+                },
+            },
+            namespace=self.namespace,
+        )
+        receiver = await self.observe.wait_ready(RECEIVER, name)
+        return self.receiver_url + receiver["status"]["webhookPath"]
+
+    async def signed_post(self, url: str, token: str, body: bytes) -> int:
+        signature = "sha256=" + hmac.new(token.encode(), body, hashlib.sha256).hexdigest()
+        async with self.session.post(url, data=body, headers={"X-Signature": signature}) as answer:
+            return answer.status
+
     async def kustomization(self, name: str, source: str, **spec: Any) -> None:
         await self.kube.create(
             KUSTOMIZATION,
@@ -132,6 +192,39 @@ def opened(obj: JSON) -> bool:
     return _opened(obj) == "True"
 
 
+@dataclass
+class Sink:
+    """A webhook endpoint on loopback keeping what it is sent (a generic Provider's target)."""
+
+    url: str = ""
+    received: list[JSON] = field(default_factory=list)
+
+    async def wait_for(self, reason: str, timeout: float = 10.0) -> JSON:
+        """The first event received with `reason`, waiting for it to arrive."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.received:
+                if event.get("reason") == reason:
+                    return event
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"no {reason} event within {timeout}s; received {self.received}")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def sink() -> AsyncIterator[Sink]:
+    found = Sink()
+
+    async def hook(request: web.Request) -> web.Response:
+        found.received.append(json.loads(await request.read()))
+        return web.Response(status=200)
+
+    application = web.Application()
+    application.router.add_post("/hook", hook)
+    async with serving(application, "127.0.0.1:0") as runner:
+        found.url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+        yield found
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def stage(
     cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer, tmp_path: Path
@@ -145,14 +238,21 @@ async def stage(
     storage_port = free_port()
     async with (
         running_service(
-            gating_main, kubeconfig=kubeconfig, namespace=namespace, components={"clock": clock}
-        ) as gating,
-        running_service(
             notification_main,
             kubeconfig=kubeconfig,
             namespace=namespace,
             argv=["--receiver-addr", "127.0.0.1:0", "--events-addr", "127.0.0.1:0"],
         ) as notification,
+        running_service(
+            gating_main,
+            kubeconfig=kubeconfig,
+            namespace=namespace,
+            argv=[
+                "--events-addr",
+                f"http://127.0.0.1:{notification.components['events_address'][1]}/",
+            ],
+            components={"clock": clock},
+        ) as gating,
         running_service(
             source_main,
             kubeconfig=kubeconfig,

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import hmac
 import time
 from datetime import UTC, datetime, timedelta
 
-from sluice_envtest.harness import condition, make_secret
+from gating_controller.gates import parse_time
+from sluice_envtest.harness import condition
+from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.errors import NotFound
 
-from .conftest import CONFIG_MAP, GATE, GITREPO, KUSTOMIZATION, Stage, config_map, opened
+from .conftest import (
+    ALERT,
+    CONFIG_MAP,
+    GATE,
+    GITREPO,
+    KUSTOMIZATION,
+    PROVIDER,
+    Sink,
+    Stage,
+    config_map,
+    opened,
+)
 
 
 def stamp(moment: datetime) -> str:
@@ -43,23 +54,10 @@ async def test_story_1_sre_approval(stage: Stage) -> None:
     ns = s.namespace
     await s.gate("sre-approval", default="closed", window="1h")
     await s.gate("qa-approval", default="closed", window="1h")
-    repo = s.repo("my-app")
-    repo.commit("v1", files={"cm.yaml": config_map("my-app", ns, v="1")})
-    repo.push()
-    await s.git_repository("my-app")
-    await s.kustomization(
-        "my-app", "my-app", gates=[{"name": "sre-approval"}, {"name": "qa-approval"}]
+    repo = await s.gated_app("my-app", ["sre-approval", "qa-approval"])
+    await s.held(
+        "my-app", f"Reconciliation is waiting approval, gate '{ns}/sre-approval' is closed."
     )
-
-    held = await s.observe.wait(
-        KUSTOMIZATION, "my-app", lambda o: (condition(o, "Approved") or {}).get("status") == "False"
-    )
-    approved = condition(held, "Approved")
-    assert approved is not None and approved["reason"] == "GateClosed"
-    assert approved["message"] == (
-        f"Reconciliation is waiting approval, gate '{ns}/sre-approval' is closed."
-    )
-    assert condition(held, "Ready")["reason"] == "GateClosed"  # type: ignore[index]
     await asyncio.sleep(0.5)
     assert await absent(s, "my-app"), "nothing is applied while closed"
 
@@ -71,14 +69,10 @@ async def test_story_1_sre_approval(stage: Stage) -> None:
     assert gate["status"]["requestedAt"] == stamp(opened_at)
     assert gate["status"]["resetToDefaultAt"] == until
     assert condition(gate, "Opened")["message"] == f"Gate scheduled for closing at {until}"  # type: ignore[index]
-    waiting = await s.observe.wait(
-        KUSTOMIZATION,
-        "my-app",
-        lambda o: "qa-approval" in (condition(o, "Approved") or {}).get("message", ""),
-        what="waiting on the second gate",
+    await s.held(
+        "my-app", f"Reconciliation is waiting approval, gate '{ns}/qa-approval' is closed."
     )
     assert await absent(s, "my-app")
-    assert condition(waiting, "Approved")["status"] == "False"  # type: ignore[index]
 
     # QA approves with the command-line tool; every listed gate is open: apply at once.
     started = time.monotonic()
@@ -139,6 +133,7 @@ async def test_story_1_an_hour_later_the_gate_is_closed(stage: Stage) -> None:
 
 async def test_story_2_maintenance_window(stage: Stage) -> None:
     s = stage
+    ns = s.namespace
     gate = await s.gate("maintenance", default="opened", window="24h")
     assert condition(gate, "Opened")["message"] == "Gate opened by default"  # type: ignore[index]
     closed_at = s.clock()
@@ -146,11 +141,42 @@ async def test_story_2_maintenance_window(stage: Stage) -> None:
     gate = await s.observe.wait(GATE, "maintenance", lambda o: not opened(o), what="closed")
     until = stamp(closed_at.replace(microsecond=0) + timedelta(hours=24))
     assert condition(gate, "Opened")["message"] == f"Gate scheduled for opening at {until}"  # type: ignore[index]
+    assert gate["status"]["resetToDefaultAt"] == until
+
+    # Nothing is delivered during the maintenance.
+    await s.gated_app("maintained", ["maintenance"])
+    await s.held(
+        "maintained", f"Reconciliation is waiting approval, gate '{ns}/maintenance' is closed."
+    )
+    await asyncio.sleep(0.5)
+    assert await absent(s, "maintained"), "nothing is applied while closed"
+
+    # A day later the gate is open again, and the delivery follows within seconds.
     s.clock.advance(timedelta(hours=24, seconds=1))
-    await s.observe.poke(GATE, "maintenance", "next-day")
-    gate = await s.observe.get(GATE, "maintenance")
+    gate = await s.observe.poke(GATE, "maintenance", "next-day")
     assert opened(gate)
     assert condition(gate, "Opened")["message"] == "Gate opened by default"  # type: ignore[index]
+    await s.observe.wait_ready(KUSTOMIZATION, "maintained", timeout=10)
+    assert (await s.kube.get(CONFIG_MAP, "maintained", ns))["data"] == {"v": "1"}
+
+
+async def test_story_2_the_gate_reopens_by_itself(stage: Stage) -> None:
+    s = stage
+    await s.gate("short-maintenance", default="opened", window="3s")
+    closed_at = s.clock()
+    await s.annotate("short-maintenance", {"close.gate.fluxcd.io/requestedAt": stamp(closed_at)})
+    gate = await s.observe.wait(
+        GATE, "short-maintenance", lambda o: not opened(o), timeout=10, what="closed"
+    )
+    until = stamp(closed_at.replace(microsecond=0) + timedelta(seconds=3))
+    assert condition(gate, "Opened")["message"] == f"Gate scheduled for opening at {until}"  # type: ignore[index]
+    # No poke: the controller requeued itself for the end of the window.
+    gate = await s.observe.wait(
+        GATE, "short-maintenance", opened, timeout=10, what="reopened by itself"
+    )
+    assert condition(gate, "Opened")["message"] == "Gate opened by default"  # type: ignore[index]
+    assert "requestedAt" not in gate["status"]
+    assert "resetToDefaultAt" not in gate["status"]
 
 
 async def test_story_3_change_freeze_keeps_the_last_artifact_and_corrects_drift(
@@ -203,40 +229,18 @@ async def test_story_4_a_webhook_approves_a_release(stage: Stage) -> None:
     s = stage
     ns = s.namespace
     await s.gate("release", default="closed", window="1h")
-    repo = s.repo("hooked")
-    repo.commit("v1", files={"cm.yaml": config_map("hooked", ns, v="1")})
-    repo.push()
-    await s.git_repository("hooked")
-    await s.kustomization("hooked", "hooked", gates=[{"name": "release"}])
-    token = "approve-token"
-    await make_secret(s.kube, ns, "approver", {"token": token})
-    from .conftest import ResourceType
+    await s.gated_app("hooked", ["release"])
+    await s.held("hooked", f"Reconciliation is waiting approval, gate '{ns}/release' is closed.")
+    await asyncio.sleep(0.5)
+    assert await absent(s, "hooked"), "nothing is applied while closed"
 
-    receivers = ResourceType("notification.toolkit.fluxcd.io", "v1", "receivers", "Receiver")
-    await s.kube.create(
-        receivers,
-        {
-            "apiVersion": "notification.toolkit.fluxcd.io/v1",
-            "kind": "Receiver",
-            "metadata": {"name": "chatops"},
-            "spec": {
-                "type": "generic-hmac",
-                "secretRef": {"name": "approver"},
-                "resources": [{"kind": "Gate", "name": "release", "action": "open"}],
-            },
-        },
-        namespace=ns,
+    token = "approve-token"
+    url = await s.receiver(
+        "chatops", token, [{"kind": "Gate", "name": "release", "action": "open"}]
     )
-    receiver = await s.observe.wait_ready(receivers, "chatops")
-    body = b'{"approved": true}'
-    signature = "sha256=" + hmac.new(token.encode(), body, hashlib.sha256).hexdigest()
-    async with s.session.post(
-        s.receiver_url + receiver["status"]["webhookPath"],
-        data=body,
-        headers={"X-Signature": signature},
-    ) as answer:
-        assert answer.status == 200
+    assert await s.signed_post(url, token, b'{"approved": true}') == 200
     await s.observe.wait_ready(KUSTOMIZATION, "hooked", timeout=10)
+    assert (await s.kube.get(CONFIG_MAP, "hooked", ns))["data"] == {"v": "1"}
     gate = await s.observe.get(GATE, "release")
     assert gate["status"]["history"][-1]["source"] == f"Receiver/{ns}/chatops"
     # Each open and close is an event, so Alerts can announce it.
@@ -255,26 +259,109 @@ async def test_story_4_a_webhook_approves_a_release(stage: Stage) -> None:
     assert events[0]["message"] == f"release opened by Receiver/{ns}/chatops until {until}"
 
 
-async def test_a_malformed_request_keeps_the_last_state(stage: Stage) -> None:
+async def test_story_4_a_webhook_closes_a_gate(stage: Stage) -> None:
     s = stage
-    await s.gate("typo", default="closed", window="1h")
-    await s.annotate("typo", {"open.gate.fluxcd.io/requestedAt": "yesterday"})
+    ns = s.namespace
+    await s.gate("release-train", default="closed", window="1h")
+    opened_at = s.clock() - timedelta(seconds=5)
+    await s.annotate("release-train", {"open.gate.fluxcd.io/requestedAt": stamp(opened_at)})
+    await s.observe.wait(GATE, "release-train", opened, what="opened")
+
+    token = "stop-token"
+    url = await s.receiver(
+        "stop-the-line", token, [{"kind": "Gate", "name": "release-train", "action": "close"}]
+    )
+    before = datetime.now(UTC).replace(microsecond=0)
+    assert await s.signed_post(url, token, b'{"stop": true}') == 200
+    after = datetime.now(UTC)
+    gate = await s.observe.wait(
+        GATE, "release-train", lambda o: not opened(o), timeout=10, what="closed by the webhook"
+    )
+    annotations = gate["metadata"]["annotations"]
+    requested = annotations["close.gate.fluxcd.io/requestedAt"]
+    assert before <= parse_time(requested) <= after
+    assert annotations["close.gate.fluxcd.io/requestedBy"] == f"receiver:{ns}/stop-the-line"
+    assert annotations["open.gate.fluxcd.io/requestedAt"] == stamp(opened_at), "left as it was"
+    assert "open.gate.fluxcd.io/requestedBy" not in annotations
+    assert condition(gate, "Opened")["message"] == "Gate close requested"  # type: ignore[index]
+    assert gate["status"]["requestedAt"] == requested
+    entry = gate["status"]["history"][-1]
+    assert (entry["time"], entry["action"], entry["source"]) == (
+        requested,
+        "close",
+        f"Receiver/{ns}/stop-the-line",
+    )
+
+
+async def test_a_missing_gate_holds_its_consumer_until_it_exists_and_opens(stage: Stage) -> None:
+    s = stage
+    ns = s.namespace
+    await s.gated_app("early", ["not-yet"])
+    await s.held(
+        "early", f"Reconciliation is waiting approval, gate '{ns}/not-yet' does not exist."
+    )
+    await asyncio.sleep(0.5)
+    assert await absent(s, "early"), "a missing gate counts as closed"
+
+    # Creating the gate wakes the Kustomization: it is now held by a closed gate.
+    await s.gate("not-yet", default="closed", window="1h")
+    await s.held("early", f"Reconciliation is waiting approval, gate '{ns}/not-yet' is closed.")
+    assert await absent(s, "early")
+
+    await s.annotate("not-yet", {"open.gate.fluxcd.io/requestedAt": stamp(s.clock())})
+    await s.observe.wait_ready(KUSTOMIZATION, "early", timeout=10)
+    assert (await s.kube.get(CONFIG_MAP, "early", ns))["data"] == {"v": "1"}
+    approved = condition(await s.observe.get(KUSTOMIZATION, "early"), "Approved")
+    assert approved is not None
+    assert (approved["status"], approved["message"]) == (
+        "True",
+        f"Reconciliation is approved, gates '{ns}/not-yet' are open.",
+    )
+
+
+async def rejected(s: Stage, name: str, annotation: str, value: str) -> JSON:
+    """Set `annotation` to a malformed time; the gate once Ready=False quotes the value."""
+    await s.annotate(name, {annotation: value})
     gate = await s.observe.wait(
         GATE,
-        "typo",
+        name,
         lambda o: (condition(o, "Ready") or {}).get("status") == "False",
         what="Ready=False",
     )
-    assert '"yesterday"' in condition(gate, "Ready")["message"]  # type: ignore[index]
+    ready = condition(gate, "Ready")
+    assert ready is not None and ready["reason"] == "InvalidGate"
+    assert ready["message"] == f'annotation {annotation}: "{value}" is not an RFC3339 time'
+    return gate
+
+
+async def test_a_malformed_request_keeps_a_closed_gate_closed(stage: Stage) -> None:
+    s = stage
+    await s.gate("typo", default="closed", window="1h")
+    gate = await rejected(s, "typo", "open.gate.fluxcd.io/requestedAt", "yesterday")
     assert not opened(gate), "the gate keeps its last state"
+    assert condition(gate, "Opened")["message"] == "Gate closed by default"  # type: ignore[index]
+
+
+async def test_a_malformed_request_keeps_an_open_gate_open(stage: Stage) -> None:
+    s = stage
+    await s.gate("typo-open", default="closed", window="1h")
+    opened_at = s.clock()
+    await s.annotate("typo-open", {"open.gate.fluxcd.io/requestedAt": stamp(opened_at)})
+    before = await s.observe.wait(GATE, "typo-open", opened, what="opened")
+
+    gate = await rejected(s, "typo-open", "close.gate.fluxcd.io/requestedAt", "tomorrow 9am")
+    assert opened(gate), "the gate keeps its last state"
+    assert condition(gate, "Opened") == condition(before, "Opened")
+    assert gate["status"]["requestedAt"] == before["status"]["requestedAt"] == stamp(opened_at)
+    assert gate["status"]["resetToDefaultAt"] == before["status"]["resetToDefaultAt"]
 
 
 async def test_a_schedule_opens_the_gate_on_its_ticks(stage: Stage) -> None:
     s = stage
+    ns = s.namespace
     # Deploy only Tue-Thu 09:00-16:00 Berlin time.
-    now = s.clock()
     berlin_wednesday_10 = datetime(2026, 11, 25, 9, 0, tzinfo=UTC)  # 10:00 CET
-    s.clock.advance(berlin_wednesday_10 - now)
+    s.clock.advance(berlin_wednesday_10 - s.clock())
     gate = await s.gate(
         "office-hours",
         default="closed",
@@ -283,8 +370,83 @@ async def test_a_schedule_opens_the_gate_on_its_ticks(stage: Stage) -> None:
     )
     assert opened(gate)
     assert (
-        condition(gate, "Opened")["message"] == "Gate scheduled for closing at 2026-11-25T15:00:00Z"
-    )  # type: ignore[index]
+        condition(gate, "Opened")["message"] == "Gate scheduled for closing at 2026-11-25T15:00:00Z"  # type: ignore[index]
+    )
     s.clock.advance(timedelta(days=2))  # Friday 10:00 CET
-    await s.observe.poke(GATE, "office-hours", "friday")
-    assert not opened(await s.observe.get(GATE, "office-hours"))
+    gate = await s.observe.poke(GATE, "office-hours", "friday")
+    assert not opened(gate)
+    assert condition(gate, "Opened")["message"] == "Gate closed by default"  # type: ignore[index]
+
+    # A delivery on Friday waits for Tuesday.
+    await s.gated_app("weekday", ["office-hours"])
+    await s.held(
+        "weekday", f"Reconciliation is waiting approval, gate '{ns}/office-hours' is closed."
+    )
+    await asyncio.sleep(0.5)
+    assert await absent(s, "weekday"), "nothing is applied while closed"
+
+    berlin_tuesday_9 = datetime(2026, 12, 1, 8, 0, 30, tzinfo=UTC)  # 09:00:30 CET
+    s.clock.advance(berlin_tuesday_9 - s.clock())
+    gate = await s.observe.poke(GATE, "office-hours", "tuesday")
+    assert opened(gate)
+    assert (
+        condition(gate, "Opened")["message"] == "Gate scheduled for closing at 2026-12-01T15:00:00Z"  # type: ignore[index]
+    )
+    assert gate["status"]["history"][-1] == {
+        "time": "2026-12-01T08:00:00Z",
+        "action": "open",
+        "source": "schedule",
+    }
+    await s.observe.wait_ready(KUSTOMIZATION, "weekday", timeout=10)
+    assert (await s.kube.get(CONFIG_MAP, "weekday", ns))["data"] == {"v": "1"}
+
+
+async def test_gate_events_reach_an_alert(stage: Stage, sink: Sink) -> None:
+    s = stage
+    ns = s.namespace
+    await s.kube.create(
+        PROVIDER,
+        {
+            "apiVersion": "notification.toolkit.fluxcd.io/v1beta3",
+            "kind": "Provider",
+            "metadata": {"name": "announcer"},
+            "spec": {"type": "generic", "address": sink.url},
+        },
+        namespace=ns,
+    )
+    await s.kube.create(
+        ALERT,
+        {
+            "apiVersion": "notification.toolkit.fluxcd.io/v1beta3",
+            "kind": "Alert",
+            "metadata": {"name": "gates"},
+            "spec": {
+                "providerRef": {"name": "announcer"},
+                "eventSeverity": "info",
+                "eventSources": [{"kind": "Gate", "name": "*"}],
+            },
+        },
+        namespace=ns,
+    )
+    await s.gate("sre-approval", default="closed", window="1h")
+    await s.annotate("sre-approval", {"open.gate.fluxcd.io/requestedAt": stamp(s.clock())})
+    gate = await s.observe.wait(GATE, "sre-approval", opened, what="opened")
+    until = gate["status"]["resetToDefaultAt"]
+    event = await sink.wait_for("GateOpened")
+    assert event["message"] == f"sre-approval opened by annotation until {until}"
+    assert event["involvedObject"]["kind"] == "Gate"
+    assert event["involvedObject"]["name"] == "sre-approval"
+    assert event["involvedObject"]["namespace"] == ns
+    assert event["severity"] == "info"
+    assert event["reportingController"] == "gating-controller"
+
+    await s.annotate(
+        "sre-approval",
+        {"close.gate.fluxcd.io/requestedAt": stamp(s.clock() + timedelta(seconds=1))},
+    )
+    s.clock.advance(timedelta(seconds=2))
+    await s.observe.poke(GATE, "sre-approval", "close")
+    event = await sink.wait_for("GateClosed")
+    assert event["message"] == "sre-approval closed by annotation"
+    announced = [e["reason"] for e in sink.received if e["reason"].startswith("Gate")]
+    assert announced == ["GateOpened", "GateClosed"]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from sluice_envtest.gitserver import GitHttpServer
+from sluice_envtest.pytest_plugin import Cluster
 
 
 def read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
@@ -113,6 +114,14 @@ spec:
     raise AssertionError(f"not delivered:\n{status.stdout[-3000:]}")
 
 
+def assert_stopped(pids: list[str]) -> None:
+    for pid in pids:
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+        ), pid
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
 def test_sluice_dev_runs_everything_and_ctrl_c_stops_it(
@@ -156,8 +165,44 @@ def test_sluice_dev_runs_everything_and_ctrl_c_stops_it(
         rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, rest
     assert "stopping" in rest
-    for pid, _url in readyz:
-        assert (
-            not Path(f"/proc/{pid}").exists()
-            or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
-        ), pid
+    assert_stopped([pid for pid, _url in readyz])
+
+
+@pytest.mark.timeout(180)
+def test_sluice_dev_with_a_kubeconfig_runs_the_controllers_against_that_cluster(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "sluice_cli", "dev",
+            "--kubeconfig", str(cluster.kubeconfig),
+            "--workdir", str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    readyz: list[tuple[str, str]] = []
+    try:
+        out = read_until(proc, "Press Ctrl-C", timeout=120)
+        assert "embedded control plane" not in out, out
+        assert "Sluice is running on your cluster." in out
+        assert f"export KUBECONFIG={cluster.kubeconfig.resolve()}" in out
+        readyz = re.findall(r"pid (\d+)\s+(http://\S+/readyz)", out)
+        assert len(readyz) == 4, out
+        for _pid, url in readyz:
+            with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310
+                assert answer.status == 200
+        # Each controller was handed that cluster, not one of its own.
+        for pid, _url in readyz:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            given = argv[argv.index(b"--kubeconfig") + 1].decode()
+            assert given == str(cluster.kubeconfig.resolve())
+        assert not (tmp_path / "controlplane").exists()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, rest
+    assert "stopping" in rest
+    assert "Traceback" not in rest
+    assert_stopped([pid for pid, _url in readyz])

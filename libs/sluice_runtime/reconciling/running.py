@@ -114,6 +114,7 @@ class Runner(Generic[C]):
         ):
             span_name = f"reconcile {self.rt.kind}"
             with tracing.tracer().start_as_current_span(span_name) as span:
+                span.set_attribute("sluice.object.kind", self.rt.kind)
                 span.set_attribute("k8s.namespace.name", str(meta.get("namespace", "")))
                 span.set_attribute("sluice.object.name", str(meta.get("name", "")))
                 span.set_attribute("sluice.reconcile.id", reconcile_id)

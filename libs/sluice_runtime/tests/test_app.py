@@ -1,21 +1,38 @@
-"""A controller process: probes, shutdown, and startup errors a person can act on."""
+"""A controller process: probes, shutdown, leadership, traces, and startup errors."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
+from sluice_api import Gate
 from sluice_envtest.controlplane import free_port
+from sluice_envtest.harness import Observer
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import LEASE, ResourceType
+from sluice_runtime.observing import tracing
+
+from .conftest import eventually
 
 
-def start(kubeconfig: Path | str, *extra: str) -> tuple[subprocess.Popen[str], int]:
+def start(
+    kubeconfig: Path | str, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], int]:
+    """A gating-controller process; the caller's OTEL_* settings are not passed on."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -28,6 +45,10 @@ def start(kubeconfig: Path | str, *extra: str) -> tuple[subprocess.Popen[str], i
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+            **(env or {}),
+        },
     )  # fmt: skip
     return proc, port
 
@@ -40,26 +61,37 @@ def get(url: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
+def wait_ready(proc: subprocess.Popen[str], port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    status = 0
+    while time.monotonic() < deadline and status != 200 and proc.poll() is None:
+        try:
+            status, _ = get(f"http://127.0.0.1:{port}/readyz")
+        except OSError:
+            status = 0
+        time.sleep(0.2)
+    assert status == 200, proc.stderr.read() if proc.poll() is not None else "not ready"
+
+
+def stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGTERM, then what the process wrote; it must have stopped cleanly."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    return stdout, stderr
+
+
 def test_process_serves_probes_and_metrics_and_stops_cleanly(cluster: Cluster) -> None:
     proc, port = start(cluster.kubeconfig)
     try:
-        deadline = time.monotonic() + 30
-        status = 0
-        while time.monotonic() < deadline and status != 200:
-            try:
-                status, _ = get(f"http://127.0.0.1:{port}/readyz")
-            except OSError:
-                status = 0
-            time.sleep(0.2)
-        assert status == 200, proc.stderr.read() if proc.poll() is not None else "not ready"
+        wait_ready(proc, port)
         assert get(f"http://127.0.0.1:{port}/healthz") == (200, "ok")
         code, metrics = get(f"http://127.0.0.1:{port}/metrics")
         assert code == 200 and "process_resident_memory_bytes" in metrics
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 0, stderr
-    assert "Traceback" not in stderr
+        stop(proc)
 
 
 def run_to_exit(kubeconfig: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -105,3 +137,237 @@ def test_missing_crds_are_one_clear_line(second_cluster: Cluster) -> None:
         "CRD not installed",
         "gates.gating.toolkit.fluxcd.io",
     )
+
+
+GATE = ResourceType.of_model(Gate)
+LEASE_NAME = "gating-controller-leader-election"
+
+
+def gate(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": Gate.api_version_str(),
+        "kind": "Gate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"interval": "10m", "default": "closed", "window": "1h"},
+    }
+
+
+def reconciled_here(port: int, namespace: str, name: str) -> bool:
+    """Whether this process's own metrics count a reconcile of that Gate."""
+    _, metrics = get(f"http://127.0.0.1:{port}/metrics")
+    return (
+        f'gotk_reconcile_duration_seconds_count{{kind="Gate",name="{name}",namespace="{namespace}"'
+    ) in metrics
+
+
+def json_lines(text: str) -> list[str]:
+    # Libraries logging through the stdlib may add plain lines.
+    return [line for line in text.splitlines() if line.startswith("{")]
+
+
+async def lease_holder(kube: KubeClient, namespace: str) -> str:
+    try:
+        lease = await kube.get(LEASE, LEASE_NAME, namespace)
+    except NotFound:
+        return ""
+    return str(lease["spec"].get("holderIdentity") or "")
+
+
+@pytest.mark.timeout(180)
+async def test_with_leader_election_only_the_leader_reconciles_until_it_stops(
+    cluster: Cluster, kube: KubeClient, namespace: str
+) -> None:
+    flags = (
+        "--enable-leader-election",
+        "--leader-election-lease-duration", "3s",
+        "--leader-election-renew-deadline", "2s",
+        "--leader-election-retry-period", "200ms",
+        "--watch-namespace", namespace,
+    )  # fmt: skip
+    env = {"RUNTIME_NAMESPACE": namespace}  # where the Lease lives
+    first, first_port = start(cluster.kubeconfig, *flags, env=env)
+    second: subprocess.Popen[str] | None = None
+    try:
+        await eventually(
+            lambda: lease_holder(kube, namespace),
+            timeout=30,
+            message="first process holds the lease",
+        )
+        assert (await lease_holder(kube, namespace)).endswith(f"_{first.pid}")
+        second, second_port = start(cluster.kubeconfig, *flags, env=env)
+        # A follower serves its probes and fills its cache while it waits.
+        await asyncio.to_thread(wait_ready, second, second_port)
+
+        await kube.create(GATE, gate("watched", namespace))
+        observe = Observer(kube, namespace)
+        await observe.wait_ready(GATE, "watched")
+        assert await asyncio.to_thread(reconciled_here, first_port, namespace, "watched")
+        assert not await asyncio.to_thread(reconciled_here, second_port, namespace, "watched")
+        assert (await lease_holder(kube, namespace)).endswith(f"_{first.pid}")
+
+        _, first_log = await asyncio.to_thread(stop, first)
+        assert "released leadership" in first_log
+        takes_over = second.pid
+
+        async def second_leads() -> bool:
+            return (await lease_holder(kube, namespace)).endswith(f"_{takes_over}")
+
+        await eventually(second_leads, timeout=15, message="second process takes over")
+        await observe.poke(GATE, "watched", "2026-11-21T10:00:00Z")
+        assert await asyncio.to_thread(reconciled_here, second_port, namespace, "watched")
+        lease = await kube.get(LEASE, LEASE_NAME, namespace)
+        assert lease["spec"]["leaseTransitions"] >= 1
+        _, second_log = await asyncio.to_thread(stop, second)
+        messages = [json.loads(line).get("msg") for line in json_lines(second_log)]
+        assert messages.index("waiting for leadership") < messages.index("became leader")
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+@dataclass(frozen=True)
+class ExportedSpan:
+    name: str
+    span_id: str
+    parent_id: str | None
+    attributes: dict[str, Any]
+    service: str
+
+
+def console_spans(stdout: str) -> list[ExportedSpan]:
+    """Spans as ConsoleSpanExporter prints them: indented JSON objects, one after another."""
+    decoder, spans, position = json.JSONDecoder(), [], 0
+    text = stdout.strip()
+    while position < len(text):
+        span, end = decoder.raw_decode(text, position)
+        spans.append(
+            ExportedSpan(
+                name=span["name"],
+                span_id=span["context"]["span_id"].removeprefix("0x"),
+                parent_id=(span["parent_id"] or "").removeprefix("0x") or None,
+                attributes=span["attributes"],
+                service=span["resource"]["attributes"]["service.name"],
+            )
+        )
+        position = end
+        while position < len(text) and text[position].isspace():
+            position += 1
+    return spans
+
+
+def otlp_spans(bodies: list[bytes]) -> list[ExportedSpan]:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    def values(pairs: Any) -> dict[str, Any]:
+        return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in pairs}
+
+    spans = []
+    for body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource_spans in request.resource_spans:
+            service = values(resource_spans.resource.attributes)["service.name"]
+            for scope in resource_spans.scope_spans:
+                spans += [
+                    ExportedSpan(
+                        name=span.name,
+                        span_id=f"{int.from_bytes(span.span_id):016x}",
+                        parent_id=(
+                            f"{int.from_bytes(span.parent_span_id):016x}"
+                            if span.parent_span_id
+                            else None
+                        ),
+                        attributes=values(span.attributes),
+                        service=service,
+                    )
+                    for span in scope.spans
+                ]
+    return spans
+
+
+async def reconcile_one_gate(
+    cluster: Cluster, kube: KubeClient, namespace: str, env: dict[str, str]
+) -> str:
+    """Run a gating-controller with `env` until it has reconciled a Gate; its stdout."""
+    proc, port = start(cluster.kubeconfig, "--watch-namespace", namespace, env=env)
+    try:
+        await asyncio.to_thread(wait_ready, proc, port)
+        await kube.create(GATE, gate("traced", namespace))
+        await Observer(kube, namespace).wait_ready(GATE, "traced")
+    finally:
+        # Spans are batched; stopping flushes them.
+        stdout, _ = await asyncio.to_thread(stop, proc)
+    return stdout
+
+
+def test_tracing_is_off_without_otel_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [k for k in os.environ if k.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    assert tracing.configure("gating-controller") is False
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    assert tracing.configure("gating-controller") is False
+
+
+async def test_a_process_without_otel_settings_exports_no_spans(
+    cluster: Cluster, kube: KubeClient, namespace: str
+) -> None:
+    stdout = await reconcile_one_gate(cluster, kube, namespace, env={})
+    assert stdout == ""
+
+
+def assert_a_span_per_reconcile(spans: list[ExportedSpan], namespace: str) -> None:
+    roots = [
+        s for s in spans
+        if s.name == "reconcile Gate" and s.attributes.get("sluice.object.name") == "traced"
+    ]  # fmt: skip
+    assert roots, [s.name for s in spans]
+    root = roots[0]
+    assert root.parent_id is None
+    assert root.service == "gating-controller"
+    assert root.attributes["k8s.namespace.name"] == namespace
+    assert root.attributes["sluice.reconcile.result"] == "success"
+    assert len(root.attributes["sluice.reconcile.id"]) == 12
+    assert len({s.attributes["sluice.reconcile.id"] for s in roots}) == len(roots)
+    steps = [s.name for s in spans if s.parent_id == root.span_id]
+    assert steps == ["reconcile_gate"]
+
+
+async def test_otel_traces_exporter_console_prints_a_span_per_reconcile(
+    cluster: Cluster, kube: KubeClient, namespace: str
+) -> None:
+    stdout = await reconcile_one_gate(
+        cluster, kube, namespace, env={"OTEL_TRACES_EXPORTER": "console"}
+    )
+    assert_a_span_per_reconcile(console_spans(stdout), namespace)
+
+
+async def test_an_otlp_endpoint_receives_a_span_per_reconcile(
+    cluster: Cluster, kube: KubeClient, namespace: str
+) -> None:
+    bodies: list[bytes] = []
+
+    async def collect(request: web.Request) -> web.Response:
+        bodies.append(await request.read())
+        return web.Response(content_type="application/x-protobuf", body=b"")
+
+    collector = web.Application()
+    collector.router.add_post("/v1/traces", collect)
+    runner = web.AppRunner(collector)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        await reconcile_one_gate(
+            cluster,
+            kube,
+            namespace,
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"},
+        )
+    finally:
+        await runner.cleanup()
+    assert_a_span_per_reconcile(otlp_spans(bodies), namespace)

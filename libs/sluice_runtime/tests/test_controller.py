@@ -285,3 +285,21 @@ async def test_watch_label_selector_shards_objects_between_replicas(
     finally:
         await controller.stop()
         await informers.stop()
+
+
+async def test_an_unchanged_object_is_reconciled_again_after_its_interval(
+    kube: KubeClient, namespace: str, harness: Harness
+) -> None:
+    await kube.create(GITREPO, gitrepo("idle", namespace))  # gitrepo()'s 1h interval
+    await eventually(lambda: harness.journal.count(f"{namespace}/idle") == 1)
+    await kube.create(GITREPO, gitrepo("ticking", namespace, interval="1s"))
+    key = f"{namespace}/ticking"
+    await eventually(
+        lambda: harness.journal.count(key) >= 3, timeout=15, message="requeued after interval"
+    )
+    obj = await kube.get(GITREPO, "ticking", namespace)
+    assert obj["metadata"]["generation"] == 1, "nothing changed the object between reconciles"
+    assert harness.journal.urls[key] == ["https://example.com/r.git"] * len(
+        harness.journal.urls[key]
+    )
+    assert harness.journal.count(f"{namespace}/idle") == 1, "a 1h interval must not requeue"

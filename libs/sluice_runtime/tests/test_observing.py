@@ -76,6 +76,8 @@ async def test_reconciles_are_measured_and_traced(kube: KubeClient, namespace: s
     assert len(reconciles) == 1
     root = reconciles[0]
     assert root.attributes is not None and root.attributes["sluice.reconcile.result"] == "success"
+    assert root.attributes["sluice.object.kind"] == "GitRepository"
+    assert root.attributes["k8s.namespace.name"] == namespace
     children = [
         s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id
     ]

@@ -226,6 +226,14 @@ async def reconcile_artifact(ctx: KustomizationContext) -> Result | None:
 @step()
 async def reconcile_build(ctx: KustomizationContext) -> Result | None:
     assert ctx.workdir is not None
+    if ctx.ks.spec.decryption is not None:
+        # Applying SOPS-encrypted Secrets as they are would overwrite good
+        # ones with ciphertext: refuse until decryption is built.
+        raise Stalling(
+            Reason.BUILD_FAILED,
+            f"spec.decryption (provider {ctx.ks.spec.decryption.provider}) is not supported "
+            "by this version of Sluice; remove it or decrypt the Secrets another way",
+        )
     try:
         ctx.objects = await building.build(
             ctx.workdir,
@@ -337,17 +345,30 @@ async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
     if ctx.ks.spec.prune and stale:
         try:
             pruned = await ctx.manager.delete_all([ObjectId.from_inventory_id(i) for i in stale])
-        except (ApplyFailed, KubeError) as error:
-            reason = (
-                Reason.ACCESS_DENIED if getattr(error, "forbidden", False) else Reason.PRUNE_FAILED
-            )
+        except ApplyFailed as error:
+            _keep_unpruned(ctx, new, stale, error.changeset)
+            reason = Reason.ACCESS_DENIED if error.forbidden else Reason.PRUNE_FAILED
             raise ctx.failed(reason, f"prune failed: {error}") from None
+        except KubeError as error:
+            _keep_unpruned(ctx, new, stale, ChangeSet())
+            raise ctx.failed(Reason.PRUNE_FAILED, f"prune failed: {error}") from None
         if pruned.changed:
             ctx.events.normal(
                 Reason.PROGRESSING, pruned.summary(only_changes=True), metadata=ctx.event_metadata
             )
     ctx.ks.status.inventory = _inventory(new)
     return None
+
+
+def _keep_unpruned(
+    ctx: KustomizationContext, new: dict[str, str], stale: list[str], pruned: ChangeSet
+) -> None:
+    """After a failed prune the inventory holds what this revision applied and what is
+    still to be pruned, so that neither escapes a later prune or garbage collection."""
+    old = {e["id"]: e["v"] for e in _inventory_entries(ctx)}
+    handled = {e.id.inventory_id for e in pruned.entries}
+    left = {i: old[i] for i in stale if i not in handled}
+    ctx.ks.status.inventory = _inventory({**left, **new})
 
 
 # -- 10. health -------------------------------------------------------------------------

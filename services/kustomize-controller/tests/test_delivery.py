@@ -425,3 +425,61 @@ async def test_a_new_revision_cancels_a_long_health_wait(delivery: Delivery) -> 
     async with simulated_rollouts(d.kube, namespace=ns):
         ready = await d.observe.wait_ready(KUSTOMIZATION, "stuck", timeout=20)
     assert ready["status"]["lastAppliedRevision"] == f"main@sha1:{repo.head}"
+
+
+async def test_wait_checks_every_applied_object(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("waits")
+    repo.commit("c", files={"web.yaml": deployment("web", ns), "cm.yaml": config_map("cm", ns)})
+    repo.push()
+    await d.git_repository("waits")
+    await d.kustomization("waits", source="waits", wait=True, timeout="2s")
+    # Nothing rolls the Deployment out: no healthChecks listed, yet it is waited for.
+    obj = await d.observe.wait_reason(KUSTOMIZATION, "waits", "HealthCheckFailed")
+    message = condition(obj, "Ready")["message"]  # type: ignore[index]
+    assert message.startswith("health check timed out: ")
+    assert f"Deployment/{ns}/web" in message
+    assert f"ConfigMap/{ns}/cm" not in message, "only what is unhealthy is named"
+    assert (condition(obj, "Healthy") or {}).get("status") == "False"
+    assert obj["status"].get("lastAppliedRevision") is None
+
+    async with simulated_rollouts(d.kube, namespace=ns):
+        ready = await d.observe.wait_ready(KUSTOMIZATION, "waits")
+    assert ready["status"]["lastAppliedRevision"] == f"main@sha1:{repo.head}"
+    assert (condition(ready, "Healthy") or {}).get("status") == "True"
+
+
+async def test_events_only_when_something_changed(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("quiet")
+    repo.commit("v1", files={"a.yaml": config_map("a", ns, k="1"), "b.yaml": config_map("b", ns)})
+    repo.push()
+    await d.git_repository("quiet")
+    await d.kustomization("quiet", source="quiet")
+    await d.observe.wait_ready(KUSTOMIZATION, "quiet")
+
+    # The same revision again: everything unchanged, nothing to tell.
+    await d.observe.poke(KUSTOMIZATION, "quiet", "again")
+
+    repo.commit("v2", files={"a.yaml": config_map("a", ns, k="2")})
+    repo.push()
+    await d.observe.poke(GITREPO, "quiet", "v2")
+    await d.observe.wait(
+        KUSTOMIZATION,
+        "quiet",
+        lambda o: o["status"].get("lastAppliedRevision") == f"main@sha1:{repo.head}",
+        what="v2 applied",
+    )
+    configured = f"ConfigMap/{ns}/a configured"
+    edit = await d.wait_event("quiet", reason="Progressing", message=configured)
+    revision = edit["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/revision"]
+    assert revision == f"main@sha1:{repo.head}"
+    # Events are written in order, so one from the unchanged reconcile would be here by now
+    # (a repeated message would show as a count of 2).
+    progressing = await d.events("quiet", reason="Progressing")
+    assert sorted((e.get("message", ""), e["count"]) for e in progressing) == [
+        (configured, 1),
+        (f"ConfigMap/{ns}/a created\nConfigMap/{ns}/b created", 1),
+    ]

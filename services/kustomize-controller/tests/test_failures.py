@@ -11,7 +11,15 @@ from sluice_envtest.harness import condition
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import ResourceType
 
-from .conftest import CONFIG_MAP, DEPLOYMENT, GITREPO, KUSTOMIZATION, Delivery, config_map
+from .conftest import (
+    CONFIG_MAP,
+    DEPLOYMENT,
+    GITREPO,
+    KUSTOMIZATION,
+    Delivery,
+    Flags,
+    config_map,
+)
 
 SERVICE_ACCOUNT = ResourceType("", "v1", "serviceaccounts", "ServiceAccount")
 ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
@@ -55,7 +63,11 @@ BAD_YAML = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: broken\n data: [
             id="missing-path",
         ),
         pytest.param(
-            {"ok.yaml": config_map("ok"), "bad.yaml": BAD_YAML}, {}, "bad.yaml", id="bad-yaml"
+            {"ok.yaml": config_map("ok"), "bad.yaml": BAD_YAML},
+            {},
+            # kustomize's own words: the file, the line (as Go's YAML parser counts) and the problem.
+            "kustomize build failed: bad.yaml: yaml: line 4: did not find expected key",
+            id="bad-yaml",
         ),
         pytest.param(
             {
@@ -87,13 +99,21 @@ BAD_YAML = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: broken\n data: [
             "ConfigMap",
             id="malformed-substitution",
         ),
+        pytest.param(
+            {"ok.yaml": config_map("ok")},
+            {"decryption": {"provider": "sops", "secretRef": {"name": "keys"}}},
+            "spec.decryption (provider sops) is not supported",
+            id="decryption-refused",
+        ),
     ],
 )
 async def test_build_failures(
     delivery: Delivery, files: dict[str, str], spec: dict[str, Any], expect: str
 ) -> None:
+    # With the test's namespace as target, `ok` would be applied if the build succeeded.
+    spec = {"targetNamespace": delivery.namespace, **spec}
     _, message = await failing(delivery, "build", files, "BuildFailed", **spec)
-    assert expect in message
+    assert expect in message, message
     assert await absent(delivery, "ok"), "nothing of a failed build is applied"
 
 
@@ -111,8 +131,8 @@ async def test_a_dry_run_rejection_names_the_object_and_applies_nothing(delivery
     assert await absent(d, "ok")
 
 
-async def test_a_tenant_cannot_touch_other_namespaces(delivery: Delivery) -> None:
-    d = delivery
+async def make_tenant(d: Delivery, verbs: list[str]) -> None:
+    """ServiceAccount `tenant`, allowed `verbs` on ConfigMaps of the test's namespace only."""
     ns = d.namespace
     await d.kube.create(
         SERVICE_ACCOUNT,
@@ -128,7 +148,7 @@ async def test_a_tenant_cannot_touch_other_namespaces(delivery: Delivery) -> Non
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": {"name": "tenant", "namespace": ns},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}],
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}],
         },
     )
     await d.kube.create(
@@ -141,12 +161,33 @@ async def test_a_tenant_cannot_touch_other_namespaces(delivery: Delivery) -> Non
             "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
         },
     )
+
+
+@pytest.mark.parametrize(
+    ("delivery", "identity"),
+    [
+        pytest.param(Flags(), {"serviceAccountName": "tenant"}, id="serviceAccountName"),
+        pytest.param(
+            Flags(kustomize=("--default-service-account", "tenant")),
+            {},
+            id="default-service-account",
+        ),
+    ],
+    indirect=["delivery"],
+)
+async def test_a_tenant_cannot_touch_other_namespaces(
+    delivery: Delivery, identity: dict[str, str]
+) -> None:
+    d = delivery
+    ns = d.namespace
+    await make_tenant(d, ["*"])
     files = {
         "mine.yaml": config_map("mine", ns),
         "theirs.yaml": config_map(f"intrusion-{ns}", "default"),
     }
-    _, message = await failing(d, "tenant", files, "AccessDenied", serviceAccountName="tenant")
+    _, message = await failing(d, "tenant", files, "AccessDenied", **identity)
     assert f"ConfigMap/default/intrusion-{ns}" in message
+    assert f"system:serviceaccount:{ns}:tenant" in message
     assert "forbidden" in message.lower()
     assert await absent(d, f"intrusion-{ns}", "default")
     assert await absent(d, "mine")
@@ -156,9 +197,54 @@ async def test_a_tenant_cannot_touch_other_namespaces(delivery: Delivery) -> Non
     repo.commit("c", files={"mine.yaml": config_map("mine", ns)})
     repo.push()
     await d.git_repository("tenant-ok")
-    await d.kustomization("tenant-ok", source="tenant-ok", serviceAccountName="tenant")
+    await d.kustomization("tenant-ok", source="tenant-ok", **identity)
     await d.observe.wait_ready(KUSTOMIZATION, "tenant-ok")
     assert not await absent(d, "mine")
+
+
+async def test_a_prune_the_tenant_may_not_do_keeps_the_object_in_the_inventory(
+    delivery: Delivery,
+) -> None:
+    d = delivery
+    ns = d.namespace
+    await make_tenant(d, ["get", "list", "watch", "create", "update", "patch"])
+    repo = d.repo("noprune")
+    repo.commit("v1", files={"a.yaml": config_map("a", ns), "b.yaml": config_map("b", ns)})
+    repo.push()
+    await d.git_repository("noprune")
+    await d.kustomization("noprune", source="noprune", serviceAccountName="tenant")
+    first = await d.observe.wait_ready(KUSTOMIZATION, "noprune")
+    v1 = first["status"]["lastAppliedRevision"]
+
+    # v2 drops b (which the tenant may not delete) and adds c.
+    repo.commit("v2", files={"c.yaml": config_map("c", ns)}, remove=["b.yaml"])
+    repo.push()
+    await d.observe.poke(GITREPO, "noprune", "v2")
+    obj = await d.observe.wait_reason(KUSTOMIZATION, "noprune", "AccessDenied")
+    message = condition(obj, "Ready")["message"]  # type: ignore[index]
+    assert message.startswith(f"prune failed: ConfigMap/{ns}/b: delete failed: ")
+    assert "forbidden" in message
+    assert obj["status"]["lastAppliedRevision"] == v1
+    assert obj["status"]["lastAttemptedRevision"] == f"main@sha1:{repo.head}"
+    assert not await absent(d, "b")
+    assert not await absent(d, "c")
+    # b is still to be pruned, and c (applied by v2) is ours to prune later.
+    assert inventory_ids(obj) == [f"{ns}_{n}__ConfigMap" for n in ("a", "b", "c")]
+
+    # Once the tenant may delete, the retry prunes b.
+    await d.kube.merge_patch(
+        ROLE,
+        "tenant",
+        {"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]},
+        namespace=ns,
+    )
+    done = await d.observe.wait_ready(KUSTOMIZATION, "noprune")
+    assert await absent(d, "b")
+    assert inventory_ids(done) == [f"{ns}_{n}__ConfigMap" for n in ("a", "c")]
+
+
+def inventory_ids(obj: dict[str, Any]) -> list[str]:
+    return [e["id"] for e in obj["status"]["inventory"]["entries"]]
 
 
 async def test_a_dependency_that_is_not_ready_is_named(delivery: Delivery) -> None:
@@ -170,14 +256,18 @@ async def test_a_dependency_that_is_not_ready_is_named(delivery: Delivery) -> No
         "DependencyNotReady",
         dependsOn=[{"name": "ghost"}],
     )
-    assert f"dependency '{d.namespace}/ghost' not found" in message
+    # The fixture runs the controller with --requeue-dependency 1s.
+    assert message == f"dependency '{d.namespace}/ghost' not found, retrying in 1s"
     assert await absent(d, "ok")
 
 
 async def test_a_dependency_cycle_stalls(delivery: Delivery) -> None:
     d = delivery
     repo = d.repo("cycle")
-    repo.commit("c", files={"a/x.yaml": config_map("x"), "b/y.yaml": config_map("y")})
+    repo.commit(
+        "c",
+        files={"a/x.yaml": config_map("x", d.namespace), "b/y.yaml": config_map("y", d.namespace)},
+    )
     repo.push()
     await d.git_repository("cycle")
     await d.kustomization("a", source="cycle", path="./a", dependsOn=[{"name": "b"}])

@@ -1,0 +1,142 @@
+"""Where a Kustomization's artifact comes from: a source not ready yet, an OCI
+artifact, a source in another namespace."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from sluice_envtest.harness import condition
+from sluice_envtest.registry import OciRegistry
+from sluice_runtime.kube.errors import KubeError
+
+from .conftest import (
+    CONFIG_MAP,
+    GITREPO,
+    KUSTOMIZATION,
+    NAMESPACE,
+    Delivery,
+    Flags,
+    config_map,
+)
+
+
+async def test_a_source_without_an_artifact_is_waited_for_quietly(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("later")
+    repo.commit("c", files={"cm.yaml": config_map("later", ns)})
+    repo.push()
+    await d.git_repository("later", suspend=True)  # no artifact until resumed
+    await d.kustomization("later", source="later")
+    message = f"Source 'GitRepository/{ns}/later' has no artifact yet"
+    obj = await d.observe.wait(
+        KUSTOMIZATION,
+        "later",
+        lambda o: (condition(o, "Ready") or {}).get("message") == message,
+        what="waiting for the artifact",
+    )
+    ready = condition(obj, "Ready")
+    assert ready is not None and (ready["status"], ready["reason"]) == ("False", "ArtifactFailed")
+    reconciling = condition(obj, "Reconciling")
+    assert reconciling is not None and reconciling["status"] == "True"
+    assert condition(obj, "Stalled") is None, "a missing artifact is retried, not stalled"
+
+    await d.kube.merge_patch(GITREPO, "later", {"spec": {"suspend": False}}, namespace=ns)
+    done = await d.observe.wait_ready(KUSTOMIZATION, "later")
+    assert done["status"]["lastAppliedRevision"] == f"main@sha1:{repo.head}"
+    await d.kube.get(CONFIG_MAP, "later", ns)
+
+    # Events are written in order: once the success is announced, a warning about
+    # the wait would be there too.
+    await d.wait_event("later", reason="ReconciliationSucceeded")
+    assert await d.events("later", type="Warning") == []
+
+
+async def test_an_oci_artifact_is_delivered(delivery: Delivery, oci_registry: OciRegistry) -> None:
+    d = delivery
+    ns = d.namespace
+    repository = f"{ns}/manifests"
+    digest = oci_registry.push_artifact(
+        repository,
+        "v1",
+        files={"cm.yaml": config_map("from-oci", ns, v="1")},
+        annotations={"org.opencontainers.image.revision": "main@sha1:0123abc"},
+    )
+    await d.oci_repository(
+        "manifests", url=oci_registry.oci_url(repository), insecure=True, ref={"tag": "v1"}
+    )
+    await d.kustomization(
+        "from-oci", source="manifests", sourceRef={"kind": "OCIRepository", "name": "manifests"}
+    )
+    obj = await d.observe.wait_ready(KUSTOMIZATION, "from-oci")
+    status = obj["status"]
+    assert status["lastAppliedRevision"] == f"v1@{digest}"
+    assert status["lastAppliedOriginRevision"] == "main@sha1:0123abc"
+    assert [e["id"] for e in status["inventory"]["entries"]] == [f"{ns}_from-oci__ConfigMap"]
+    assert (await d.kube.get(CONFIG_MAP, "from-oci", ns))["data"] == {"v": "1"}
+
+
+@pytest.mark.parametrize("delivery", [Flags(cluster_wide=True)], indirect=True)
+async def test_a_source_in_another_namespace_is_used_by_default(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    other = f"src-{ns}"[:63]
+    await d.kube.create(
+        NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}
+    )
+    try:
+        repo = d.repo("shared")
+        repo.commit("c", files={"cm.yaml": config_map("shared", ns)})
+        repo.push()
+        await d.git_repository("shared", namespace=other)
+        await d.kustomization(
+            "shared",
+            source="shared",
+            sourceRef={"kind": "GitRepository", "name": "shared", "namespace": other},
+        )
+        obj = await d.observe.wait_ready(KUSTOMIZATION, "shared")
+        assert obj["status"]["lastAppliedRevision"] == f"main@sha1:{repo.head}"
+        await d.kube.get(CONFIG_MAP, "shared", ns)
+    finally:
+        with contextlib.suppress(KubeError):
+            await d.kube.delete(NAMESPACE, other)
+
+
+@pytest.mark.parametrize(
+    "delivery", [Flags(kustomize=("--no-cross-namespace-refs",))], indirect=True
+)
+async def test_no_cross_namespace_refs_stalls_with_access_denied(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    await d.kustomization(
+        "across",
+        source="shared",
+        sourceRef={"kind": "GitRepository", "name": "shared", "namespace": "elsewhere"},
+    )
+    obj = await d.observe.wait(
+        KUSTOMIZATION,
+        "across",
+        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+        what="Stalled",
+    )
+    message = (
+        "cannot access GitRepository/elsewhere/shared: cross-namespace references are not allowed"
+    )
+    stalled, ready = condition(obj, "Stalled"), condition(obj, "Ready")
+    assert stalled is not None and (stalled["reason"], stalled["message"]) == (
+        "AccessDenied",
+        message,
+    )
+    assert ready is not None and (ready["status"], ready["reason"]) == ("False", "AccessDenied")
+
+    # Naming its own namespace is no cross-namespace reference.
+    repo = d.repo("own")
+    repo.commit("c", files={"cm.yaml": config_map("own", ns)})
+    repo.push()
+    await d.git_repository("own")
+    await d.kustomization(
+        "own", source="own", sourceRef={"kind": "GitRepository", "name": "own", "namespace": ns}
+    )
+    await d.observe.wait_ready(KUSTOMIZATION, "own")

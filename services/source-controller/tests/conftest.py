@@ -7,9 +7,12 @@ port, which is also the advertised address in artifact URLs.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import io
 import tarfile
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +20,19 @@ import aiohttp
 import pytest_asyncio
 
 from sluice_envtest.controlplane import free_port
+from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import Observer, running_service
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_envtest.sshserver import SshGitServer
 from sluice_runtime import app
 from sluice_runtime.kube.client import JSON, KubeClient
-from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.kube.resources import EVENT, ResourceType
 from source_controller import __main__ as source_main
 
 GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
 OCIREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "ocirepositories", "OCIRepository")
+
+MANIFEST = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  k: v\n"
 
 
 class SourceController(Observer):
@@ -47,11 +54,51 @@ class SourceController(Observer):
     async def wait_failed(self, rt: ResourceType, name: str, reason: str, **kw: Any) -> JSON:
         return await self.wait_reason(rt, name, reason, **kw)
 
+    async def events(self, name: str, reason: str | None = None) -> list[JSON]:
+        """Events about the object `name` (with `reason`, if given), oldest first."""
+        found = [
+            e
+            for e in (await self.client.list(EVENT, namespace=self.namespace)).items
+            if e["involvedObject"]["name"] == name and reason in (None, e["reason"])
+        ]
+        return sorted(found, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
+
+    async def wait_events(
+        self,
+        name: str,
+        check: Callable[[list[JSON]], bool],
+        *,
+        reason: str | None = None,
+        timeout: float = 30.0,
+    ) -> list[JSON]:
+        """Poll `events(name, reason)` until `check` accepts them (events are sent in the background)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            events = await self.events(name, reason)
+            if check(events):
+                return events
+            assert time.monotonic() < deadline, f"events of {name} not reached: {events}"
+            await asyncio.sleep(0.1)
+
 
 async def download(url: str) -> bytes:
     async with aiohttp.ClientSession() as session, session.get(url) as answer:
         assert answer.status == 200, f"{url}: {answer.status}"
         return await answer.read()
+
+
+async def served(obj: JSON) -> bytes:
+    """The bytes at status.artifact.url, checked against the artifact's digest and size."""
+    artifact = obj["status"]["artifact"]
+    data = await download(artifact["url"])
+    assert artifact["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert artifact["size"] == len(data)
+    return data
+
+
+async def served_files(obj: JSON) -> dict[str, bytes]:
+    """The regular files of the served, digest-checked artifact."""
+    return tar_members(await served(obj))
 
 
 def tar_members(data: bytes) -> dict[str, bytes]:
@@ -64,6 +111,30 @@ def tar_members(data: bytes) -> dict[str, bytes]:
                 assert extracted is not None
                 files[member.name] = extracted.read()
     return files
+
+
+def seeded(server: GitHttpServer | SshGitServer, name: str) -> WorkRepo:
+    """A repository `name` on `server` whose branch main holds one commit, 'first'."""
+    work = server.create_repo(name)
+    work.commit(
+        "first",
+        files={
+            "deploy/app.yaml": MANIFEST,
+            "deploy/logo.png": b"\x89PNG not really",
+            ".github/workflows/ci.yml": "on: push\n",
+            "README.md": "# app\n",
+        },
+    )
+    work.push()
+    return work
+
+
+def corrupt_objects(bare: Path) -> None:
+    """Damage every loose object of `bare`: upload-pack can no longer build a pack."""
+    for obj in (bare / "objects").rglob("*"):
+        if obj.is_file() and len(obj.parent.name) == 2:
+            obj.chmod(0o644)
+            obj.write_bytes(b"garbage")
 
 
 def gitrepo(name: str, url: str, **spec: Any) -> JSON:

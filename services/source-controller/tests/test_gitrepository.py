@@ -2,56 +2,30 @@
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sluice_envtest.gitserver import GitHttpServer, WorkRepo
+from sluice_envtest.gitserver import GitHttpServer, generate_history
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.sshserver import SshGitServer, generate_key, known_hosts_line
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
-from sluice_runtime.kube.resources import EVENT
 
 from .conftest import (
     GITREPO,
+    MANIFEST,
     SourceController,
+    corrupt_objects,
     download,
     gitrepo,
-    tar_members,
+    seeded,
+    served_files,
 )
-
-MANIFEST = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  k: v\n"
-
-
-def seeded(server: GitHttpServer | SshGitServer, name: str) -> WorkRepo:
-    work = server.create_repo(name)
-    work.commit(
-        "first",
-        files={
-            "deploy/app.yaml": MANIFEST,
-            "deploy/logo.png": b"\x89PNG not really",
-            ".github/workflows/ci.yml": "on: push\n",
-            "README.md": "# app\n",
-        },
-    )
-    work.push()
-    return work
 
 
 async def create(sc: SourceController, obj: dict[str, Any]) -> None:
     await sc.client.create(GITREPO, obj, namespace=sc.namespace)
-
-
-async def artifact_files(sc: SourceController, obj: dict[str, Any]) -> dict[str, bytes]:
-    artifact = obj["status"]["artifact"]
-    data = await download(artifact["url"])
-    assert artifact["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
-    assert artifact["size"] == len(data)
-    return tar_members(data)
 
 
 async def test_branch_is_archived_served_and_announced(
@@ -82,18 +56,14 @@ async def test_branch_is_archived_served_and_announced(
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
     assert obj["status"]["contentConfigChecksum"].startswith("sha256:")
 
-    files = await artifact_files(sc, obj)
+    files = await served_files(obj)
     # Flux's default exclusions: images and CI configuration never ship.
     assert sorted(files) == ["README.md", "deploy/app.yaml"]
     assert files["deploy/app.yaml"].decode() == MANIFEST
     assert (await download(obj["status"]["url"])) == await download(artifact["url"])
 
-    events = (await sc.client.list(EVENT, namespace=sc.namespace)).items
-    new = [
-        e for e in events if e["reason"] == "NewArtifact" and e["involvedObject"]["name"] == "app"
-    ]
-    assert len(new) == 1
-    assert new[0]["message"] == "stored artifact for commit 'first'"
+    new = await sc.wait_events("app", bool, reason="NewArtifact")
+    assert [(e["message"], e["count"]) for e in new] == [("stored artifact for commit 'first'", 1)]
 
 
 async def test_a_new_commit_becomes_a_new_artifact_and_the_old_one_is_collected(
@@ -112,7 +82,7 @@ async def test_a_new_commit_becomes_a_new_artifact_and_the_old_one_is_collected(
     work.push()
     second = await sc.poke(GITREPO, "moving", "1")
     assert second["status"]["artifact"]["revision"] == f"main@sha1:{work.head}"
-    assert "deploy/extra.yaml" in await artifact_files(sc, second)
+    assert "deploy/extra.yaml" in await served_files(second)
     # Retention is one record with no TTL in these tests: the old file is gone.
     assert not old_path.exists()
 
@@ -171,7 +141,7 @@ async def test_each_ref_kind_checks_out_the_right_commit(
         shas["pr"]: "pr\n",
         shas["master"]: "master\n",
     }[commit]
-    files = await artifact_files(sc, obj)
+    files = await served_files(obj)
     assert files["version.txt"].decode() == expected_version
 
 
@@ -224,7 +194,7 @@ async def test_changing_ignore_alone_rebuilds_the_same_commit(
     assert second["status"]["artifact"]["revision"] == first["status"]["artifact"]["revision"]
     assert second["status"]["artifact"]["digest"] != first["status"]["artifact"]["digest"]
     assert second["status"]["contentConfigChecksum"] != first["status"]["contentConfigChecksum"]
-    assert sorted(await artifact_files(sc, second)) == [
+    assert sorted(await served_files(second)) == [
         ".github/workflows/ci.yml",
         "deploy/app.yaml",
         "deploy/logo.png",
@@ -255,7 +225,7 @@ async def test_sourceignore_files_in_the_repository_are_honoured(
         sc, gitrepo("si", git_http.url(f"srcignore-{sc.namespace}"), ref={"branch": "main"})
     )
     obj = await sc.wait_ready(GITREPO, "si")
-    assert sorted(await artifact_files(sc, obj)) == [
+    assert sorted(await served_files(obj)) == [
         ".sourceignore",
         "deploy/.sourceignore",
         "deploy/app.yaml",
@@ -313,7 +283,7 @@ async def test_include_copies_another_repositorys_artifact(
     )
     await sc.wait_ready(GITREPO, "lib")
     main = await sc.wait_ready(GITREPO, "main")
-    files = await artifact_files(sc, main)
+    files = await served_files(main)
     assert files["vendor/lib/base.yaml"] == b"base: 1\n"
     assert "vendor/lib/other.txt" not in files
     assert condition(main, "IncludeUnavailable") is None
@@ -329,14 +299,14 @@ async def test_include_copies_another_repositorys_artifact(
         lambda o: o["status"]["artifact"]["digest"] != main["status"]["artifact"]["digest"],
         what="rebuilt after the include changed",
     )
-    assert (await artifact_files(sc, rebuilt))["vendor/lib/base.yaml"] == b"base: 2\n"
+    assert (await served_files(rebuilt))["vendor/lib/base.yaml"] == b"base: 2\n"
 
 
 async def test_basic_auth_and_bearer_token(
     source_controller: SourceController, git_http_auth: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_http_auth, f"private-{sc.namespace}")
+    work = seeded(git_http_auth, f"private-{sc.namespace}")
     assert git_http_auth.username and git_http_auth.password and git_http_auth.token
     await make_secret(
         sc.client,
@@ -353,8 +323,10 @@ async def test_basic_auth_and_bearer_token(
     await create(sc, gitrepo("token", url, ref={"branch": "main"}, secretRef={"name": "token"}))
     await create(sc, gitrepo("wrong", url, ref={"branch": "main"}, secretRef={"name": "wrong"}))
     await create(sc, gitrepo("anonymous", url, ref={"branch": "main"}))
-    await sc.wait_ready(GITREPO, "basic")
-    await sc.wait_ready(GITREPO, "token")
+    for name in ("basic", "token"):
+        obj = await sc.wait_ready(GITREPO, name)
+        assert obj["status"]["artifact"]["revision"] == f"main@sha1:{work.head}"
+        assert (await served_files(obj))["deploy/app.yaml"].decode() == MANIFEST
     for name in ("wrong", "anonymous"):
         failed = await sc.wait_failed(GITREPO, name, "AuthenticationFailed")
         fetch = condition(failed, "FetchFailed")
@@ -397,14 +369,16 @@ async def test_https_with_a_custom_ca(
     source_controller: SourceController, git_https: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_https, f"tls-{sc.namespace}")
+    work = seeded(git_https, f"tls-{sc.namespace}")
     assert git_https.ca_pem is not None
     await make_secret(sc.client, sc.namespace, "ca", {"ca.crt": git_https.ca_pem.decode()})
     url = git_https.url(f"tls-{sc.namespace}")
     assert url.startswith("https://")
     await create(sc, gitrepo("trusted", url, ref={"branch": "main"}, secretRef={"name": "ca"}))
     await create(sc, gitrepo("untrusted", url, ref={"branch": "main"}))
-    await sc.wait_ready(GITREPO, "trusted")
+    trusted = await sc.wait_ready(GITREPO, "trusted")
+    assert trusted["status"]["artifact"]["revision"] == f"main@sha1:{work.head}"
+    assert sorted(await served_files(trusted)) == ["README.md", "deploy/app.yaml"]
     failed = await sc.wait_failed(GITREPO, "untrusted", "AuthenticationFailed")
     assert "not trusted" in condition(failed, "Ready")["message"]  # type: ignore[index]
 
@@ -436,7 +410,7 @@ async def test_ssh_with_identity_and_verified_host_key(
         sc, gitrepo("ssh-mitm", url, ref={"branch": "main"}, secretRef={"name": "ssh-wrong-host"})
     )
     obj = await sc.wait_ready(GITREPO, "ssh")
-    assert "deploy/app.yaml" in await artifact_files(sc, obj)
+    assert "deploy/app.yaml" in await served_files(obj)
     failed = await sc.wait_failed(GITREPO, "ssh-mitm", "AuthenticationFailed")
     assert "not trusted" in condition(failed, "Ready")["message"]  # type: ignore[index]
 
@@ -488,35 +462,6 @@ async def test_an_invalid_url_stalls_without_retrying(
     assert controller.reconciles[f"{sc.namespace}/bad-url"] == count, "no retry storm"
 
 
-async def test_failures_keep_serving_the_last_artifact(
-    source_controller: SourceController, git_http: GitHttpServer, tmp_path: Path
-) -> None:
-    sc = source_controller
-    work = seeded(git_http, f"flaky-{sc.namespace}")
-    await create(
-        sc, gitrepo("flaky", git_http.url(f"flaky-{sc.namespace}"), ref={"branch": "main"})
-    )
-    good = await sc.wait_ready(GITREPO, "flaky")
-    artifact = good["status"]["artifact"]
-
-    # The repository disappears from the server (an outage, a rename).
-    hidden = tmp_path / "hidden.git"
-    shutil.move(git_http.root / f"flaky-{sc.namespace}.git", hidden)
-    work.commit("unreachable", files={"x": "y"})
-    await sc.client.merge_patch(
-        GITREPO,
-        "flaky",
-        {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": "outage"}}},
-        namespace=sc.namespace,
-    )
-    failed = await sc.wait_failed(GITREPO, "flaky", "GitOperationFailed")
-    assert failed["status"]["artifact"] == artifact
-    assert await download(artifact["url"])  # still served
-    fetch = condition(failed, "FetchFailed")
-    assert fetch is not None and git_http.url(f"flaky-{sc.namespace}") in fetch["message"]
-    shutil.move(hidden, git_http.root / f"flaky-{sc.namespace}.git")
-
-
 async def test_an_unreachable_host_is_a_fetch_failure(source_controller: SourceController) -> None:
     from sluice_envtest.controlplane import free_port
 
@@ -530,12 +475,8 @@ async def test_a_corrupt_repository_is_a_fetch_failure(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
     sc = source_controller
-    seeded(git_http, f"corrupt-{sc.namespace}")
-    # Damage every object on the server: upload-pack cannot build a pack.
-    for obj in (git_http.root / f"corrupt-{sc.namespace}.git" / "objects").rglob("*"):
-        if obj.is_file() and len(obj.parent.name) == 2:
-            obj.chmod(0o644)
-            obj.write_bytes(b"garbage")
+    work = seeded(git_http, f"corrupt-{sc.namespace}")
+    corrupt_objects(work.bare)
     await create(
         sc, gitrepo("corrupt", git_http.url(f"corrupt-{sc.namespace}"), ref={"branch": "main"})
     )
@@ -588,22 +529,8 @@ async def test_a_failure_after_the_ref_listing_names_the_commit_in_its_event(
         ),
     )
     await sc.wait_failed(GITREPO, "partial", "NotFound")
-
-    async def warning() -> dict[str, Any] | None:
-        events = (await sc.client.list(EVENT, namespace=sc.namespace)).items
-        for event in events:
-            if event["involvedObject"]["name"] == "partial" and event["type"] == "Warning":
-                return event
-        return None
-
-    import asyncio
-
-    for _ in range(100):
-        event = await warning()
-        if event is not None:
-            break
-        await asyncio.sleep(0.1)
-    assert event is not None
+    events = await sc.wait_events("partial", lambda es: any(e["type"] == "Warning" for e in es))
+    event = next(e for e in events if e["type"] == "Warning")
     assert event["reason"] == "NotFound"
     annotations = event["metadata"]["annotations"]
     assert annotations["source.toolkit.fluxcd.io/revision"] == f"main@sha1:{work.head}"
@@ -633,8 +560,8 @@ async def test_submodules_are_checked_out_when_asked(
     await create(sc, gitrepo("without-subs", url, ref={"branch": "main"}))
     with_subs = await sc.wait_ready(GITREPO, "with-subs")
     without = await sc.wait_ready(GITREPO, "without-subs")
-    assert "vendor/lib/lib.yaml" in await artifact_files(sc, with_subs)
-    assert "vendor/lib/lib.yaml" not in await artifact_files(sc, without)
+    assert "vendor/lib/lib.yaml" in await served_files(with_subs)
+    assert "vendor/lib/lib.yaml" not in await served_files(without)
     assert with_subs["status"]["observedRecurseSubmodules"] is True
 
 
@@ -663,5 +590,120 @@ async def test_sparse_checkout_keeps_only_the_listed_directories(
         ),
     )
     obj = await sc.wait_ready(GITREPO, "sparse")
-    assert sorted(await artifact_files(sc, obj)) == ["apps/a.yaml", "infra/b.yaml"]
+    assert sorted(await served_files(obj)) == ["apps/a.yaml", "infra/b.yaml"]
     assert obj["status"]["observedSparseCheckout"] == ["apps", "infra/"]
+
+
+async def test_new_artifact_is_announced_only_when_the_revision_changes(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    repo = f"announced-{sc.namespace}"
+    work = seeded(git_http, repo)
+    await create(sc, gitrepo("announced", git_http.url(repo), ref={"branch": "main"}))
+    first = await sc.wait_ready(GITREPO, "announced")
+    await sc.wait_events("announced", bool, reason="NewArtifact")
+
+    # A no-op reconcile, then a rebuild of the same commit with other ignore rules.
+    noop = await sc.poke(GITREPO, "announced", "no-op")
+    assert noop["status"]["artifact"] == first["status"]["artifact"]
+    await sc.client.merge_patch(
+        GITREPO, "announced", {"spec": {"ignore": "README.md\n"}}, namespace=sc.namespace
+    )
+    rebuilt = await sc.wait(
+        GITREPO,
+        "announced",
+        lambda o: o["status"].get("observedIgnore") == "README.md\n",
+        what="rebuilt with the new ignore rules",
+    )
+    assert rebuilt["status"]["artifact"]["digest"] != first["status"]["artifact"]["digest"]
+    assert rebuilt["status"]["artifact"]["revision"] == first["status"]["artifact"]["revision"]
+
+    work.commit("second", files={"deploy/extra.yaml": MANIFEST})
+    work.push()
+    moved = await sc.poke(GITREPO, "announced", "second")
+    assert moved["status"]["artifact"]["revision"] == f"main@sha1:{work.head}"
+    # Events go out in order, so once the second one is there, any the no-op
+    # or the rebuild had sent are too: a repeat would have bumped the first's count.
+    events = await sc.wait_events("announced", lambda es: len(es) >= 2, reason="NewArtifact")
+    assert [(e["message"], e["count"]) for e in events] == [
+        ("stored artifact for commit 'first'", 1),
+        ("stored artifact for commit 'second'", 1),
+    ]
+    annotations = events[1]["metadata"]["annotations"]
+    assert annotations["source.toolkit.fluxcd.io/revision"] == f"main@sha1:{work.head}"
+
+
+async def test_an_included_repository_without_an_artifact_is_unavailable(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_http, f"app-repo-{sc.namespace}")
+    lib = git_http.create_repo(f"empty-lib-{sc.namespace}")
+    lib.commit("lib", files={"base.yaml": "base: 1\n"})
+    lib.push()
+    # The included repository exists but its branch does not: it never gets an artifact.
+    await create(
+        sc, gitrepo("lib", git_http.url(f"empty-lib-{sc.namespace}"), ref={"branch": "gone"})
+    )
+    await sc.wait_failed(GITREPO, "lib", "GitOperationFailed")
+    await create(
+        sc,
+        gitrepo(
+            "app",
+            git_http.url(f"app-repo-{sc.namespace}"),
+            ref={"branch": "main"},
+            include=[{"repository": {"name": "lib"}, "toPath": "vendor/lib"}],
+        ),
+    )
+    waiting = await sc.wait_failed(GITREPO, "app", "NoArtifact")
+    message = f"included GitRepository '{sc.namespace}/lib' has no artifact yet"
+    unavailable = condition(waiting, "IncludeUnavailable")
+    assert unavailable is not None
+    assert (unavailable["status"], unavailable["reason"], unavailable["message"]) == (
+        "True",
+        "NoArtifact",
+        message,
+    )
+    ready = condition(waiting, "Ready")
+    assert ready is not None and (ready["status"], ready["message"]) == ("False", message)
+    assert waiting["status"].get("artifact") is None
+
+    # Once the included repository has an artifact, the including one is built.
+    await sc.client.merge_patch(
+        GITREPO, "lib", {"spec": {"ref": {"branch": "main"}}}, namespace=sc.namespace
+    )
+    await sc.wait_ready(GITREPO, "lib")
+    app = await sc.wait_ready(GITREPO, "app")
+    assert condition(app, "IncludeUnavailable") is None
+    assert (await served_files(app))["vendor/lib/base.yaml"] == b"base: 1\n"
+
+
+async def test_a_long_history_is_cloned_shallow_and_not_fetched_again(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    sc = source_controller
+    repo = f"long-{sc.namespace}"
+    work = git_http.create_repo(repo)
+    work.commit("base", files={"README.md": "long\n"})
+    work.push()
+    # 3000 commits, each rewriting 1 kB of random bytes: ~3 MB of history, 2 s to make.
+    tip = generate_history(work.bare, commits=3000, blob_size=1_000)
+    history = sum(f.stat().st_size for f in (work.bare / "objects").rglob("*") if f.is_file())
+    assert history > 3_000_000
+
+    await create(sc, gitrepo("long", git_http.url(repo), ref={"branch": "main"}))
+    first = await sc.wait_ready(GITREPO, "long")
+    assert first["status"]["artifact"]["revision"] == f"main@sha1:{tip}"
+    assert (await served_files(first))["counter.txt"] == b"3000\n"
+    cloned = git_http.stats(repo)
+    assert 0 < cloned.upload_pack_bytes < history // 100, "one commit, not the history"
+
+    again = await sc.poke(GITREPO, "long", "no-op")
+    spent = git_http.stats(repo) - cloned
+    assert spent.upload_pack_advertisements == 1, "one ref listing"
+    assert spent.upload_pack_posts == 0
+    assert spent.upload_pack_bytes == 0
+    assert again["status"]["artifact"] == first["status"]["artifact"]
+    ready = condition(again, "Ready")
+    assert ready is not None and ready["status"] == "True"

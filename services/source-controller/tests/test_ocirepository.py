@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
+import re
 from typing import Any
 
 import pytest
@@ -14,9 +14,9 @@ from sluice_envtest.registry import OciRegistry, make_tarball
 from .conftest import (
     OCIREPO,
     SourceController,
-    download,
     ocirepo,
-    tar_members,
+    served,
+    served_files,
 )
 
 MANIFEST = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"
@@ -26,11 +26,10 @@ async def create(sc: SourceController, obj: dict[str, Any]) -> None:
     await sc.client.create(OCIREPO, obj, namespace=sc.namespace)
 
 
-async def served(obj: dict[str, Any]) -> bytes:
-    artifact = obj["status"]["artifact"]
-    data = await download(artifact["url"])
-    assert artifact["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
-    return data
+def blob_gets(registry: OciRegistry, repository: str) -> int:
+    """GETs of `repository`'s blobs the registry answered, from its access log."""
+    request = re.compile(rf'"GET /v2/{re.escape(repository)}/blobs/sha256:[0-9a-f]{{64}} HTTP/')
+    return len(request.findall(registry.log_file.read_text(errors="replace")))
 
 
 async def test_a_tag_is_pulled_extracted_and_stored(
@@ -56,7 +55,7 @@ async def test_a_tag_is_pulled_extracted_and_stored(
     ready = condition(obj, "Ready")
     assert ready is not None and ready["message"] == f"stored artifact for revision 'v1@{digest}'"
     # Re-archived with the default exclusions, like a Git checkout.
-    assert sorted(tar_members(await served(obj))) == ["app.yaml"]
+    assert sorted(await served_files(obj)) == ["app.yaml"]
 
 
 async def test_semver_with_filter_and_digest_refs(
@@ -81,15 +80,15 @@ async def test_semver_with_filter_and_digest_refs(
     )
     await create(sc, ocirepo("pinned", url, insecure=True, ref={"digest": digests["2.0.0"]}))
     await create(sc, ocirepo("default", url, insecure=True))
-    semver = await sc.wait_ready(OCIREPO, "semver")
-    assert semver["status"]["artifact"]["revision"] == f"1.2.0@{digests['1.2.0']}"
-    filtered = await sc.wait_ready(OCIREPO, "filtered")
-    assert filtered["status"]["artifact"]["revision"] == f"1.4.0-prod@{digests['1.4.0-prod']}"
-    pinned = await sc.wait_ready(OCIREPO, "pinned")
-    assert pinned["status"]["artifact"]["revision"] == digests["2.0.0"]
-    assert tar_members(await served(pinned))["v.txt"] == b"2.0.0"
-    default = await sc.wait_ready(OCIREPO, "default")
-    assert default["status"]["artifact"]["revision"] == f"latest@{digests['latest']}"
+    for name, revision, tag in [
+        ("semver", "1.2.0@{}", "1.2.0"),
+        ("filtered", "1.4.0-prod@{}", "1.4.0-prod"),
+        ("pinned", "{}", "2.0.0"),
+        ("default", "latest@{}", "latest"),
+    ]:
+        obj = await sc.wait_ready(OCIREPO, name)
+        assert obj["status"]["artifact"]["revision"] == revision.format(digests[tag]), name
+        assert await served_files(obj) == {"v.txt": tag.encode()}, name
 
 
 async def test_layer_selector_copy_keeps_the_layer_bytes(
@@ -143,13 +142,17 @@ async def test_unchanged_digest_is_not_downloaded_again(
         sc, ocirepo("steady", oci_registry.oci_url(repo), insecure=True, ref={"tag": "v1"})
     )
     first = await sc.wait_ready(OCIREPO, "steady")
+    pulled = blob_gets(oci_registry, repo)
+    assert pulled == 1, "the first reconcile downloads the layer, and only it"
     again = await sc.poke(OCIREPO, "steady", "again")
     assert again["status"]["artifact"] == first["status"]["artifact"]
+    assert blob_gets(oci_registry, repo) == pulled, "no blob downloaded for the same digest"
 
     new_digest = oci_registry.push_artifact(repo, "v1", files={"a.yaml": MANIFEST + "# 2\n"})
     moved = await sc.poke(OCIREPO, "steady", "moved")
     assert moved["status"]["artifact"]["revision"] == f"v1@{new_digest}"
-    assert tar_members(await served(moved))["a.yaml"].decode().endswith("# 2\n")
+    assert blob_gets(oci_registry, repo) == pulled + 1
+    assert (await served_files(moved))["a.yaml"].decode().endswith("# 2\n")
 
 
 async def test_registry_credentials_from_a_dockerconfigjson_secret(
@@ -157,7 +160,7 @@ async def test_registry_credentials_from_a_dockerconfigjson_secret(
 ) -> None:
     sc = source_controller
     repo = f"{sc.namespace}/private"
-    oci_registry_auth.push_artifact(repo, "v1", files={"a.yaml": MANIFEST})
+    digest = oci_registry_auth.push_artifact(repo, "v1", files={"a.yaml": MANIFEST})
     url = oci_registry_auth.oci_url(repo)
     config = json.dumps(oci_registry_auth.docker_config)
     await make_secret(
@@ -175,7 +178,9 @@ async def test_registry_credentials_from_a_dockerconfigjson_secret(
         sc, ocirepo("bad", url, insecure=True, ref={"tag": "v1"}, secretRef={"name": "wrong"})
     )
     await create(sc, ocirepo("none", url, insecure=True, ref={"tag": "v1"}))
-    await sc.wait_ready(OCIREPO, "good")
+    good = await sc.wait_ready(OCIREPO, "good")
+    assert good["status"]["artifact"]["revision"] == f"v1@{digest}"
+    assert await served_files(good) == {"a.yaml": MANIFEST.encode()}
     for name in ("bad", "none"):
         failed = await sc.wait_failed(OCIREPO, name, "AuthenticationFailed")
         fetch = condition(failed, "FetchFailed")
@@ -235,7 +240,7 @@ async def test_a_registry_with_a_private_ca(
 ) -> None:
     sc = source_controller
     repo = f"{sc.namespace}/tls"
-    oci_registry_tls.push_artifact(repo, "v1", files={"a.yaml": MANIFEST})
+    digest = oci_registry_tls.push_artifact(repo, "v1", files={"a.yaml": MANIFEST})
     assert oci_registry_tls.ca_pem is not None
     await make_secret(
         sc.client, sc.namespace, "registry-ca", {"ca.crt": oci_registry_tls.ca_pem.decode()}
@@ -245,6 +250,43 @@ async def test_a_registry_with_a_private_ca(
         sc, ocirepo("trusted", url, ref={"tag": "v1"}, certSecretRef={"name": "registry-ca"})
     )
     await create(sc, ocirepo("untrusted", url, ref={"tag": "v1"}, timeout="10s"))
-    await sc.wait_ready(OCIREPO, "trusted")
+    trusted = await sc.wait_ready(OCIREPO, "trusted")
+    assert trusted["status"]["artifact"]["revision"] == f"v1@{digest}"
+    assert await served_files(trusted) == {"a.yaml": MANIFEST.encode()}
     failed = await sc.wait_failed(OCIREPO, "untrusted", "OCIArtifactPullFailed")
     assert "certSecretRef" in condition(failed, "Ready")["message"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("ref", "secret", "key"),
+    [
+        pytest.param("secretRef", {"config.json": "{}"}, ".dockerconfigjson", id="pull-secret"),
+        pytest.param("certSecretRef", {"tls.crt": "x"}, "ca.crt", id="cert-secret"),
+    ],
+)
+async def test_a_secret_missing_its_key_names_the_key(
+    source_controller: SourceController,
+    oci_registry: OciRegistry,
+    ref: str,
+    secret: dict[str, str],
+    key: str,
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/keyless"
+    oci_registry.push_artifact(repo, "v1", files={"a.yaml": MANIFEST})
+    await make_secret(sc.client, sc.namespace, "keyless", secret)
+    await create(
+        sc,
+        ocirepo(
+            "keyless",
+            oci_registry.oci_url(repo),
+            insecure=True,
+            ref={"tag": "v1"},
+            **{ref: {"name": "keyless"}},
+        ),
+    )
+    failed = await sc.wait_failed(OCIREPO, "keyless", "AuthenticationFailed")
+    message = f"secret '{sc.namespace}/keyless' has no '{key}' key"
+    assert condition(failed, "Ready")["message"] == message  # type: ignore[index]
+    fetch = condition(failed, "FetchFailed")
+    assert fetch is not None and (fetch["status"], fetch["message"]) == ("True", message)

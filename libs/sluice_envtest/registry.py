@@ -16,6 +16,7 @@ import base64
 import ctypes
 import gzip
 import io
+import re
 import secrets
 import ssl
 import tarfile
@@ -183,6 +184,20 @@ class OciRegistry(ChildServer):
             f"{self.host}/{repository}{separator}{reference}"
         )
         return found
+
+    def delete(self, repository: str, what: str, digest: str) -> None:
+        """DELETE a manifest or blob (`what` is `manifests` or `blobs`) by digest."""
+        scheme = "https" if self.tls else "http"
+        answer = self.client().do_request(
+            f"{scheme}://{self.host}/v2/{repository}/{what}/{digest}", "DELETE"
+        )
+        if answer.status_code != 202:
+            raise RuntimeError(f"deleting {repository}/{what}/{digest}: {answer.status_code}")
+
+    def blob_downloads(self, repository: str) -> int:
+        """How many GETs of `repository`'s blobs the registry has answered (its access log)."""
+        request = re.compile(rf'"GET /v2/{re.escape(repository)}/blobs/sha256:[0-9a-f]{{64}} HTTP/')
+        return len(request.findall(self.log_file.read_text(errors="replace")))
 
     def pull(self, repository: str, tag: str, *, outdir: Path) -> list[Path]:
         """Download the artifact's layers into `outdir`, named by their title annotation."""

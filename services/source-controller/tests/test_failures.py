@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -106,15 +105,6 @@ async def replace_secret_data(source: Source, key: str, value: str) -> None:
     )
 
 
-def delete_from_registry(registry: OciRegistry, repository: str, what: str, digest: str) -> None:
-    """DELETE /v2/<repository>/<what>/<digest> (`manifests` or `blobs`)."""
-    request = urllib.request.Request(  # noqa: S310 - our own registry
-        f"{registry.url}/v2/{repository}/{what}/{digest}", method="DELETE"
-    )
-    with urllib.request.urlopen(request) as answer:  # noqa: S310
-        assert answer.status == 202
-
-
 # -- Git ---------------------------------------------------------------------
 
 
@@ -167,7 +157,7 @@ async def move_git_to_a_dead_host(source: Source) -> Broken:
 async def delete_oci_tag(source: Source) -> Broken:
     registry = source.registry
     assert registry is not None
-    delete_from_registry(registry, source.repository, "manifests", source.digest)
+    registry.delete(source.repository, "manifests", source.digest)
     return Broken(
         "OCIArtifactPullFailed", f"artifact '{registry.host}/{source.repository}:v1' not found"
     )
@@ -179,7 +169,7 @@ async def delete_new_oci_layer(source: Source) -> Broken:
     assert registry is not None
     new = registry.push_artifact(source.repository, "v1", files={"app.yaml": MANIFEST + "#2\n"})
     layer = registry.manifest(source.repository, new)["layers"][0]["digest"]
-    delete_from_registry(registry, source.repository, "blobs", layer)
+    registry.delete(source.repository, "blobs", layer)
     return Broken(
         "OCIArtifactPullFailed",
         f"registry {registry.host} answered 404 for blob {layer}",

@@ -6,14 +6,15 @@ receiver's rate limit), and only then acted on: a Receiver's resources get
 `reconcile.fluxcd.io/requestedAt` (reconcile now), or, for Gates, an open or
 close request. Answers follow the contract: 404 unknown path, 503 suspended
 or not ready, 400 bad signature or payload, 413 too large, 429 over the
-rate limit, 500 when annotating failed, 200 otherwise. Every rejection is
-logged with its reason; no log line carries a token or a signature.
+rate limit (with `Retry-After`), 500 when annotating failed, 200 otherwise.
+Every rejection is logged with its reason; no log line carries a token, a
+signature, or the path of a known Receiver (for `generic`, the path is the
+only secret).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -160,16 +161,29 @@ class WebhookServer:
     def _reject(
         self, status: int, reason: str, request: web.Request, logger: Any = None
     ) -> web.Response:
-        (logger or log).info(
-            "webhook rejected", status=status, reason=reason, path=request.path[:80]
-        )
+        if logger is None:
+            # No receiver has this path, so it is no one's secret.
+            log.info("webhook rejected", status=status, reason=reason, path=request.path[:80])
+        else:
+            # The receiver is named instead: its path is its URL's secret (the
+            # only one for `generic`), so it is never logged.
+            logger.info("webhook rejected", status=status, reason=reason)
         return web.Response(status=status, text=reason)
+
+    async def settle(self) -> None:
+        """Wait for the trailing actions scheduled so far (tests, shutdown)."""
+        await asyncio.gather(*self._trailing, return_exceptions=True)
 
     def _schedule(self, receiver: Receiver, when: datetime) -> None:
         async def later() -> None:
             await asyncio.sleep(max(0.0, (when - self.clock()).total_seconds()))
-            with contextlib.suppress(ActionFailed):
+            try:
                 await self.act(receiver, self.clock())
+            except ActionFailed as error:
+                # Its requests were answered 200 already: the log is all that is left.
+                log.warning(
+                    "webhook action failed", receiver=receiver.key, trailing=True, error=str(error)
+                )
 
         task = asyncio.get_running_loop().create_task(
             later(), name=f"webhook-trailing-{receiver.key}"

@@ -4,23 +4,28 @@ hub, and CI reaches the notification-controller's webhook receiver."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest_asyncio
+from multidict import CIMultiDictProxy
 
 from notification_controller import __main__ as notification_main
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
-from sluice_envtest.harness import Observer, make_secret, running_service
+from sluice_envtest.harness import Observer, condition, make_secret, running_service
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
+from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import ResourceType
 
@@ -63,35 +68,90 @@ class Platform:
     def hub(self) -> Any:
         return self.notification.components["hub"]
 
+    async def create(
+        self, rt: ResourceType, name: str, spec: JSON, labels: dict[str, str] | None = None
+    ) -> JSON:
+        """Create `rt` object `name` in the test's namespace."""
+        metadata: JSON = {"name": name, **({"labels": labels} if labels else {})}
+        return await self.kube.create(
+            rt,
+            {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": metadata, "spec": spec},
+            namespace=self.namespace,
+        )
+
+    async def delivery(self, name: str, *, path: str = "./") -> WorkRepo:
+        """A Git repository with one commit, its GitRepository and a Kustomization of
+        `path` in it, as a user sets them up; the caller waits for what it needs."""
+        repo = self.repo(name)
+        repo.commit("v1", files={"cm.yaml": config_map(name, self.namespace, v="1")})
+        repo.push()
+        source = {"url": self.url(name), "interval": "1h", "ref": {"branch": "main"}}
+        await self.create(GITREPO, name, source)
+        await self.create(
+            KUSTOMIZATION,
+            name,
+            {
+                "interval": "1h",
+                "path": path,
+                "prune": True,
+                "sourceRef": {"kind": "GitRepository", "name": name},
+            },
+        )
+        return repo
+
     async def receiver(
         self, name: str, type_: str, token: str, resources: list[JSON], **spec: Any
     ) -> str:
         """Create a Receiver and its token Secret; return its webhook URL once Ready."""
         await make_secret(self.kube, self.namespace, f"{name}-token", {"token": token})
-        await self.kube.create(
+        await self.create(
             RECEIVER,
-            {
-                "apiVersion": "notification.toolkit.fluxcd.io/v1",
-                "kind": "Receiver",
-                "metadata": {"name": name},
-                "spec": {
-                    "type": type_,
-                    "secretRef": {"name": f"{name}-token"},
-                    "resources": resources,
-                    **spec,
-                },
-            },
-            namespace=self.namespace,
+            name,
+            {"type": type_, "secretRef": {"name": f"{name}-token"}, "resources": resources, **spec},
         )
         obj = await self.observe.wait_ready(RECEIVER, name)
         path = obj["status"]["webhookPath"]
         expected = hashlib.sha256(f"{token}{name}{self.namespace}".encode()).hexdigest()
         assert path == f"/hook/{expected}"
+        ready = condition(obj, "Ready") or {}
+        assert ready.get("message") == f"Receiver initialised for path: {path}"
+        await cached(self.webhooks.receivers, f"{self.namespace}/{name}", _ready)
         return f"{self.receiver_url}{path}"
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        status, text, _ = await self.answer(url, body, headers)
+        return status, text
+
+    async def answer(
+        self, url: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, str, CIMultiDictProxy[str]]:
+        """POST and return the status, the body and the response headers."""
         async with self.session.post(url, data=body, headers=headers) as answer:
-            return answer.status, await answer.text()
+            return answer.status, await answer.text(), answer.headers
+
+
+async def cached(
+    store: Store, key: str, check: Callable[[JSON], bool] = lambda _: True, *, timeout: float = 10.0
+) -> JSON:
+    """Wait until the controller's informer cache holds `key` in the state `check` wants:
+    what the webhook server and the hub act on, rather than what the API server has."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        obj = store.get(key)
+        if obj is not None and check(obj):
+            return obj
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{key} not in the expected state in the cache within {timeout}s")
+
+
+def _ready(obj: JSON) -> bool:
+    return (condition(obj, "Ready") or {}).get("status") == "True"
+
+
+async def parked(p: Platform, name: str, **labels: str) -> None:
+    """A suspended GitRepository: a webhook target or an event's object that nothing else touches."""
+    spec = {"url": "https://example.invalid/x.git", "interval": "1h", "suspend": True}
+    await p.create(GITREPO, name, spec, labels)
 
 
 def github_headers(token: str, body: bytes, event: str = "push") -> dict[str, str]:
@@ -107,6 +167,69 @@ def push_payload(ref: str = "refs/heads/main") -> bytes:
     return json.dumps({"ref": ref, "repository": {"full_name": "acme/app"}}).encode()
 
 
+def running_notification(
+    kubeconfig: str, namespace: str, *flags: str
+) -> contextlib.AbstractAsyncContextManager[app.Runtime]:
+    """The notification-controller on loopback ports, with `flags` added."""
+    return running_service(
+        notification_main,
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        argv=["--receiver-addr", "127.0.0.1:0", "--events-addr", "127.0.0.1:0", *flags],
+    )
+
+
+def platform_of(
+    kube: KubeClient,
+    namespace: str,
+    git: GitHttpServer,
+    notification: app.Runtime,
+    session: aiohttp.ClientSession,
+) -> Platform:
+    return Platform(
+        kube,
+        namespace,
+        git,
+        Observer(kube, namespace),
+        notification,
+        f"http://127.0.0.1:{notification.components['receiver_address'][1]}",
+        f"http://127.0.0.1:{notification.components['events_address'][1]}/",
+        session,
+    )
+
+
+@contextlib.asynccontextmanager
+async def notification_alone(
+    cluster: Cluster, kube: KubeClient, namespace: str, git: GitHttpServer, *flags: str
+) -> AsyncIterator[Platform]:
+    async with (
+        running_notification(str(cluster.kubeconfig), namespace, *flags) as notification,
+        aiohttp.ClientSession() as session,
+    ):
+        yield platform_of(kube, namespace, git, notification, session)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def alone(
+    cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer
+) -> AsyncIterator[Platform]:
+    """The notification-controller alone, with its default flags: no other
+    controller reports events or reconciles what a test creates."""
+    async with notification_alone(cluster, kube, namespace, git_http) as platform:
+        yield platform
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def strict(
+    cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer
+) -> AsyncIterator[Platform]:
+    """The notification-controller alone, hardened: `--no-cross-namespace-refs`, and
+    generic-hmac webhooks must carry a signed timestamp at most a minute old."""
+    flags = ("--no-cross-namespace-refs", "--replay-window", "1m")
+    async with notification_alone(cluster, kube, namespace, git_http, *flags) as platform:
+        yield platform
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def platform(
     cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer, tmp_path: Path
@@ -116,20 +239,9 @@ async def platform(
 
     kubeconfig = str(cluster.kubeconfig)
     storage_port = free_port()
-    async with running_service(
-        notification_main,
-        kubeconfig=kubeconfig,
-        namespace=namespace,
-        argv=[
-            "--receiver-addr",
-            "127.0.0.1:0",
-            "--events-addr",
-            "127.0.0.1:0",
-            "--receiver-debounce",
-            "1s",
-        ],
+    async with running_notification(
+        kubeconfig, namespace, "--receiver-debounce", "1s"
     ) as notification:
-        receiver_port = notification.components["receiver_address"][1]
         events_port = notification.components["events_address"][1]
         async with (
             running_service(
@@ -151,13 +263,4 @@ async def platform(
             ),
             aiohttp.ClientSession() as session,
         ):  # fmt: skip
-            yield Platform(
-                kube,
-                namespace,
-                git_http,
-                Observer(kube, namespace),
-                notification,
-                f"http://127.0.0.1:{receiver_port}",
-                f"http://127.0.0.1:{events_port}/",
-                session,
-            )
+            yield platform_of(kube, namespace, git_http, notification, session)

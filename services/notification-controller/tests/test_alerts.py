@@ -16,7 +16,15 @@ from aiohttp import web
 from sluice_envtest.harness import condition, make_secret
 from sluice_runtime.serving import serving
 
-from .conftest import ALERT, GITREPO, KUSTOMIZATION, PROVIDER, Platform, config_map
+from .conftest import (
+    ALERT,
+    GITREPO,
+    KUSTOMIZATION,
+    PROVIDER,
+    Platform,
+    cached,
+    parked,
+)
 
 HMAC_TOKEN = "alert-signing-key"
 GITHUB_TOKEN = "ghp_test_token"
@@ -30,6 +38,18 @@ class Peers:
     hooks: list[dict[str, Any]] = field(default_factory=list)
     bad_signatures: int = 0
     statuses: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
+    generic: list[Delivery] = field(default_factory=list)
+    """What `/generic/<name>` received, in order."""
+
+    def at(self, name: str) -> list[Delivery]:
+        return [delivery for delivery in self.generic if delivery.name == name]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    name: str
+    headers: dict[str, str]
+    event: dict[str, Any]
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -51,12 +71,57 @@ async def peers() -> AsyncIterator[Peers]:
         )
         return web.json_response({"id": len(found.statuses)}, status=201)
 
+    async def generic(request: web.Request) -> web.Response:
+        found.generic.append(
+            Delivery(request.match_info["name"], dict(request.headers), await request.json())
+        )
+        return web.Response(status=200)
+
     app = web.Application()
     app.router.add_post("/hook", hook)
+    app.router.add_post("/generic/{name}", generic)
     app.router.add_post("/api/v3/repos/{owner}/{repo}/statuses/{sha}", status)
     async with serving(app, "127.0.0.1:0") as runner:
         found.base = f"http://127.0.0.1:{runner.addresses[0][1]}"
         yield found
+
+
+async def alerting(
+    p: Platform, name: str, provider: dict[str, Any], sources: list[dict[str, Any]], **spec: Any
+) -> None:
+    """A Provider and an Alert on it, both named `name`, once the hub's caches hold them."""
+    await p.create(PROVIDER, name, provider)
+    await p.create(ALERT, name, {"providerRef": {"name": name}, "eventSources": sources, **spec})
+    await cached(p.hub.providers, f"{p.namespace}/{name}")
+    await cached(p.hub.alerts, f"{p.namespace}/{name}")
+
+
+def event(namespace: str, name: str, message: str = "hello", **metadata: str) -> dict[str, Any]:
+    """A source-controller event about GitRepository `namespace/name`."""
+    return {
+        "involvedObject": {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "GitRepository",
+            "name": name,
+            "namespace": namespace,
+        },
+        "severity": "info",
+        "timestamp": "2026-11-21T10:00:00Z",
+        "message": message,
+        "reason": "NewArtifact",
+        "metadata": {f"source.toolkit.fluxcd.io/{k}": v for k, v in metadata.items()},
+        "reportingController": "source-controller",
+    }
+
+
+async def emit(p: Platform, *events: dict[str, Any]) -> None:
+    """POST events to the hub as a controller does, and wait until all are dispatched."""
+    for sent in events:
+        assert await p.post(p.events_url, json.dumps(sent).encode(), {}) == (202, "")
+    await p.hub.drain()
+
+
+GIT_SOURCES = [{"kind": "GitRepository", "name": "*"}]
 
 
 async def test_a_failing_kustomization_alerts_once_and_sets_a_commit_status(
@@ -66,59 +131,22 @@ async def test_a_failing_kustomization_alerts_once_and_sets_a_commit_status(
     ns = p.namespace
     await make_secret(p.kube, ns, "hook", {"address": f"{peers.base}/hook", "token": HMAC_TOKEN})
     await make_secret(p.kube, ns, "github", {"token": GITHUB_TOKEN})
-    providers = [
-        ("hook", {"type": "generic-hmac", "secretRef": {"name": "hook"}}),
-        (
-            "github",
-            {
-                "type": "github",
-                "address": f"{peers.base}/acme/app",
-                "secretRef": {"name": "github"},
-            },
-        ),
-    ]
-    for name, spec in providers:
-        await p.kube.create(
-            PROVIDER,
-            {
-                "apiVersion": "notification.toolkit.fluxcd.io/v1beta3",
-                "kind": "Provider",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-            namespace=ns,
-        )
-    for name, severity in (("hook", "error"), ("github", "info")):
-        await p.kube.create(
-            ALERT,
-            {
-                "apiVersion": "notification.toolkit.fluxcd.io/v1beta3",
-                "kind": "Alert",
-                "metadata": {"name": name},
-                "spec": {
-                    "providerRef": {"name": name},
-                    "eventSeverity": severity,
-                    "eventSources": [{"kind": "Kustomization", "name": "*"}],
-                },
-            },
-            namespace=ns,
-        )
-    repo = p.repo("broken")
-    repo.commit("c", files={"cm.yaml": config_map("x", ns)})
-    repo.push()
-    await p.kube.create(
-        GITREPO,
-        {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "metadata": {"name": "broken"},
-         "spec": {"url": p.url("broken"), "interval": "1h", "ref": {"branch": "main"}}},
-        namespace=ns,
-    )  # fmt: skip
-    await p.kube.create(
-        KUSTOMIZATION,
-        {"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization", "metadata": {"name": "broken"},
-         "spec": {"interval": "1h", "path": "./does-not-exist", "prune": True,
-                  "sourceRef": {"kind": "GitRepository", "name": "broken"}}},
-        namespace=ns,
-    )  # fmt: skip
+    kustomizations = [{"kind": "Kustomization", "name": "*"}]
+    await alerting(
+        p,
+        "hook",
+        {"type": "generic-hmac", "secretRef": {"name": "hook"}},
+        kustomizations,
+        eventSeverity="error",
+    )
+    await alerting(
+        p,
+        "github",
+        {"type": "github", "address": f"{peers.base}/acme/app", "secretRef": {"name": "github"}},
+        kustomizations,
+        eventSeverity="info",
+    )
+    repo = await p.delivery("broken", path="./does-not-exist")
     obj = await p.observe.wait_reason(KUSTOMIZATION, "broken", "BuildFailed")
     message = condition(obj, "Ready")["message"]  # type: ignore[index]
 
@@ -174,26 +202,9 @@ async def test_a_failed_delivery_becomes_a_warning_on_the_alert(platform: Platfo
 
     p = platform
     ns = p.namespace
-    await p.kube.create(
-        PROVIDER,
-        {"apiVersion": "notification.toolkit.fluxcd.io/v1beta3", "kind": "Provider", "metadata": {"name": "down"},
-         "spec": {"type": "generic", "address": f"http://127.0.0.1:{free_port()}/gone", "timeout": "2s"}},
-        namespace=ns,
-    )  # fmt: skip
-    await p.kube.create(
-        ALERT,
-        {"apiVersion": "notification.toolkit.fluxcd.io/v1beta3", "kind": "Alert", "metadata": {"name": "down"},
-         "spec": {"providerRef": {"name": "down"}, "eventSources": [{"kind": "GitRepository", "name": "*"}]}},
-        namespace=ns,
-    )  # fmt: skip
-    await asyncio.sleep(0.5)  # the hub's caches see the new Alert and Provider
-    event = {
-        "involvedObject": {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": "x", "namespace": ns},
-        "severity": "info", "timestamp": "2026-11-21T10:00:00Z", "message": "hello", "reason": "NewArtifact",
-        "reportingController": "source-controller",
-    }  # fmt: skip
-    status, _ = await p.post(p.events_url, json.dumps(event).encode(), {})
-    assert status == 202
+    down = {"type": "generic", "address": f"http://127.0.0.1:{free_port()}/gone", "timeout": "2s"}
+    await alerting(p, "down", down, GIT_SOURCES)
+    await emit(p, event(ns, "x"))
     warnings: list[dict[str, Any]] = []
     for _ in range(150):
         listed = await p.kube.list(EVENT, namespace=ns)
@@ -209,3 +220,110 @@ async def test_a_failed_delivery_becomes_a_warning_on_the_alert(platform: Platfo
     assert warnings[0]["involvedObject"]["kind"] == "Alert"
     assert warnings[0]["reason"] == "NotificationDispatchFailed"
     assert "127.0.0.1" in warnings[0]["message"]
+
+
+async def test_the_provider_secret_wins_over_its_spec_and_its_headers_are_sent(
+    alone: Platform, peers: Peers
+) -> None:
+    p = alone
+    ns = p.namespace
+    await make_secret(p.kube, ns, "signed", {"address": f"{peers.base}/hook", "token": HMAC_TOKEN})
+    await make_secret(p.kube, ns, "headed", {"headers": "X-Team: web\nX-Trace-Id: abc123\n"})
+    signed = {
+        "type": "generic-hmac",
+        "address": f"{peers.base}/generic/spec",
+        "secretRef": {"name": "signed"},
+    }
+    headed = {
+        "type": "generic",
+        "address": f"{peers.base}/generic/headed",
+        "secretRef": {"name": "headed"},
+    }
+    await alerting(p, "signed", signed, GIT_SOURCES)
+    await alerting(p, "headed", headed, GIT_SOURCES)
+    await emit(p, event(ns, "app"))
+    assert peers.bad_signatures == 0, "signed with the secret's token"
+    assert [hook["involvedObject"]["name"] for hook in peers.hooks] == ["app"]
+    assert peers.at("spec") == [], "the secret's address wins over spec.address"
+    [delivery] = peers.at("headed")
+    assert delivery.headers["X-Team"] == "web"
+    assert delivery.headers["X-Trace-Id"] == "abc123"
+    assert delivery.headers["gotk-component"] == "source-controller"
+    assert delivery.event["involvedObject"]["name"] == "app"
+    assert p.hub.delivered == 2
+
+
+async def test_a_suspended_provider_delivers_nothing(alone: Platform, peers: Peers) -> None:
+    p = alone
+    ns = p.namespace
+    quiet = {"type": "generic", "address": f"{peers.base}/generic/quiet", "suspend": True}
+    await alerting(p, "quiet", quiet, GIT_SOURCES)
+    await emit(p, event(ns, "app"))
+    assert peers.at("quiet") == []
+    assert p.hub.delivered == 0
+    await p.kube.merge_patch(PROVIDER, "quiet", {"spec": {"suspend": False}}, namespace=ns)
+    await cached(p.hub.providers, f"{ns}/quiet", lambda o: not o["spec"].get("suspend"))
+    await emit(p, event(ns, "app"))
+    # What arrived while suspended was dropped, not counted as sent: the same event goes out.
+    assert [d.event["involvedObject"]["name"] for d in peers.at("quiet")] == ["app"]
+
+
+async def test_alert_match_labels_are_checked_against_the_live_object(
+    alone: Platform, peers: Peers
+) -> None:
+    p = alone
+    ns = p.namespace
+    await parked(p, "web-app", team="web")
+    await parked(p, "data-app", team="data")
+    web = [{"kind": "GitRepository", "name": "*", "matchLabels": {"team": "web"}}]
+    await alerting(p, "web", {"type": "generic", "address": f"{peers.base}/generic/web"}, web)
+    await emit(p, event(ns, "web-app"), event(ns, "data-app"), event(ns, "ghost"))
+    assert [d.event["involvedObject"]["name"] for d in peers.at("web")] == ["web-app"]
+    await p.kube.merge_patch(
+        GITREPO, "data-app", {"metadata": {"labels": {"team": "web"}}}, namespace=ns
+    )
+    await emit(p, event(ns, "data-app"))
+    assert [d.event["involvedObject"]["name"] for d in peers.at("web")] == ["web-app", "data-app"]
+
+
+async def test_an_identical_event_is_delivered_once(alone: Platform, peers: Peers) -> None:
+    p = alone
+    ns = p.namespace
+    await alerting(
+        p, "once", {"type": "generic", "address": f"{peers.base}/generic/once"}, GIT_SOURCES
+    )
+    first = event(ns, "app", "hello", revision="main@sha1:aaa")
+    later = {**first, "timestamp": "2026-11-21T10:01:00Z", "reportingInstance": "other-pod"}
+    await emit(p, first, later)
+    assert len(peers.at("once")) == 1, "the same event again, later, from another instance"
+    await emit(
+        p,
+        event(ns, "app", "hello again", revision="main@sha1:aaa"),
+        event(ns, "app", "hello", revision="main@sha1:bbb"),
+        first,
+    )
+    sent = sorted((d.event["message"], d.event["metadata"]["revision"]) for d in peers.at("once"))
+    assert sent == [
+        ("hello", "main@sha1:aaa"),
+        ("hello", "main@sha1:bbb"),
+        ("hello again", "main@sha1:aaa"),
+    ]
+
+
+async def cross_namespace_deliveries(p: Platform, peers: Peers) -> list[str]:
+    """Where the events an Alert forwards come from, when one of its sources is another
+    namespace."""
+    sources = [*GIT_SOURCES, {"kind": "GitRepository", "name": "*", "namespace": "elsewhere"}]
+    await alerting(p, "both", {"type": "generic", "address": f"{peers.base}/generic/both"}, sources)
+    await emit(p, event("elsewhere", "theirs"), event(p.namespace, "ours"))
+    return sorted(d.event["involvedObject"]["namespace"] for d in peers.at("both"))
+
+
+async def test_alerts_see_other_namespaces_by_default(alone: Platform, peers: Peers) -> None:
+    assert await cross_namespace_deliveries(alone, peers) == sorted(["elsewhere", alone.namespace])
+
+
+async def test_no_cross_namespace_refs_keeps_alerts_to_their_namespace(
+    strict: Platform, peers: Peers
+) -> None:
+    assert await cross_namespace_deliveries(strict, peers) == [strict.namespace]

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import time
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
-from sluice_envtest.harness import condition
+from notification_controller.signatures import sign, timestamped_payload
+from sluice_envtest.gitserver import WorkRepo
+from sluice_envtest.harness import condition, make_secret
+from sluice_runtime.kube.client import JSON
+from sluice_runtime.kube.resources import SECRET
 
 from .conftest import (
     CONFIG_MAP,
@@ -20,8 +23,10 @@ from .conftest import (
     KUSTOMIZATION,
     RECEIVER,
     Platform,
+    cached,
     config_map,
     github_headers,
+    parked,
     push_payload,
 )
 
@@ -32,39 +37,27 @@ def gitlab_headers(token: str, body: bytes) -> dict[str, str]:
     return {"X-Gitlab-Token": token, "X-Gitlab-Event": "Push Hook"}
 
 
-def generic_hmac_headers(token: str, body: bytes) -> dict[str, str]:
-    return {"X-Signature": "sha256=" + hmac.new(token.encode(), body, hashlib.sha256).hexdigest()}
+def generic_hmac_headers(
+    token: str, body: bytes, *, signed_at: float | None = None
+) -> dict[str, str]:
+    """Flux's X-Signature over the body; with `signed_at`, Sluice's timestamped mode."""
+    if signed_at is None:
+        return {"X-Signature": sign(token, body)}
+    stamp = str(int(signed_at))
+    return {
+        "X-Signature-Timestamp": stamp,
+        "X-Signature-Timestamped": sign(token, timestamped_payload(stamp, body)),
+    }
 
 
-async def deliverable(p: Platform, name: str) -> Any:
-    repo = p.repo(name)
-    repo.commit("v1", files={"cm.yaml": config_map(name, p.namespace, v="1")})
-    repo.push()
-    await p.kube.create(
-        GITREPO,
-        {
-            "apiVersion": "source.toolkit.fluxcd.io/v1",
-            "kind": "GitRepository",
-            "metadata": {"name": name},
-            "spec": {"url": p.url(name), "interval": "1h", "ref": {"branch": "main"}},
-        },
-        namespace=p.namespace,
-    )
-    await p.kube.create(
-        KUSTOMIZATION,
-        {
-            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
-            "kind": "Kustomization",
-            "metadata": {"name": name},
-            "spec": {
-                "interval": "1h",
-                "path": "./",
-                "prune": True,
-                "sourceRef": {"kind": "GitRepository", "name": name},
-            },
-        },
-        namespace=p.namespace,
-    )
+def logged_secrets(entries: list[dict[str, Any]], *secrets: str) -> list[str]:
+    """The secrets among `secrets` that appear anywhere in the captured log entries."""
+    text = json.dumps(entries, default=str)
+    return [secret for secret in secrets if secret in text]
+
+
+async def deliverable(p: Platform, name: str) -> WorkRepo:
+    repo = await p.delivery(name)
     await p.observe.wait_ready(KUSTOMIZATION, name)
     return repo
 
@@ -112,18 +105,25 @@ def requested_at(obj: dict[str, Any]) -> str | None:
 
 
 @pytest.mark.parametrize(
-    ("case", "expect"),
+    ("case", "expect", "reason"),
     [
-        pytest.param("bad-signature", 400, id="bad-signature"),
-        pytest.param("missing-signature", 400, id="missing-signature"),
-        pytest.param("unknown-path", 404, id="unknown-path"),
-        pytest.param("oversize", 413, id="oversize-body"),
-        pytest.param("suspended", 503, id="suspended-receiver"),
-        pytest.param("wrong-event", 400, id="unknown-event-type"),
+        pytest.param(
+            "bad-signature", 400, "X-Hub-Signature-256 signature does not match", id="bad-signature"
+        ),
+        pytest.param(
+            "missing-signature",
+            400,
+            "missing X-Hub-Signature-256 or X-Hub-Signature header",
+            id="missing-signature",
+        ),
+        pytest.param("unknown-path", 404, "no receiver for this path", id="unknown-path"),
+        pytest.param("oversize", 413, "body larger than 3145728 bytes", id="oversize-body"),
+        pytest.param("suspended", 503, "receiver is suspended", id="suspended-receiver"),
+        pytest.param("wrong-event", 400, "event 'issues' is not accepted", id="unknown-event-type"),
     ],
 )
-async def test_rejected_webhooks_annotate_nothing(
-    platform: Platform, case: str, expect: int
+async def test_rejected_webhooks_annotate_nothing_and_log_why(
+    platform: Platform, case: str, expect: int, reason: str
 ) -> None:
     p = platform
     await deliverable(p, "guarded")
@@ -143,15 +143,38 @@ async def test_rejected_webhooks_annotate_nothing(
         headers = github_headers(TOKEN, body)
     elif case == "suspended":
         await p.kube.merge_patch(RECEIVER, "gh", {"spec": {"suspend": True}}, namespace=p.namespace)
-        await p.observe.wait(RECEIVER, "gh", lambda o: o["spec"].get("suspend") is True)
-        await asyncio.sleep(0.3)  # the informer cache catches up
+        await cached(p.webhooks.receivers, f"{p.namespace}/gh", lambda o: o["spec"].get("suspend"))
     elif case == "wrong-event":
         headers = github_headers(TOKEN, body, event="issues")
-    status, text = await p.post(url, body, headers)
-    assert status == expect, text
-    assert TOKEN not in text
-    await asyncio.sleep(0.5)
+    with capture_logs() as entries:
+        status, text = await p.post(url, body, headers)
+    assert (status, text) == (expect, reason)
+    rejections = [e for e in entries if e["event"] == "webhook rejected"]
+    assert [(e["status"], e["reason"]) for e in rejections] == [(expect, reason)], entries
+    sent = headers.get("X-Hub-Signature-256", "").removeprefix("sha256=")
+    valid = github_headers(TOKEN, body)["X-Hub-Signature-256"].removeprefix("sha256=")
+    digest = url.rpartition("/")[2]
+    secrets = [TOKEN, valid, *([sent] if sent else [])]
+    # The path is logged only when no receiver has it (and so it is no one's secret).
+    secrets += [] if case == "unknown-path" else [digest]
+    assert logged_secrets(entries, *secrets) == []
     assert requested_at(await p.kube.get(GITREPO, "guarded", p.namespace)) is None
+    assert p.webhooks.actions == 0
+
+
+async def test_a_guessed_token_is_rejected_and_never_logged(platform: Platform) -> None:
+    p = platform
+    await parked(p, "guessed")
+    url = await p.receiver(
+        "gl", "gitlab", TOKEN, [{"kind": "GitRepository", "name": "guessed"}], events=["Push Hook"]
+    )
+    guess = "guessed-token-0000"
+    with capture_logs() as entries:
+        status, text = await p.post(url, b"{}", gitlab_headers(guess, b"{}"))
+    assert (status, text) == (400, "X-Gitlab-Token header does not match the receiver token")
+    assert [e["reason"] for e in entries if e["event"] == "webhook rejected"] == [text]
+    assert logged_secrets(entries, TOKEN, guess, url.rpartition("/")[2]) == []
+    assert requested_at(await p.kube.get(GITREPO, "guessed", p.namespace)) is None
     assert p.webhooks.actions == 0
 
 
@@ -172,29 +195,27 @@ async def test_a_burst_of_pushes_triggers_a_handful_of_reconciles(platform: Plat
         "burst", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "bursty"}]
     )
     body = b'{"n": 1}'
-    answers = await asyncio.gather(
-        *(p.post(url, body, generic_hmac_headers(TOKEN, body)) for _ in range(50))
-    )
-    statuses = [status for status, _ in answers]
+    headers = generic_hmac_headers(TOKEN, body)
+    with capture_logs() as entries:
+        answers = await asyncio.gather(*(p.answer(url, body, headers) for _ in range(50)))
+    statuses = [status for status, _, _ in answers]
     assert set(statuses) <= {200, 429}
     assert statuses.count(429) > 0, "past the burst, 429"
-    await asyncio.sleep(1.5)  # the trailing action, at the end of the debounce window
+    for status, text, answered in answers:
+        if status == 429:
+            assert text == "too many requests"
+            assert int(answered["Retry-After"]) >= 1, "429 says when to come back"
+    limited = [e for e in entries if e["event"] == "webhook rate limited"]
+    assert len(limited) == statuses.count(429)
+    assert logged_secrets(entries, TOKEN, headers["X-Signature"].removeprefix("sha256=")) == []
+    await p.webhooks.settle()  # the trailing action, at the end of the debounce window
     assert 1 <= p.webhooks.actions <= 3, f"{p.webhooks.actions} actions for 50 pushes"
     assert requested_at(await p.kube.get(GITREPO, "bursty", p.namespace)) is not None
 
 
 async def test_a_receiver_can_open_a_gate(platform: Platform) -> None:
     p = platform
-    await p.kube.create(
-        GATE,
-        {
-            "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
-            "kind": "Gate",
-            "metadata": {"name": "release"},
-            "spec": {"interval": "1h", "default": "closed", "window": "1h"},
-        },
-        namespace=p.namespace,
-    )
+    await p.create(GATE, "release", {"interval": "1h", "default": "closed", "window": "1h"})
     url = await p.receiver(
         "approve", "generic-hmac", TOKEN, [{"kind": "Gate", "name": "release", "action": "open"}]
     )
@@ -209,19 +230,14 @@ async def test_a_receiver_can_open_a_gate(platform: Platform) -> None:
 
 async def test_an_action_on_a_non_gate_is_refused_at_reconcile(platform: Platform) -> None:
     p = platform
-    await p.kube.create(
+    await p.create(
         RECEIVER,
+        "confused",
         {
-            "apiVersion": "notification.toolkit.fluxcd.io/v1",
-            "kind": "Receiver",
-            "metadata": {"name": "confused"},
-            "spec": {
-                "type": "generic",
-                "secretRef": {"name": "whatever"},
-                "resources": [{"kind": "GitRepository", "name": "x", "action": "open"}],
-            },
+            "type": "generic",
+            "secretRef": {"name": "whatever"},
+            "resources": [{"kind": "GitRepository", "name": "x", "action": "open"}],
         },
-        namespace=p.namespace,
     )
     obj = await p.observe.wait(
         RECEIVER, "confused", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
@@ -231,19 +247,14 @@ async def test_an_action_on_a_non_gate_is_refused_at_reconcile(platform: Platfor
 
 async def test_a_receiver_without_its_token_secret_is_not_ready(platform: Platform) -> None:
     p = platform
-    await p.kube.create(
+    await p.create(
         RECEIVER,
+        "tokenless",
         {
-            "apiVersion": "notification.toolkit.fluxcd.io/v1",
-            "kind": "Receiver",
-            "metadata": {"name": "tokenless"},
-            "spec": {
-                "type": "generic",
-                "secretRef": {"name": "nope"},
-                "resources": [{"kind": "GitRepository", "name": "x"}],
-            },
+            "type": "generic",
+            "secretRef": {"name": "nope"},
+            "resources": [{"kind": "GitRepository", "name": "x"}],
         },
-        namespace=p.namespace,
     )
     obj = await p.observe.wait_reason(RECEIVER, "tokenless", "TokenNotFound")
     assert condition(obj, "Ready")["message"] == f"secret '{p.namespace}/nope' not found"  # type: ignore[index]
@@ -253,16 +264,7 @@ async def test_a_receiver_without_its_token_secret_is_not_ready(platform: Platfo
 async def test_a_wildcard_resource_reaches_every_labelled_object(platform: Platform) -> None:
     p = platform
     for name, team in (("a", "web"), ("b", "web"), ("c", "data")):
-        await p.kube.create(
-            GITREPO,
-            {
-                "apiVersion": "source.toolkit.fluxcd.io/v1",
-                "kind": "GitRepository",
-                "metadata": {"name": f"wild-{name}", "labels": {"team": team}},
-                "spec": {"url": "https://example.invalid/x.git", "interval": "1h", "suspend": True},
-            },
-            namespace=p.namespace,
-        )
+        await parked(p, f"wild-{name}", team=team)
     url = await p.receiver(
         "team-web",
         "generic",
@@ -276,3 +278,157 @@ async def test_a_wildcard_resource_reaches_every_labelled_object(platform: Platf
         for name in "abc"
     }
     assert annotated == {"a": True, "b": True, "c": False}
+
+
+async def test_a_burst_of_invalid_webhooks_annotates_nothing_nor_spends_the_budget(
+    platform: Platform,
+) -> None:
+    p = platform
+    await parked(p, "forged")
+    url = await p.receiver(
+        "gh", "github", TOKEN, [{"kind": "GitRepository", "name": "forged"}], events=["push"]
+    )
+    body = push_payload()
+    invalid = [
+        github_headers("not-the-token", body),
+        {"X-GitHub-Event": "push"},
+        github_headers(TOKEN, body, event="issues"),
+        {**github_headers(TOKEN, body), "X-Hub-Signature-256": "sha256=zz"},
+    ]
+    answers = await asyncio.gather(
+        *(p.post(url, body, invalid[n % len(invalid)]) for n in range(60))
+    )
+    assert {status for status, _ in answers} == {400}
+    assert requested_at(await p.kube.get(GITREPO, "forged", p.namespace)) is None
+    assert p.webhooks.actions == 0
+    # 60 forged requests, three times the burst of 20: none of them was counted.
+    assert await p.post(url, body, github_headers(TOKEN, body)) == (200, "ok")
+    assert requested_at(await p.kube.get(GITREPO, "forged", p.namespace)) is not None
+
+
+async def test_a_failed_action_answers_500_naming_what_failed(platform: Platform) -> None:
+    p = platform
+    ns = p.namespace
+    await parked(p, "present")
+    resources = [
+        {"kind": "GitRepository", "name": "missing"},
+        {"kind": "GitRepository", "name": "present"},
+        {"kind": "HelmRelease", "name": "uninstalled"},  # no such CRD in the cluster
+    ]
+    url = await p.receiver("partial", "generic", "unused", resources)
+    with capture_logs() as entries:
+        status, text = await p.post(url, b"{}", {})
+        # Within the debounce window: folded into one trailing action, answered at once.
+        assert await p.post(url, b"{}", {}) == (200, "ok")
+        await p.webhooks.settle()
+    assert status == 500
+    failures = text.split("; ")
+    assert len(failures) == 2, text
+    assert failures[0].startswith(f"GitRepository/{ns}/missing: ")
+    assert failures[1].startswith(f"HelmRelease/{ns}/uninstalled: no kind 'HelmRelease'")
+    failed = [e for e in entries if e["event"] == "webhook action failed"]
+    assert [(e["error"], e.get("trailing", False)) for e in failed] == [(text, False), (text, True)]
+    # One resource that cannot be annotated does not hold back the others.
+    assert requested_at(await p.kube.get(GITREPO, "present", ns)) is not None
+
+
+async def test_a_receiver_whose_token_secret_is_gone_answers_503(platform: Platform) -> None:
+    p = platform
+    await parked(p, "orphaned")
+    url = await p.receiver(
+        "ci", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "orphaned"}]
+    )
+    await p.kube.delete(SECRET, "ci-token", namespace=p.namespace)
+    await p.kube.merge_patch(
+        RECEIVER,
+        "ci",
+        {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": "secret-deleted"}}},
+        namespace=p.namespace,
+    )
+    obj = await p.observe.wait_reason(RECEIVER, "ci", "TokenNotFound")
+    assert condition(obj, "Ready")["message"] == f"secret '{p.namespace}/ci-token' not found"  # type: ignore[index]
+    await cached(p.webhooks.receivers, f"{p.namespace}/ci", _not_ready)
+    body = b'{"n": 1}'
+    with capture_logs() as entries:
+        status, text = await p.post(url, body, generic_hmac_headers(TOKEN, body))
+    assert (status, text) == (503, "receiver is not ready")
+    assert [e["reason"] for e in entries if e["event"] == "webhook rejected"] == [text]
+    assert requested_at(await p.kube.get(GITREPO, "orphaned", p.namespace)) is None
+    assert p.webhooks.actions == 0
+
+
+def _not_ready(obj: JSON) -> bool:
+    return (condition(obj, "Ready") or {}).get("status") == "False"
+
+
+async def test_cross_namespace_resources_stall_with_no_cross_namespace_refs(
+    strict: Platform,
+) -> None:
+    p = strict
+    await make_secret(p.kube, p.namespace, "ci-token", {"token": TOKEN})
+    await p.create(
+        RECEIVER,
+        "ci",
+        {
+            "type": "generic",
+            "secretRef": {"name": "ci-token"},
+            "resources": [
+                {"kind": "GitRepository", "name": "own", "namespace": p.namespace},
+                {"kind": "GitRepository", "name": "theirs", "namespace": "elsewhere"},
+            ],
+        },
+    )
+    obj = await p.observe.wait(
+        RECEIVER, "ci", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
+    )
+    message = "resource GitRepository/elsewhere/theirs: cross-namespace references are not allowed"
+    assert condition(obj, "Stalled")["message"] == message  # type: ignore[index]
+    ready = condition(obj, "Ready") or {}
+    assert (ready.get("status"), ready.get("reason"), ready.get("message")) == (
+        "False",
+        "InvalidConfig",
+        message,
+    )
+    assert "webhookPath" not in obj["status"], "no path: no webhook can reach it"
+
+
+async def test_the_same_receiver_is_ready_without_the_flag(alone: Platform) -> None:
+    p = alone
+    await p.receiver(
+        "ci", "generic", TOKEN, [{"kind": "GitRepository", "name": "x", "namespace": "elsewhere"}]
+    )
+
+
+async def test_replay_protection_end_to_end(strict: Platform) -> None:
+    p = strict
+    await parked(p, "replayed")
+    url = await p.receiver(
+        "ci", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "replayed"}]
+    )
+    body = b'{"ref": "refs/heads/main"}'
+    now = time.time()
+    rejected = [
+        (
+            generic_hmac_headers(TOKEN, body),
+            "missing X-Signature-Timestamp header (replay protection required)",
+        ),
+        (
+            generic_hmac_headers(TOKEN, body, signed_at=now - 3600),
+            "X-Signature-Timestamp outside the replay window of 0:01:00",
+        ),
+        (
+            generic_hmac_headers(TOKEN, body, signed_at=now + 3600),
+            "X-Signature-Timestamp outside the replay window of 0:01:00",
+        ),
+        (
+            {**generic_hmac_headers(TOKEN, body, signed_at=now), "X-Signature-Timestamp": "1"},
+            "X-Signature-Timestamp outside the replay window of 0:01:00",
+        ),
+    ]
+    for headers, reason in rejected:
+        assert await p.post(url, body, headers) == (400, reason)
+    assert requested_at(await p.kube.get(GITREPO, "replayed", p.namespace)) is None
+    assert p.webhooks.actions == 0
+    fresh = generic_hmac_headers(TOKEN, body, signed_at=time.time())
+    assert await p.post(url, body, fresh) == (200, "ok")
+    assert requested_at(await p.kube.get(GITREPO, "replayed", p.namespace)) is not None

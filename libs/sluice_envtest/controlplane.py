@@ -22,13 +22,13 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 import yaml
 
 from sluice_envtest.building import Binaries, ensure_binaries
 from sluice_envtest.certificates import make_pki
+from sluice_envtest.lifecycle import Startable
 
 
 class ControlPlaneError(RuntimeError):
@@ -48,7 +48,7 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
-class ControlPlane:
+class ControlPlane(Startable):
     """Start with `start()` or as a context manager; `kubeconfig` is then usable."""
 
     def __init__(
@@ -65,18 +65,6 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{self.port}"
         self.kubeconfig = self.workdir / "kubeconfig"
         self._procs: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = []
-
-    def __enter__(self) -> ControlPlane:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self, *, timeout: float = 90.0) -> None:
         binaries = self._binaries or ensure_binaries()

@@ -34,7 +34,6 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 from urllib.parse import quote
 
@@ -42,6 +41,7 @@ from aiohttp import web
 
 from sluice_envtest.certificates import make_serving_pki
 from sluice_envtest.controlplane import free_port
+from sluice_envtest.lifecycle import Startable
 from sluice_envtest.processes import ServerError, log_tail
 
 AUTHOR_NAME = "Sluice Test"
@@ -352,7 +352,7 @@ class GitStats:
         )
 
 
-class GitHttpServer:
+class GitHttpServer(Startable):
     """`git http-backend` on http(s)://127.0.0.1:PORT, serving bare repositories under `root`.
 
     Use as a context manager or call `start()` and `stop()`. `url(name)` is
@@ -400,18 +400,6 @@ class GitHttpServer:
         self._failure: BaseException | None = None
         self._log = logging.getLogger(f"{__name__}.{self.port}")
         self._backend_log: IO[bytes] | None = None
-
-    def __enter__(self) -> GitHttpServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def url(self, name: str, *, credentials: bool = False) -> str:
         """The clone URL of `root/<name>.git`; with `credentials`, basic auth embedded."""

@@ -13,10 +13,9 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from sluice_envtest.controlplane import die_with_parent
+from sluice_envtest.lifecycle import Startable
 
 
 class ServerError(RuntimeError):
@@ -93,7 +92,7 @@ def stop(process: subprocess.Popen[bytes], *, grace: float = 5.0) -> None:
             process.wait()
 
 
-class ChildServer:
+class ChildServer(Startable):
     """A test server that is one child process with its own work directory.
 
     Subclasses prepare their files in `start()` and hand the spawned process
@@ -108,21 +107,6 @@ class ChildServer:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=prefix))
         self.log_file = self.workdir / log_name
         self._process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def start(self, *, timeout: float = 30.0) -> None:
-        raise NotImplementedError
 
     @property
     def pid(self) -> int | None:

@@ -78,7 +78,7 @@ class CrossNamespaceObjectReference(KubeModel):
     """Name of the referent; `*` with matchLabels selects several objects."""
 
     namespace: _ReferenceName | None = None
-    """Namespace of the referent; `*` (with name `*`) for every namespace."""
+    """Namespace of the referent; defaults to the namespace of the referrer."""
 
     match_labels: dict[str, str] | None = None
     """Labels the referents must have; requires name `*`."""

@@ -304,6 +304,12 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
         raise ctx.failed(reason, f"{what}: {error}") from None
     except (UnknownKind, KubeError) as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, f"apply failed: {error}") from None
+    # Every object's outcome, unchanged ones too, is logged; events carry only changes.
+    ctx.log.info(
+        "server-side apply completed",
+        revision=ctx.artifact.revision,
+        output={e.subject: str(e.action) for e in ctx.changeset.entries},
+    )
     if ctx.changeset.changed:
         ctx.events.normal(
             Reason.PROGRESSING,

@@ -6,6 +6,8 @@ import asyncio
 import time
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from sluice_envtest.harness import condition, is_ready
 from sluice_envtest.workloads import simulated_rollouts
 from sluice_runtime.kube.errors import NotFound
@@ -460,8 +462,15 @@ async def test_events_only_when_something_changed(delivery: Delivery) -> None:
     await d.kustomization("quiet", source="quiet")
     await d.observe.wait_ready(KUSTOMIZATION, "quiet")
 
-    # The same revision again: everything unchanged, nothing to tell.
-    await d.observe.poke(KUSTOMIZATION, "quiet", "again")
+    # The same revision again: everything unchanged, nothing to tell but the log.
+    with capture_logs() as entries:
+        await d.observe.poke(KUSTOMIZATION, "quiet", "again")
+    applied = [
+        e["output"]
+        for e in entries
+        if e["event"] == "server-side apply completed" and e.get("name") == "quiet"
+    ]
+    assert applied[-1] == {f"ConfigMap/{ns}/a": "unchanged", f"ConfigMap/{ns}/b": "unchanged"}
 
     repo.commit("v2", files={"a.yaml": config_map("a", ns, k="2")})
     repo.push()

@@ -12,18 +12,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
-import hmac
-import json
 import re
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from e2e.bench.mttp import Controller
+from sluice_envtest import harness
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiUnavailable, Gone
 from sluice_runtime.kube.resources import NAMESPACE, SECRET, ResourceType
@@ -39,29 +37,14 @@ CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
 REQUESTED_AT = "reconcile.fluxcd.io/requestedAt"
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest rank, as `common.p99` computes it."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))])
-
-
 def condition(obj: JSON | None, type_: str) -> JSON | None:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return None
+    """The condition of `type_`; None too when the object is gone."""
+    return harness.condition(obj, type_) if obj is not None else None
 
 
 def ready(obj: JSON | None) -> bool:
-    cond = condition(obj, "Ready")
-    return bool(
-        obj
-        and cond
-        and cond.get("status") == "True"
-        and (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get("generation")
-    )
+    """Ready for its current generation; a deleted object (None) is not."""
+    return obj is not None and harness.is_ready(obj)
 
 
 def applied(revision: str) -> Callable[[JSON | None], bool]:
@@ -76,19 +59,6 @@ def has_artifact(revision: str) -> Callable[[JSON | None], bool]:
 def now_rfc3339() -> str:
     """Now, with microseconds: two requests within one second stay ordered."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def github_headers(token: str, body: bytes, event: str = "push") -> dict[str, str]:
-    digest = hmac.new(token.encode(), body, hashlib.sha256).hexdigest()
-    return {
-        "X-Hub-Signature-256": f"sha256={digest}",
-        "X-GitHub-Event": event,
-        "Content-Type": "application/json",
-    }
-
-
-def push_payload(ref: str = "refs/heads/main") -> bytes:
-    return json.dumps({"ref": ref, "repository": {"full_name": "acme/app"}}).encode()
 
 
 def metric(controller: Controller, name: str, /, **labels: str) -> float:

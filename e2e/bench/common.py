@@ -39,11 +39,16 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
-def p99(values: Sequence[float]) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest rank."""
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))])
+    return float(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))])
+
+
+def p99(values: Sequence[float]) -> float:
+    return percentile(values, 0.99)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

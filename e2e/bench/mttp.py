@@ -38,9 +38,10 @@ from e2e.bench.common import table, write
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane, die_with_parent, free_port
 from sluice_envtest.gitserver import GitHttpServer
+from sluice_envtest.harness import is_ready
 from sluice_envtest.registry import OciRegistry
 from sluice_envtest.workloads import simulated_rollouts
-from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.installing import install_crds
 from sluice_runtime.kube.resources import NAMESPACE, SERVICE_ACCOUNT, ResourceType
 
@@ -160,24 +161,16 @@ class Controller:
         self.handle.close()
 
 
-def _ready(obj: JSON) -> bool:
-    status = obj.get("status") or {}
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    ) and status.get("observedGeneration") == obj["metadata"].get("generation")
-
-
 async def _all_ready(
     client: KubeClient, rt: ResourceType, ns: str, count: int, *, limit: float = 1800
 ) -> float:
     start = time.monotonic()
     while True:
         listed = await client.list(rt, namespace=ns)
-        if sum(1 for o in listed.items if _ready(o)) >= count:
+        if sum(1 for o in listed.items if is_ready(o)) >= count:
             return time.monotonic() - start
         if time.monotonic() - start > limit:
-            stuck = next(o for o in listed.items if not _ready(o))
+            stuck = next(o for o in listed.items if not is_ready(o))
             raise RuntimeError(f"{rt.kind}s not ready after {limit}s, e.g. {stuck['status']}")
         await asyncio.sleep(0.5)
 

@@ -49,18 +49,16 @@ from e2e.bench.cluster import (
     create_namespace,
     create_receiver,
     git_repository,
-    github_headers,
     has_artifact,
     kustomization,
     now_rfc3339,
-    percentile,
-    push_payload,
     ready,
 )
-from e2e.bench.common import median, table, write
+from e2e.bench.common import median, percentile, table, write
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane, free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
+from sluice_envtest.harness import github_headers, push_payload
 from sluice_runtime.app import duration
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.installing import install_crds

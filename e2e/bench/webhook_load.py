@@ -51,13 +51,12 @@ from e2e.bench.cluster import (
     create_namespace,
     create_receiver,
     git_repository,
-    github_headers,
-    percentile,
     ready,
 )
-from e2e.bench.common import median, table, write
+from e2e.bench.common import median, percentile, table, write
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane, free_port
+from sluice_envtest.harness import github_headers
 from sluice_runtime.app import duration
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.installing import install_crds

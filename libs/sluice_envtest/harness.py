@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
+import hmac
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import ModuleType
@@ -166,3 +169,21 @@ async def make_config_map(
             "data": data,
         },
     )
+
+
+# -- what a CI system sends to a receiver ---------------------------------------------
+
+
+def push_payload(ref: str = "refs/heads/main") -> bytes:
+    """A minimal GitHub push event body."""
+    return json.dumps({"ref": ref, "repository": {"full_name": "acme/app"}}).encode()
+
+
+def github_headers(token: str, body: bytes, event: str = "push") -> dict[str, str]:
+    """The headers GitHub sends with `body`, signed with the webhook secret `token`."""
+    digest = hmac.new(token.encode(), body, hashlib.sha256).hexdigest()
+    return {
+        "X-Hub-Signature-256": f"sha256={digest}",
+        "X-GitHub-Event": event,
+        "Content-Type": "application/json",
+    }

@@ -13,6 +13,8 @@ from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.health import Health, compute_status, wait_for_health
 from sluice_runtime.kube.resources import CONFIG_MAP, ResourceType
 
+from .test_applying import deployment as deployment_manifest
+
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 DEPLOYMENT = ResourceType("apps", "v1", "deployments", "Deployment")
 
@@ -478,7 +480,7 @@ async def test_wait_ends_when_all_current(kube: KubeClient, namespace: str) -> N
 
 async def test_wait_times_out_naming_unhealthy_objects(kube: KubeClient, namespace: str) -> None:
     await kube.create(CONFIG_MAP, {"metadata": {"name": "c", "namespace": namespace}})
-    await kube.create(DEPLOYMENT, _deployment_manifest("web", namespace))
+    await kube.create(DEPLOYMENT, deployment_manifest("web", namespace))
     report = await wait_for_health(
         kube,
         [
@@ -498,7 +500,7 @@ async def test_wait_times_out_naming_unhealthy_objects(kube: KubeClient, namespa
 
 
 async def test_wait_follows_a_rollout_to_current(kube: KubeClient, namespace: str) -> None:
-    await kube.create(DEPLOYMENT, _deployment_manifest("web", namespace))
+    await kube.create(DEPLOYMENT, deployment_manifest("web", namespace))
 
     async def roll_out() -> None:
         # No controller-manager here: play the Deployment controller.
@@ -534,7 +536,7 @@ async def test_wait_follows_a_rollout_to_current(kube: KubeClient, namespace: st
 
 
 async def test_failed_ends_the_wait_early(kube: KubeClient, namespace: str) -> None:
-    await kube.create(DEPLOYMENT, _deployment_manifest("web", namespace))
+    await kube.create(DEPLOYMENT, deployment_manifest("web", namespace))
     await kube.merge_patch(
         DEPLOYMENT,
         "web",
@@ -594,20 +596,3 @@ async def test_known_readings_replace_the_first_read(kube: KubeClient, namespace
     ]
     # Only the object that was not yet Current was read, once.
     assert kube.request_count - before == 1
-
-
-def _deployment_manifest(name: str, namespace: str) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "app", "image": "nginx"}]},
-            },
-        },
-    }

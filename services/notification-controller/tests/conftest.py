@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import hmac
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -22,7 +20,12 @@ from multidict import CIMultiDictProxy
 from notification_controller import __main__ as notification_main
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
-from sluice_envtest.harness import Observer, condition, make_secret, running_service
+from sluice_envtest.harness import (
+    Observer,
+    condition,
+    make_secret,
+    running_service,
+)
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
 from sluice_runtime.informing.watching import Store
@@ -152,19 +155,6 @@ async def parked(p: Platform, name: str, **labels: str) -> None:
     """A suspended GitRepository: a webhook target or an event's object that nothing else touches."""
     spec = {"url": "https://example.invalid/x.git", "interval": "1h", "suspend": True}
     await p.create(GITREPO, name, spec, labels)
-
-
-def github_headers(token: str, body: bytes, event: str = "push") -> dict[str, str]:
-    digest = hmac.new(token.encode(), body, hashlib.sha256).hexdigest()
-    return {
-        "X-Hub-Signature-256": f"sha256={digest}",
-        "X-GitHub-Event": event,
-        "Content-Type": "application/json",
-    }
-
-
-def push_payload(ref: str = "refs/heads/main") -> bytes:
-    return json.dumps({"ref": ref, "repository": {"full_name": "acme/app"}}).encode()
 
 
 def running_notification(

@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from notification_controller.signatures import sign, timestamped_payload
 from sluice_envtest.gitserver import WorkRepo
-from sluice_envtest.harness import condition, make_secret
+from sluice_envtest.harness import condition, github_headers, make_secret, push_payload
 from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.resources import SECRET
 
@@ -25,9 +25,7 @@ from .conftest import (
     Platform,
     cached,
     config_map,
-    github_headers,
     parked,
-    push_payload,
 )
 
 TOKEN = "s3cr3t-webhook-token"

@@ -31,7 +31,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -152,14 +152,8 @@ class Storage:
         temp = link.parent / f".{link_name}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
         # A relative link in the same directory stays valid wherever the
         # volume is mounted, and the file server can check it stays inside.
-        os.symlink(target.name, temp)
-        try:
-            os.replace(temp, link)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
-        _fsync_dir(link.parent)
+        with _replacing(temp, link):
+            os.symlink(target.name, temp)
         return link_rel
 
     # Cleaning up
@@ -235,19 +229,13 @@ class Storage:
     def _write(self, rel: str, fill: Callable[[_Hashing], object]) -> ArtifactFile:
         path = self.path(rel)
         fd, temp = self._temp_file(path)
-        try:
+        with _replacing(Path(temp), path):
             with os.fdopen(fd, "wb") as raw:
                 out = _Hashing(raw)
                 fill(out)
                 raw.flush()
                 os.fsync(raw.fileno())
             os.chmod(temp, FILE_MODE)
-            os.replace(temp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
-        _fsync_dir(path.parent)
         return ArtifactFile(path=rel, digest=f"sha256:{out.hasher.hexdigest()}", size=out.size)
 
     def _temp_file(self, path: Path) -> tuple[int, str]:
@@ -281,6 +269,20 @@ class _Hashing:
 def _mkstemp(path: Path) -> tuple[int, str]:
     temp = str(path.parent / f".{path.name}.{secrets.token_hex(8)}{TEMP_SUFFIX}")
     return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), temp
+
+
+@contextlib.contextmanager
+def _replacing(temp: Path, dest: Path) -> Iterator[None]:
+    """The body makes `temp`; then it atomically takes `dest`'s place, durably.
+    On any failure `temp` is removed and `dest` is left as it was."""
+    try:
+        yield
+        os.replace(temp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    _fsync_dir(dest.parent)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -200,6 +200,17 @@ class ChangeSet:
     def with_action(self, *actions: Action) -> list[ChangeSetEntry]:
         return [e for e in self.entries if e.action in actions]
 
+    def observed(self, targets: Iterable[Target]) -> dict[Target, Health]:
+        """The health the apply showed of those `targets` that are in this set."""
+        seen = {e.id: e.observed for e in self.entries if e.observed is not None}
+        known: dict[Target, Health] = {}
+        for target in targets:
+            rt, namespace, name = target
+            health = seen.get(ObjectId(rt.group, rt.kind, namespace or "", name))
+            if health is not None:
+                known[target] = health
+        return known
+
     def inventory(self) -> list[dict[str, str]]:
         """The Kustomization `status.inventory.entries` of an applied set: `{id, v}`.
 
@@ -1101,16 +1112,12 @@ class ResourceManager:
         """The objects of `changeset` a health wait reads (neither skipped nor
         deleted), and the health their apply already showed."""
         targets: list[Target] = []
-        known: dict[Target, Health] = {}
         for e in changeset.entries:
             if e.action in (Action.SKIPPED, Action.DELETED):
                 continue
             rt = await self._resource_for_entry(e)
-            target = (rt, e.id.namespace or None, e.id.name)
-            targets.append(target)
-            if e.observed is not None:
-                known[target] = e.observed
-        return targets, known
+            targets.append((rt, e.id.namespace or None, e.id.name))
+        return targets, changeset.observed(targets)
 
 
 def take_over_managed_fields(

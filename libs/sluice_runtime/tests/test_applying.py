@@ -19,6 +19,7 @@ from sluice_runtime.kube.applying import (
     Action,
     ApplyFailed,
     ChangeSet,
+    ChangeSetEntry,
     ObjectId,
     ResourceManager,
     ValidationFailed,
@@ -28,6 +29,7 @@ from sluice_runtime.kube.applying import (
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import ApiError, Forbidden, Invalid, KubeError, NotFound
+from sluice_runtime.kube.health import Health
 from sluice_runtime.kube.resources import CONFIG_MAP, CRD, NAMESPACE, SERVICE_ACCOUNT, ResourceType
 
 from .test_discovery import crd_manifest, unique_group
@@ -195,6 +197,26 @@ def test_object_ids(oid: ObjectId, inventory_id: str, display: str) -> None:
     assert oid.inventory_id == inventory_id
     assert oid.display == display
     assert ObjectId.from_inventory_id(inventory_id) == oid
+
+
+def test_a_changeset_hands_its_observed_health_to_health_targets() -> None:
+    deploy = ResourceType("apps", "v1", "deployments", "Deployment")
+    ns = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False)
+    rolling, active = Health("InProgress", "rolling"), Health("Current", "active")
+    changeset = ChangeSet(
+        [
+            ChangeSetEntry(
+                ObjectId("apps", "Deployment", "a", "web"), "v1", Action.CREATED, observed=rolling
+            ),
+            ChangeSetEntry(
+                ObjectId("", "Namespace", "", "a"), "v1", Action.UNCHANGED, observed=active
+            ),
+            ChangeSetEntry(ObjectId("", "ConfigMap", "a", "c"), "v1", Action.SKIPPED),
+        ]
+    )
+    targets = [(deploy, "a", "web"), (ns, None, "a"), (CONFIG_MAP, "a", "c"), (deploy, "b", "web")]
+    # Matched by group, kind, namespace and name; what the apply did not show is read.
+    assert changeset.observed(targets) == {(deploy, "a", "web"): rolling, (ns, None, "a"): active}
 
 
 @pytest.mark.parametrize(

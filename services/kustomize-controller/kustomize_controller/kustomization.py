@@ -428,10 +428,9 @@ async def _health_targets(ctx: KustomizationContext) -> tuple[list[Target], dict
     """What to wait for (everything applied with `wait`, else `healthChecks`), and the
     health the apply already showed of it."""
     assert ctx.manager is not None
-    mapper = ctx.manager.mapper
-    applied, known = await ctx.manager.health_targets(ctx.changeset)
     if ctx.ks.spec.wait:
-        return applied, known
+        return await ctx.manager.health_targets(ctx.changeset)
+    mapper = ctx.manager.mapper
     targets: list[Target] = []
     for check in ctx.ks.spec.health_checks or []:
         try:
@@ -441,7 +440,7 @@ async def _health_targets(ctx: KustomizationContext) -> tuple[list[Target], dict
             raise ctx.failed(Reason.HEALTH_CHECK_FAILED, str(error)) from None
         namespace = check.namespace or (ctx.namespace if rt.namespaced else None)
         targets.append((rt, namespace if rt.namespaced else None, check.name))
-    return targets, known
+    return targets, ctx.changeset.observed(targets)
 
 
 @contextlib.contextmanager

@@ -52,6 +52,20 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+_SIZE_UNITS = {
+    "": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "K": 10**3, "M": 10**6, "G": 10**9,
+}  # fmt: skip
+
+
+def size(text: str) -> int:
+    """A byte count for a flag, as Kubernetes quantities write it: `65536`, `64Mi`, `1Gi`."""
+    number = text.rstrip("KMGi")
+    unit = text[len(number) :]
+    if not number.isdigit() or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (bytes, or with Ki/Mi/Gi)")
+    return int(number) * _SIZE_UNITS[unit]
+
+
 def parser(*, service: str, description: str, concurrency: int) -> argparse.ArgumentParser:
     """The flags every controller accepts, named as Flux's controllers name them."""
     p = argparse.ArgumentParser(prog=service, description=description)

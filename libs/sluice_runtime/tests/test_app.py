@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -21,6 +22,7 @@ from sluice_api import Gate
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.harness import Observer
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.app import size
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import LEASE, ResourceType
@@ -371,3 +373,22 @@ async def test_an_otlp_endpoint_receives_a_span_per_reconcile(
     finally:
         await runner.cleanup()
     assert_a_span_per_reconcile(otlp_spans(bodies), namespace)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("65536", 65536, id="bytes"),
+        pytest.param("64Mi", 64 << 20, id="mebibytes"),
+        pytest.param("1Gi", 1 << 30, id="gibibytes"),
+        pytest.param("10K", 10_000, id="kilobytes"),
+    ],
+)
+def test_size_flags_read_kubernetes_quantities(text: str, expected: int) -> None:
+    assert size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "Mi", "1.5Gi", "-1", "1Ti", "64MiB"])
+def test_size_flags_refuse_what_is_not_a_size(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a size"):
+        size(text)

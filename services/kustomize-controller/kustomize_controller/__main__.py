@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 
 import aiohttp
+import structlog
 
 from kustomize_controller import building, kustomization
 from kustomize_controller.targets import Targets
 from sluice_api import Bucket, Gate, GitRepository, Kustomization, OCIRepository
 from sluice_runtime import app, gates
 from sluice_runtime.kube.resources import ResourceType
+
+log = structlog.get_logger(__name__)
 
 SERVICE = "kustomize-controller"
 SOURCE_KINDS = (GitRepository, OCIRepository, Bucket)
@@ -45,6 +48,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let kustomize fetch remote bases (refused by default: no network during builds)",
     )
+    parser.add_argument(
+        "--build-sandbox",
+        choices=["auto", *building.Sandbox],
+        default="auto",
+        help="how builds are kept inside their artifact: 'landlock' confines kustomize "
+        "(and fails startup where the kernel cannot), 'refuse-plugins' refuses builtin "
+        "plugin configs instead; 'auto' confines when the kernel can",
+    )
+    parser.add_argument(
+        "--build-max-output",
+        type=app.size,
+        default=building.DEFAULT_MAX_OUTPUT,
+        help="stop a build whose kustomize output passes this size (e.g. 64Mi)",
+    )
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -52,8 +69,10 @@ async def setup(runtime: app.Runtime) -> None:
     options = runtime.options
     try:
         kustomize = building.find_kustomize()
+        sandbox = building.choose_sandbox(options.build_sandbox)
     except building.KustomizeUnavailable as error:
         raise app.StartupError(str(error)) from None
+    log.info("builds", kustomize=kustomize.version, sandbox=sandbox.describe())
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)
     targets = Targets(runtime.client, options.default_service_account or None)
@@ -74,6 +93,8 @@ async def setup(runtime: app.Runtime) -> None:
         requeue_dependency=options.requeue_dependency,
         no_cross_namespace_refs=options.no_cross_namespace_refs,
         allow_remote_bases=options.allow_remote_bases,
+        sandbox=sandbox,
+        max_build_output=options.build_max_output,
     )
     controller = runtime.controller(kustomization.reconciler(services))
     for kind in SOURCE_KINDS:

@@ -2,15 +2,27 @@
 
 Flux links kustomize as a library and gives it a filesystem that cannot
 leave the artifact. Sluice runs the kustomize binary (or the copy built into
-kubectl) instead, so the same guarantees come from reading the kustomization
-files before the build: every local reference must stay inside the
-artifact, and remote bases are refused unless the controller allows them.
-The process also gets an environment that cannot reach the network or the
-controller's own configuration, in case a check misses a way out.
+kubectl) instead, and gets the same guarantee from the kernel: the process
+is confined with Landlock (`sluice_runtime.confining`) to reading the
+artifact and its own executable, with no TCP at all, so no field of any
+kustomize config (a builtin generator's `files:`, a transformer's `path:`,
+a URL) can read the controller's token or reach a loopback service.
+The kustomization files are also read before the build, so that a
+reference leaving the artifact or a remote base gets a precise message
+rather than kustomize's "permission denied".
+
+Where the kernel offers no Landlock (ABI 4, Linux 6.7, is the first that
+confines TCP), builds run unconfined and everything that only confinement
+would keep inside the artifact is refused instead: every builtin plugin
+config (`generators`, `transformers`, `validators`, inline or by file).
+The mode in force is chosen at startup (`--build-sandbox`) and named in
+every message that a refusal produces.
 
 Like Flux, kustomize runs without load restrictions (an overlay may list
 `../common/namespace.yaml`); the artifact root, not the kustomization
-directory, is the boundary.
+directory, is the boundary. Output is read as a stream and the build is
+stopped once it passes `max_output` bytes: a small artifact can expand into
+gigabytes (patches multiplied over many targets).
 
 Before the build the spec is merged into the kustomization file as Flux's
 generator does it, after generating one that lists every manifest when the
@@ -23,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import functools
 import json
 import os
@@ -40,6 +53,7 @@ from typing import Any
 import yaml
 
 from sluice_api.kustomize import CommonMetadata, KustomizationSpec
+from sluice_runtime import confining
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 """The names kustomize recognizes, in the order it looks for them."""
@@ -48,6 +62,47 @@ MIN_KUSTOMIZE_MAJOR = 5
 """Flux builds with kustomize v5; older versions read some fields differently."""
 
 _MAX_MESSAGE = 4000
+
+DEFAULT_MAX_OUTPUT = 64 << 20
+"""Bytes of kustomize output past which a build is stopped (`--build-max-output`)."""
+
+
+class Sandbox(enum.StrEnum):
+    """How a build is kept inside its artifact."""
+
+    LANDLOCK = "landlock"
+    """Confined by the kernel: reads only the artifact and kustomize, no TCP."""
+    REFUSE_PLUGINS = "refuse-plugins"
+    """Unconfined; builtin plugin configs, the only way kustomize reads arbitrary
+    paths that the reference check cannot see, are refused."""
+
+    def describe(self) -> str:
+        if self is Sandbox.LANDLOCK:
+            return "build sandbox: landlock (reads limited to the artifact, no network)"
+        return (
+            "build sandbox: refuse-plugins (this kernel has no Landlock ABI "
+            f"{confining.MIN_ABI}, so builds are not confined)"
+        )
+
+
+def choose_sandbox(requested: str = "auto") -> Sandbox:
+    """The sandbox for `--build-sandbox` (auto, landlock, refuse-plugins).
+
+    `auto` takes Landlock when the kernel offers it. Raises
+    KustomizeUnavailable when `landlock` is asked for and missing, so a
+    platform that requires confinement never silently runs without it.
+    """
+    if requested == Sandbox.REFUSE_PLUGINS:
+        return Sandbox.REFUSE_PLUGINS
+    abi = confining.landlock_abi()
+    if abi >= confining.MIN_ABI:
+        return Sandbox.LANDLOCK
+    if requested == Sandbox.LANDLOCK:
+        raise KustomizeUnavailable(
+            f"--build-sandbox=landlock: the kernel's Landlock ABI is {abi}, "
+            f"{confining.MIN_ABI} or later (Linux 6.7) is needed"
+        )
+    return Sandbox.REFUSE_PLUGINS
 
 
 class BuildError(Exception):
@@ -220,18 +275,22 @@ async def build(
     spec: KustomizationSpec,
     *,
     kustomize: Kustomize,
+    sandbox: Sandbox | None = None,
     allow_remote_bases: bool = False,
     timeout: float = 120,
+    max_output: int = DEFAULT_MAX_OUTPUT,
 ) -> list[dict[str, Any]]:
     """Build `spec.path` of the extracted artifact at `root` into Kubernetes objects.
 
     `root` must be a private copy: the kustomization file under `spec.path`
-    is created or edited in place. Raises BuildError.
+    is created or edited in place. `sandbox` defaults to the best this
+    kernel offers. Raises BuildError.
     """
+    sandbox = sandbox or default_sandbox()
     given_root = Path(root)
     real_root = Path(os.path.realpath(given_root))
     try:
-        directory = await asyncio.to_thread(_prepare, real_root, spec, allow_remote_bases)
+        directory = await asyncio.to_thread(_prepare, real_root, spec, allow_remote_bases, sandbox)
     except OSError as error:
         where = _relative(real_root, Path(os.path.realpath(error.filename or real_root)))
         raise BuildError(f"cannot read '{where}' in the artifact: {error.strerror}") from None
@@ -239,13 +298,21 @@ async def build(
         kustomize,
         directory,
         roots=(given_root, real_root),
+        sandbox=sandbox,
         allow_remote_bases=allow_remote_bases,
         timeout=timeout,
+        max_output=max_output,
     )
     objects = await asyncio.to_thread(_parse_output, output)
     if spec.common_metadata is not None:
         set_common_metadata(objects, spec.common_metadata)
     return objects
+
+
+@functools.cache
+def default_sandbox() -> Sandbox:
+    """The sandbox `auto` chooses on this kernel, looked up once."""
+    return choose_sandbox("auto")
 
 
 def set_common_metadata(objects: list[dict[str, Any]], common: CommonMetadata) -> None:
@@ -258,13 +325,20 @@ def set_common_metadata(objects: list[dict[str, Any]], common: CommonMetadata) -
             meta["annotations"] = {**(meta.get("annotations") or {}), **common.annotations}
 
 
-def _prepare(root: Path, spec: KustomizationSpec, allow_remote_bases: bool) -> Path:
+def _prepare(
+    root: Path, spec: KustomizationSpec, allow_remote_bases: bool, sandbox: Sandbox
+) -> Path:
     directory = _resolve_path(root, spec.path)
     kfile = kustomization_file(directory)
     if kfile is None:
         kfile = _generate(root, directory)
     _merge(root, directory, kfile, spec)
-    _check_references(root, directory, allow_remote_bases=allow_remote_bases)
+    _check_references(
+        root,
+        directory,
+        allow_remote_bases=allow_remote_bases,
+        refuse_plugins=sandbox is Sandbox.REFUSE_PLUGINS,
+    )
     return directory
 
 
@@ -461,7 +535,9 @@ def _inside(root: Path, base: Path, entry: str, where: str) -> Path:
     return resolved
 
 
-_DIRECTORY_FIELDS = ("resources", "bases", "components", "generators", "transformers", "validators")
+_PLUGIN_FIELDS = ("generators", "transformers", "validators")
+"""Fields whose entries are plugin configs (inline or by file) that kustomize runs."""
+_DIRECTORY_FIELDS = ("resources", "bases", "components", *_PLUGIN_FIELDS)
 _FILE_FIELDS = ("crds", "configurations")
 _PATH_ITEM_FIELDS = ("patches", "patchesJson6902", "replacements")
 _GENERATOR_FIELDS = ("configMapGenerator", "secretGenerator")
@@ -497,12 +573,16 @@ def _references(document: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         yield "openapi", openapi["path"]
 
 
-def _check_references(root: Path, directory: Path, *, allow_remote_bases: bool) -> None:
+def _check_references(
+    root: Path, directory: Path, *, allow_remote_bases: bool, refuse_plugins: bool = False
+) -> None:
     """Refuse references that leave the artifact, and remote ones unless allowed.
 
     Follows every kustomization reachable from `directory`, so a base or
     component several levels down is held to the same rules; kustomization
-    files the build never reads are not judged.
+    files the build never reads are not judged. With `refuse_plugins`
+    (builds not confined), any plugin config is refused: its fields are
+    kustomize's to interpret, and only confinement keeps them in bounds.
     """
     pending = [directory]
     seen: set[Path] = set()
@@ -516,6 +596,13 @@ def _check_references(root: Path, directory: Path, *, allow_remote_bases: bool) 
             continue  # a directory without one: kustomize reports it
         document = _read_kustomization(root, kfile)
         name = _relative(root, kfile)
+        if refuse_plugins:
+            for field in _PLUGIN_FIELDS:
+                if document.get(field):
+                    raise BuildError(
+                        f"{name} {field}: plugin configs are refused because builds "
+                        f"cannot be confined here ({Sandbox.REFUSE_PLUGINS.describe()})"
+                    )
         for field, entry in _references(document):
             where = f"{name} {field}"
             if not entry.startswith("file:") and _is_remote(entry, current):
@@ -582,18 +669,55 @@ def _environment(home: Path, closed_port: int | None) -> dict[str, str]:
     return env
 
 
+_REMOTE_SYSTEM = tuple(Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"))
+"""What git needs to fetch a remote base: programs, libraries, CA bundles, resolver config."""
+_MAX_STDERR = 1 << 20
+
+
+def _confinement(
+    kustomize: Kustomize, root: Path, home: Path, *, allow_remote_bases: bool
+) -> confining.Confinement:
+    """Reads of the artifact and kustomize itself, nothing else; with remote
+    bases, also the system's programs, a private home to clone into, and TCP.
+
+    The controller's own files (its service-account token, its kubeconfig,
+    other tenants' work directories) are in none of these.
+    """
+    executable = Path(os.path.realpath(kustomize.executable))
+    if not allow_remote_bases:
+        return confining.Confinement(read=(root,), execute=(executable,))
+    return confining.Confinement(
+        read=(root,),
+        execute=(executable, *_REMOTE_SYSTEM),
+        write=(home, Path("/dev/null")),
+        network=True,
+    )
+
+
 async def _run(
     kustomize: Kustomize,
     directory: Path,
     *,
     roots: tuple[Path, ...],
+    sandbox: Sandbox,
     allow_remote_bases: bool,
     timeout: float,
+    max_output: int,
 ) -> bytes:
     with (
         tempfile.TemporaryDirectory(prefix="kustomize-home-") as home,
         _closed_port() as port,
+        contextlib.ExitStack() as stack,
     ):
+        preexec = None
+        if sandbox is Sandbox.LANDLOCK:
+            confinement = _confinement(
+                kustomize, roots[-1], Path(home), allow_remote_bases=allow_remote_bases
+            )
+            try:
+                preexec = stack.enter_context(confining.confined(confinement))
+            except confining.ConfinementError as error:
+                raise BuildError(f"cannot confine the build: {error}") from None
         process = await asyncio.create_subprocess_exec(
             *kustomize.command(directory),
             cwd=directory,
@@ -602,9 +726,20 @@ async def _run(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group, so git children die with it
+            preexec_fn=preexec,
         )
+        assert process.stdout is not None and process.stderr is not None
+        errors = asyncio.ensure_future(_read_capped(process.stderr, _MAX_STDERR, drain=True))
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+            async with asyncio.timeout(timeout):
+                stdout = await _read_capped(process.stdout, max_output, drain=False)
+                if stdout is None:
+                    raise BuildError(
+                        f"kustomize output exceeds {_size(max_output)} and was stopped; "
+                        "split the Kustomization or raise --build-max-output"
+                    )
+                stderr = await errors
+                await process.wait()
         except TimeoutError:
             raise BuildError(f"kustomize build timed out after {timeout:g}s") from None
         finally:
@@ -612,9 +747,37 @@ async def _run(
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
+            errors.cancel()
     if process.returncode != 0:
-        raise BuildError(_failure_message(stderr.decode(errors="replace"), roots, directory))
+        message = _failure_message((stderr or b"").decode(errors="replace"), roots, directory)
+        if sandbox is Sandbox.LANDLOCK and "permission denied" in message:
+            message += f" ({sandbox.describe()})"
+        raise BuildError(message)
     return stdout
+
+
+async def _read_capped(stream: asyncio.StreamReader, limit: int, *, drain: bool) -> bytes | None:
+    """All of `stream` up to `limit` bytes.
+
+    Past the limit: with `drain`, the rest is read and dropped (so the writer
+    never blocks on a full pipe) and the first `limit` bytes are returned;
+    without, None is returned at once and the caller stops the writer.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await stream.read(1 << 16):
+        if size + len(chunk) > limit:
+            if not drain:
+                return None
+            chunk = chunk[: max(limit - size, 0)]
+        size += len(chunk)
+        if chunk:
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _size(count: int) -> str:
+    return f"{count >> 20} MiB" if count >= 1 << 20 else f"{count} bytes"
 
 
 _KLOG_QUOTED = re.compile(r'"command failed" err="((?:[^"\\]|\\.)*)"')

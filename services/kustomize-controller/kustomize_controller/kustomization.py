@@ -71,6 +71,9 @@ class Services:
     requeue_dependency: float = 30.0
     no_cross_namespace_refs: bool = False
     allow_remote_bases: bool = False
+    sandbox: building.Sandbox = building.Sandbox.REFUSE_PLUGINS
+    """How builds are kept in their artifact (`--build-sandbox`); the safe mode by default."""
+    max_build_output: int = building.DEFAULT_MAX_OUTPUT
     health_interval: float = 2.0
 
 
@@ -239,7 +242,9 @@ async def reconcile_build(ctx: KustomizationContext) -> Result | None:
             ctx.workdir,
             ctx.ks.spec,
             kustomize=ctx.services.kustomize,
+            sandbox=ctx.services.sandbox,
             allow_remote_bases=ctx.services.allow_remote_bases,
+            max_output=ctx.services.max_build_output,
         )
     except building.BuildError as error:
         raise ctx.failed(Reason.BUILD_FAILED, str(error)) from None

@@ -34,6 +34,9 @@ DEPLOYMENT = ResourceType("apps", "v1", "deployments", "Deployment")
 CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
 SERVICE = ResourceType("", "v1", "services", "Service")
 NAMESPACE = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False)
+SERVICE_ACCOUNT = ResourceType("", "v1", "serviceaccounts", "ServiceAccount")
+ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 
 
 def config_map(name: str, namespace: str | None = None, **data: str) -> str:
@@ -198,3 +201,37 @@ async def delivery(
         ) as ks,
     ):
         yield Delivery(kube, namespace, git_http, Observer(kube, namespace), src, ks)
+
+
+async def make_tenant(
+    d: Delivery, verbs: list[str], resources: tuple[str, ...] = ("configmaps",)
+) -> None:
+    """ServiceAccount `tenant`, allowed `verbs` on `resources` of the test's namespace only."""
+    ns = d.namespace
+    await d.kube.create(
+        SERVICE_ACCOUNT,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "tenant", "namespace": ns},
+        },
+    )
+    await d.kube.create(
+        ROLE,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "tenant", "namespace": ns},
+            "rules": [{"apiGroups": [""], "resources": list(resources), "verbs": verbs}],
+        },
+    )
+    await d.kube.create(
+        ROLE_BINDING,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "tenant", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+        },
+    )

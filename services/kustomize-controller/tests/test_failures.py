@@ -9,21 +9,18 @@ import pytest
 
 from sluice_envtest.harness import condition
 from sluice_runtime.kube.errors import NotFound
-from sluice_runtime.kube.resources import ResourceType
 
 from .conftest import (
     CONFIG_MAP,
     DEPLOYMENT,
     GITREPO,
     KUSTOMIZATION,
+    ROLE,
     Delivery,
     Flags,
     config_map,
+    make_tenant,
 )
-
-SERVICE_ACCOUNT = ResourceType("", "v1", "serviceaccounts", "ServiceAccount")
-ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
-ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 
 
 async def absent(d: Delivery, name: str, namespace: str | None = None) -> bool:
@@ -129,38 +126,6 @@ async def test_a_dry_run_rejection_names_the_object_and_applies_nothing(delivery
     assert f"Deployment/{d.namespace}/bad" in message
     assert "selector" in message  # the API server's own words
     assert await absent(d, "ok")
-
-
-async def make_tenant(d: Delivery, verbs: list[str]) -> None:
-    """ServiceAccount `tenant`, allowed `verbs` on ConfigMaps of the test's namespace only."""
-    ns = d.namespace
-    await d.kube.create(
-        SERVICE_ACCOUNT,
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": "tenant", "namespace": ns},
-        },
-    )
-    await d.kube.create(
-        ROLE,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "tenant", "namespace": ns},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}],
-        },
-    )
-    await d.kube.create(
-        ROLE_BINDING,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "tenant", "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
-        },
-    )
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,309 @@
+"""Builds cannot read or reach anything outside their artifact (issue: tenant escapes).
+
+Each escape is a kustomization a tenant's committer could push: kustomize's
+builtin plugin configs load `files:`, `envs:` and `path:` from anywhere and
+fetch URLs, and the reference check cannot see them all. With Landlock the
+kernel refuses the reads and connections; without it the configs are
+refused up front. Either way the build fails, the message says which mode
+held it, and neither the "controller's token" nor the loopback service's
+contents reach the output.
+"""
+
+from __future__ import annotations
+
+import secrets
+import textwrap
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kustomize_controller.building import (
+    BuildError,
+    Kustomize,
+    Sandbox,
+    build,
+    choose_sandbox,
+    find_kustomize,
+)
+from sluice_api.kustomize import KustomizationSpec
+from sluice_envtest.harness import condition
+from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime import confining
+from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import SECRET
+
+from .conftest import CONFIG_MAP, KUSTOMIZATION, Delivery, Flags, make_tenant
+
+landlock = pytest.mark.skipif(
+    confining.landlock_abi() < confining.MIN_ABI, reason="the kernel has no Landlock ABI 4"
+)
+
+
+@pytest.fixture(scope="module")
+def kustomize() -> Kustomize:
+    return find_kustomize()
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    requests: list[str]
+
+    def do_GET(self) -> None:
+        self.server.requests.append(self.path)  # type: ignore[attr-defined]
+        body = b"loopback-secret\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def loopback() -> Iterator[ThreadingHTTPServer]:
+    """A loopback HTTP service, standing for the source-controller's artifacts or metrics."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.requests = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def token(tmp_path: Path) -> Path:
+    """A file only the controller may read, like its service-account token."""
+    path = tmp_path / "controller" / "token"
+    path.parent.mkdir()
+    path.write_text(f"controller-token-{secrets.token_hex(8)}\n")
+    return path
+
+
+def spec() -> KustomizationSpec:
+    return KustomizationSpec.model_validate(
+        {"sourceRef": {"kind": "GitRepository", "name": "s"}, "interval": "5m", "prune": True}
+    )
+
+
+CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  k: v\n"
+
+
+def secret_generator(files: str) -> str:
+    return (
+        "apiVersion: builtin\nkind: SecretGenerator\nmetadata:\n  name: leak\n"
+        f"files:\n- token={files}\n"
+    )
+
+
+def escapes(token: Path, url: str) -> dict[str, dict[str, str]]:
+    """Artifacts (file name -> content) that read `token` or fetch `url` when built unconfined."""
+
+    def kustomization(**fields: Any) -> str:
+        return yaml.safe_dump({"resources": ["cm.yaml"], **fields}, sort_keys=False)
+
+    return {
+        "inline-generator": {
+            "kustomization.yaml": kustomization(generators=[secret_generator(str(token))]),
+        },
+        "flow-map-generator": {
+            "kustomization.yaml": kustomization(
+                generators=[
+                    "{apiVersion: builtin, kind: SecretGenerator, metadata: {name: leak}, "
+                    f"files: [token={token}]}}"
+                ]
+            ),
+        },
+        "generator-file": {
+            "kustomization.yaml": kustomization(generators=["gen.yaml"]),
+            "gen.yaml": secret_generator(str(token)),
+        },
+        "generator-directory": {
+            "kustomization.yaml": kustomization(generators=["gen"]),
+            "gen/kustomization.yaml": "resources:\n- secret.yaml\n",
+            "gen/secret.yaml": secret_generator(str(token)),
+        },
+        "configmap-envs": {
+            "kustomization.yaml": kustomization(
+                generators=[
+                    "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata:\n  name: leak\n"
+                    f"envs:\n- {token}\n"
+                ]
+            ),
+        },
+        "patch-transformer-path": {
+            "kustomization.yaml": kustomization(
+                transformers=[
+                    "apiVersion: builtin\nkind: PatchTransformer\nmetadata:\n  name: p\n"
+                    f"path: {token}\ntarget:\n  kind: ConfigMap\n"
+                ]
+            ),
+        },
+        "loopback-fetch": {
+            "kustomization.yaml": kustomization(generators=[secret_generator(url)]),
+        },
+    }
+
+
+CASES = ("inline-generator", "flow-map-generator", "generator-file", "generator-directory",
+         "configmap-envs", "patch-transformer-path", "loopback-fetch")  # fmt: skip
+
+
+def artifact(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir()
+    for name, text in {"cm.yaml": CM, **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+@landlock
+@pytest.mark.parametrize("case", CASES)
+async def test_landlock_keeps_the_build_inside_the_artifact(
+    case: str, tmp_path: Path, token: Path, loopback: ThreadingHTTPServer, kustomize: Kustomize
+) -> None:
+    url = f"http://127.0.0.1:{loopback.server_address[1]}/token"
+    root = artifact(tmp_path / "artifact", escapes(token, url)[case])
+
+    with pytest.raises(BuildError) as failed:
+        await build(root, spec(), kustomize=kustomize, sandbox=Sandbox.LANDLOCK)
+
+    message = str(failed.value)
+    assert "permission denied" in message, message
+    assert "build sandbox: landlock" in message, "the status names the mode in force"
+    assert token.read_text().strip() not in message
+    assert "loopback-secret" not in message
+    assert loopback.requests == [], "the loopback service was not reached"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c != "patch-transformer-path"] + ["patch"])
+async def test_without_landlock_every_plugin_config_is_refused(
+    case: str, tmp_path: Path, token: Path, loopback: ThreadingHTTPServer, kustomize: Kustomize
+) -> None:
+    url = f"http://127.0.0.1:{loopback.server_address[1]}/token"
+    files = escapes(token, url)["patch-transformer-path" if case == "patch" else case]
+    root = artifact(tmp_path / "artifact", files)
+
+    with pytest.raises(BuildError) as failed:
+        await build(root, spec(), kustomize=kustomize, sandbox=Sandbox.REFUSE_PLUGINS)
+
+    message = str(failed.value)
+    assert "plugin configs are refused" in message, message
+    assert "build sandbox: refuse-plugins" in message
+    assert token.read_text().strip() not in message
+    assert loopback.requests == []  # type: ignore[attr-defined]
+
+
+@landlock
+async def test_landlock_still_runs_plugins_that_stay_inside(
+    tmp_path: Path, kustomize: Kustomize
+) -> None:
+    root = artifact(
+        tmp_path / "artifact",
+        {
+            "kustomization.yaml": yaml.safe_dump(
+                {"resources": ["cm.yaml"], "generators": [secret_generator("data/token")]}
+            ),
+            "data/token": "in-artifact\n",
+        },
+    )
+
+    objects = await build(root, spec(), kustomize=kustomize, sandbox=Sandbox.LANDLOCK)
+
+    [secret] = [o for o in objects if o["kind"] == "Secret"]
+    assert secret["data"] == {"token": "aW4tYXJ0aWZhY3QK"}  # base64 of "in-artifact\n"
+
+
+async def test_build_output_past_the_limit_is_stopped(tmp_path: Path, kustomize: Kustomize) -> None:
+    # Small input, large output: one ConfigMap copied by 64 patches' worth of
+    # data is over the limit; the build stops instead of reading it all.
+    big = "x" * 4096
+    manifests = "".join(
+        f"---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm{i}\ndata:\n  v: {big}\n"
+        for i in range(64)
+    )
+    root = artifact(tmp_path / "artifact", {"cm.yaml": manifests})
+
+    with pytest.raises(BuildError, match=r"kustomize output exceeds 65536 bytes and was stopped"):
+        await build(root, spec(), kustomize=kustomize, max_output=65536)
+    assert len(await build(root, spec(), kustomize=kustomize, max_output=1 << 20)) == 64
+
+
+def test_auto_takes_the_strongest_sandbox_the_kernel_offers() -> None:
+    expected = (
+        Sandbox.LANDLOCK
+        if confining.landlock_abi() >= confining.MIN_ABI
+        else Sandbox.REFUSE_PLUGINS
+    )
+    assert choose_sandbox("auto") is expected
+    assert choose_sandbox("refuse-plugins") is Sandbox.REFUSE_PLUGINS
+
+
+# -- through the controller, as a tenant ---------------------------------------------
+
+
+async def _secrets(d: Delivery) -> list[str]:
+    listed = await d.kube.list(SECRET, namespace=d.namespace)
+    return [s["metadata"]["name"] for s in listed.items]
+
+
+@pytest.mark.parametrize(
+    ("delivery", "expect"),
+    [
+        pytest.param(
+            Flags(kustomize=("--build-sandbox", "landlock")),
+            "permission denied",
+            id="landlock",
+            marks=landlock,
+        ),
+        pytest.param(
+            Flags(kustomize=("--build-sandbox", "refuse-plugins")),
+            "plugin configs are refused",
+            id="refuse-plugins",
+        ),
+    ],
+    indirect=["delivery"],
+)
+async def test_a_tenant_build_cannot_read_the_controllers_credentials(
+    delivery: Delivery, cluster: Cluster, expect: str
+) -> None:
+    # The in-process controller's own credentials: the admin kubeconfig it
+    # was started with, standing for a pod's service-account token.
+    d = delivery
+    await make_tenant(d, ["*"], ("configmaps", "secrets"))
+    before = await _secrets(d)
+    repo = d.repo("escape")
+    repo.commit(
+        "c",
+        files={
+            "cm.yaml": CM,
+            "kustomization.yaml": yaml.safe_dump(
+                {
+                    "resources": ["cm.yaml"],
+                    "generators": [secret_generator(str(cluster.kubeconfig))],
+                }
+            ),
+        },
+    )
+    repo.push()
+    await d.git_repository("escape")
+    await d.kustomization(
+        "escape", source="escape", targetNamespace=d.namespace, serviceAccountName="tenant"
+    )
+
+    obj = await d.observe.wait_reason(KUSTOMIZATION, "escape", "BuildFailed")
+
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert expect in ready["message"], ready["message"]
+    assert "build sandbox:" in ready["message"], "the status names the mode in force"
+    assert "BEGIN" not in ready["message"] and "client-key" not in ready["message"]
+    assert await _secrets(d) == before, "no Secret was generated from the controller's files"
+    with pytest.raises(NotFound):
+        await d.kube.get(CONFIG_MAP, "app", d.namespace)

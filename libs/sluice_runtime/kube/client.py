@@ -223,7 +223,9 @@ class KubeClient:
                 if credentials.ca_data is not None:
                     ssl.create_default_context(cadata=credentials.ca_data.decode(errors="replace"))
             except (ssl.SSLError, ValueError):
-                raise ConfigError("kubeconfig certificate-authority-data is not a PEM certificate") from None
+                raise ConfigError(
+                    "kubeconfig certificate-authority-data is not a PEM certificate"
+                ) from None
             try:
                 api = k8s_client.ApiClient(configuration=configuration)
             except (ssl.SSLError, ValueError):

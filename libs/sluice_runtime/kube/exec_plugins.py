@@ -74,7 +74,9 @@ def _credential(plugin: ExecPlugin, stdout: bytes) -> ExecCredential:
         if answer.get("kind") != "ExecCredential" or not isinstance(status, dict):
             raise ValueError
     except (ValueError, KeyError, TypeError):
-        raise ConfigError(f"exec plugin '{plugin.command}' did not print an ExecCredential") from None
+        raise ConfigError(
+            f"exec plugin '{plugin.command}' did not print an ExecCredential"
+        ) from None
     expires = None
     if status.get("expirationTimestamp"):
         try:

@@ -216,9 +216,7 @@ def _named(config: dict[str, Any], list_key: str, item_key: str, name: str) -> d
 # -- what is refused ----------------------------------------------------------------
 
 
-def _cluster_problems(
-    name: str, cluster: dict[str, Any], *, allow_insecure_tls: bool
-) -> list[str]:
+def _cluster_problems(name: str, cluster: dict[str, Any], *, allow_insecure_tls: bool) -> list[str]:
     where = f"kubeconfig cluster '{name}'"
     problems = [_path_problem(where, key) for key in cluster if key in PATH_FIELDS]
     problems += [

@@ -64,9 +64,7 @@ def exec_spec(**extra: Any) -> dict[str, Any]:
             Credentials(SERVER, username="admin", password="pw"),
             id="basic-auth",
         ),
-        pytest.param(
-            kubeconfig(user={}), Credentials(SERVER), id="anonymous-user"
-        ),
+        pytest.param(kubeconfig(user={}), Credentials(SERVER), id="anonymous-user"),
         pytest.param(
             kubeconfig(
                 {
@@ -88,7 +86,10 @@ def exec_spec(**extra: Any) -> dict[str, Any]:
                 {
                     "clusters": [
                         {"name": "c", "cluster": {"server": SERVER}},
-                        {"name": "evil", "cluster": {"server": "http://x", "certificate-authority": "/etc/x"}},
+                        {
+                            "name": "evil",
+                            "cluster": {"server": "http://x", "certificate-authority": "/etc/x"},
+                        },
                     ],
                     "users": [
                         {"name": "u", "user": {"token": "t0ken"}},
@@ -187,7 +188,9 @@ def test_secrets_stay_out_of_repr() -> None:
             id="exec-without-command",
         ),
         pytest.param(
-            kubeconfig(user={"exec": exec_spec(apiVersion="client.authentication.k8s.io/v1alpha1")}),
+            kubeconfig(
+                user={"exec": exec_spec(apiVersion="client.authentication.k8s.io/v1alpha1")}
+            ),
             {"allow_exec": True},
             ["apiVersion 'client.authentication.k8s.io/v1alpha1' is not supported"],
             id="exec-old-api-version",
@@ -252,16 +255,37 @@ def test_secrets_stay_out_of_repr() -> None:
             id="certificate-without-key",
         ),
         pytest.param(
-            kubeconfig(user={"tokenFile": "/t", "exec": exec_spec()}, cluster={"server": "http://x"}),
+            kubeconfig(
+                user={"tokenFile": "/t", "exec": exec_spec()}, cluster={"server": "http://x"}
+            ),
             {},
-            ["'server' must be an https:// URL", "'tokenFile' is not allowed", "'exec' is not allowed"],
+            [
+                "'server' must be an https:// URL",
+                "'tokenFile' is not allowed",
+                "'exec' is not allowed",
+            ],
             id="every-problem-named-at-once",
         ),
         # Structure.
-        pytest.param("clusters: [\n  - name: c\n   token: s3cret", {}, ["kubeconfig is not valid YAML at line 2"], id="malformed-yaml"),
+        pytest.param(
+            "clusters: [\n  - name: c\n   token: s3cret",
+            {},
+            ["kubeconfig is not valid YAML at line 2"],
+            id="malformed-yaml",
+        ),
         pytest.param("just a string", {}, ["not a YAML mapping"], id="not-a-mapping"),
-        pytest.param(kubeconfig(contexts=[]), {}, ["current-context 'ctx' is not in contexts"], id="current-context-missing"),
-        pytest.param(kubeconfig(contexts=[], **{"current-context": ""}), {}, ["has no contexts"], id="no-contexts"),
+        pytest.param(
+            kubeconfig(contexts=[]),
+            {},
+            ["current-context 'ctx' is not in contexts"],
+            id="current-context-missing",
+        ),
+        pytest.param(
+            kubeconfig(contexts=[], **{"current-context": ""}),
+            {},
+            ["has no contexts"],
+            id="no-contexts",
+        ),
         pytest.param(
             kubeconfig(
                 contexts=[
@@ -274,7 +298,9 @@ def test_secrets_stay_out_of_repr() -> None:
             ["2 contexts and no current-context"],
             id="several-contexts-none-current",
         ),
-        pytest.param(kubeconfig(clusters=[]), {}, ["cluster 'c' is not in clusters"], id="cluster-missing"),
+        pytest.param(
+            kubeconfig(clusters=[]), {}, ["cluster 'c' is not in clusters"], id="cluster-missing"
+        ),
         pytest.param(kubeconfig(users=[]), {}, ["user 'u' is not in users"], id="user-missing"),
         pytest.param(
             kubeconfig({"certificate-authority-data": "not base64!"}),

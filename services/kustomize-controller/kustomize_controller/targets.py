@@ -6,8 +6,9 @@ API server's RBAC decides what a tenant may touch. `kubeConfig.secretRef`
 points the same steps at another cluster; its client is built once per
 version of the Secret and reused. That kubeconfig is a tenant's input: it is
 read by `kubeconfigs.parse` (inline credentials only; no files, no commands
-unless the operator allows exec plugins), never by a kubeconfig loader. Discovery (the REST mapping) uses the
-cluster's own credentials, since every authenticated identity may read it.
+unless the operator allows exec plugins), never by a kubeconfig loader.
+Discovery (the REST mapping) uses the cluster's own credentials, since every
+authenticated identity may read it.
 """
 
 from __future__ import annotations

@@ -148,3 +148,39 @@ async def test_with_insecure_kubeconfig_exec_a_plugin_supplies_the_credentials(
         assert (await remote.get(CONFIG_MAP, "allowed-cm", ns))["data"] == {"where": "remote"}
     finally:
         await remote.close()
+
+
+@pytest.mark.parametrize(
+    ("delivery", "allowed"),
+    [
+        pytest.param(Flags(), False, id="refused"),
+        pytest.param(Flags(kustomize=("--insecure-kubeconfig-tls",)), True, id="allowed"),
+    ],
+    indirect=["delivery"],
+)
+async def test_insecure_skip_tls_verify_needs_the_operators_flag(
+    delivery: Delivery, allowed: bool
+) -> None:
+    d = delivery
+    async with RecordingHttpsServer() as trap:
+        # No CA: only skipping verification lets the client talk to this server.
+        content = yaml.safe_dump(
+            {
+                "clusters": [
+                    {"name": "c", "cluster": {"server": trap.url, "insecure-skip-tls-verify": True}}
+                ],
+                "users": [{"name": "u", "user": {"token": "tenant-token"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+        await remote_kustomization(d, "insecure", content)
+        if allowed:
+            await d.observe.wait(
+                KUSTOMIZATION, "insecure", lambda o: bool(trap.requests), what="server contacted"
+            )
+            assert trap.requests[0].headers["Authorization"] == "Bearer tenant-token"
+            return
+        obj = await stalled(d, "insecure", harmed=lambda: bool(trap.requests))
+    message = condition(obj, "Stalled")["message"]  # type: ignore[index]
+    assert "cluster 'c': 'insecure-skip-tls-verify' is not allowed" in message
+    assert "--insecure-kubeconfig-tls" in message

@@ -1,7 +1,9 @@
 """One small async client for every resource, built on kubernetes-asyncio's transport.
 
-kubernetes-asyncio loads kubeconfigs (certificates, tokens, exec plugins,
-in-cluster service accounts) and owns the connection pool; its generated
+kubernetes-asyncio loads the controller's own kubeconfig (certificates,
+tokens, exec plugins, in-cluster service accounts) and owns the connection
+pool; kubeconfigs that tenants supply never go through its loader (see
+`from_credentials` and `kubeconfigs.py`); its generated
 per-kind classes do not fit a runtime that handles any kind generically, so
 requests go through `ApiClient.call_api` with raw responses and come back as
 plain dicts. Errors become the typed exceptions in `errors.py`.
@@ -10,13 +12,16 @@ plain dicts. Errors become the typed exceptions in `errors.py`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import json
 import os
 import ssl
+import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import aiohttp
@@ -28,6 +33,8 @@ from sluice_runtime.kube.errors import (
     error_from_response,
     error_from_status_object,
 )
+from sluice_runtime.kube.exec_plugins import run_exec_plugin
+from sluice_runtime.kube.kubeconfigs import Credentials, ExecPlugin
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.kube.transport import k8s_client, k8s_config
 
@@ -81,6 +88,35 @@ class _Shared:
     api: Any  # kubernetes_asyncio.client.ApiClient (untyped)
     limiter: _TokenBucket
     requests: int = 0
+
+
+def _private_file(directory: str, name: str, data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    path = os.path.join(directory, name)
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(handle, "wb") as out:
+        out.write(data)
+    return path
+
+
+def _exec_token_refresher(plugin: ExecPlugin, expires: datetime | None) -> Any:
+    """A kubernetes-asyncio refresh hook that reruns the plugin shortly before its
+    token expires (tokens without an expiry are kept for the client's life)."""
+    lock = asyncio.Lock()
+    state = {"expires": expires}
+
+    async def refresh(configuration: Any) -> None:
+        async with lock:
+            due = state["expires"]
+            if due is None or datetime.now(UTC) < due - timedelta(seconds=30):
+                return
+            issued = await run_exec_plugin(plugin)
+            if issued.token:
+                configuration.api_key["BearerToken"] = f"Bearer {issued.token}"
+            state["expires"] = issued.expires
+
+    return refresh
 
 
 @dataclass
@@ -137,6 +173,73 @@ class KubeClient:
         # exhausted by informers plus concurrent reconciles.
         configuration.connection_pool_maxsize = 512
         api = k8s_client.ApiClient(configuration=configuration)
+        return await cls._started(api, qps=qps, burst=burst, verify=verify)
+
+    @classmethod
+    async def from_credentials(
+        cls,
+        credentials: Credentials,
+        *,
+        qps: float = 50.0,
+        burst: int = 300,
+        verify: bool = True,
+    ) -> KubeClient:
+        """A client for credentials parsed by `kubeconfigs.parse`, e.g. a tenant's.
+
+        The kubeconfig loader is never involved: the Configuration is built
+        field by field from inline values, so nothing here reads a file the
+        kubeconfig names or runs a command it did not get explicitly (an
+        exec plugin only reaches here when the parse allowed it).
+        """
+        configuration = k8s_client.Configuration()
+        configuration.host = credentials.server
+        configuration.verify_ssl = not credentials.insecure_skip_tls_verify
+        configuration.tls_server_name = credentials.tls_server_name
+        configuration.proxy = credentials.proxy_url
+        configuration.connection_pool_maxsize = 64
+        cert, key = credentials.cert_data, credentials.key_data
+        if credentials.token:
+            configuration.api_key["BearerToken"] = f"Bearer {credentials.token}"
+        elif credentials.username is not None:
+            pair = f"{credentials.username}:{credentials.password or ''}".encode()
+            configuration.api_key["BearerToken"] = f"Basic {base64.b64encode(pair).decode()}"
+        elif credentials.exec is not None:
+            issued = await run_exec_plugin(credentials.exec)
+            if issued.token:
+                configuration.api_key["BearerToken"] = f"Bearer {issued.token}"
+                configuration.refresh_api_key_hook = _exec_token_refresher(
+                    credentials.exec, issued.expires
+                )
+            else:
+                cert, key = issued.cert_data, issued.key_data
+        # The ssl module reads certificates and keys only from files: they live
+        # in a private directory just long enough for the client's SSLContext
+        # to load them, then are deleted.
+        with tempfile.TemporaryDirectory(prefix="sluice-tls-") as scratch:
+            configuration.ssl_ca_cert = _private_file(scratch, "ca.crt", credentials.ca_data)
+            configuration.cert_file = _private_file(scratch, "tls.crt", cert)
+            configuration.key_file = _private_file(scratch, "tls.key", key)
+            try:
+                if credentials.ca_data is not None:
+                    ssl.create_default_context(cadata=credentials.ca_data.decode(errors="replace"))
+            except (ssl.SSLError, ValueError):
+                raise ConfigError(
+                    "kubeconfig certificate-authority-data is not a PEM certificate"
+                ) from None
+            try:
+                api = k8s_client.ApiClient(configuration=configuration)
+            except (ssl.SSLError, ValueError):
+                raise ConfigError(
+                    "kubeconfig client-certificate-data and client-key-data are not a PEM "
+                    "certificate and its key"
+                ) from None
+        configuration.ssl_ca_cert = configuration.cert_file = configuration.key_file = None
+        return await cls._started(api, qps=qps, burst=burst, verify=verify)
+
+    @classmethod
+    async def _started(cls, api: Any, *, qps: float, burst: int, verify: bool) -> KubeClient:
+        """Wrap a kubernetes-asyncio ApiClient, checking the server answers when asked."""
+        configuration = api.configuration
         api.user_agent = "sluice"
         client = cls(_Shared(api=api, limiter=_TokenBucket(qps, burst)))
         if verify:

@@ -44,6 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="service account to impersonate when a Kustomization names none",
     )
     parser.add_argument(
+        "--insecure-kubeconfig-exec",
+        action="store_true",
+        help="allow the user.exec section of kubeconfigs given for remote apply (the plugin "
+        "runs in the controller)",
+    )
+    parser.add_argument(
+        "--insecure-kubeconfig-tls",
+        action="store_true",
+        help="allow kubeconfigs given for remote apply to disable TLS verification",
+    )
+    parser.add_argument(
         "--allow-remote-bases",
         action="store_true",
         help="let kustomize fetch remote bases (refused by default: no network during builds)",
@@ -75,7 +86,12 @@ async def setup(runtime: app.Runtime) -> None:
     log.info("builds", kustomize=kustomize.version, sandbox=sandbox.describe())
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)
-    targets = Targets(runtime.client, options.default_service_account or None)
+    targets = Targets(
+        runtime.client,
+        options.default_service_account or None,
+        allow_kubeconfig_exec=options.insecure_kubeconfig_exec,
+        allow_kubeconfig_insecure_tls=options.insecure_kubeconfig_tls,
+    )
     runtime.stack.push_async_callback(targets.close)
 
     ks_rt = ResourceType.of_model(Kustomization)

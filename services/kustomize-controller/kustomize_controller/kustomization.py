@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from kustomize_controller import building, dependencies, substituting
-from kustomize_controller.targets import TargetError, Targets
+from kustomize_controller.targets import TargetError, TargetRefused, Targets
 from sluice_api.kustomize import (
     NAME_LABEL,
     NAMESPACE_LABEL,
@@ -275,6 +275,8 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     """Pick the target client (tenant identity, remote cluster) and validate the objects."""
     try:
         ctx.target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
+    except TargetRefused as error:
+        raise Stalling(Reason.ACCESS_DENIED, str(error)) from None
     except TargetError as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, str(error)) from None
     ctx.manager = ResourceManager(

@@ -4,18 +4,19 @@
 those steps impersonate `system:serviceaccount:<namespace>:<name>`, so the
 API server's RBAC decides what a tenant may touch. `kubeConfig.secretRef`
 points the same steps at another cluster; its client is built once per
-version of the Secret and reused. Discovery (the REST mapping) uses the
-cluster's own credentials, since every authenticated identity may read it.
+version of the Secret and reused. That kubeconfig is a tenant's input: it is
+read by `kubeconfigs.parse` (inline credentials only; no files, no commands
+unless the operator allows exec plugins), never by a kubeconfig loader.
+Discovery (the REST mapping) uses the cluster's own credentials, since every
+authenticated identity may read it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from dataclasses import dataclass, field
 
 from sluice_api.kustomize import Kustomization
+from sluice_runtime.kube import kubeconfigs
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import KubeError, NotFound
@@ -29,6 +30,12 @@ class TargetError(Exception):
     """The target cluster or identity cannot be used; the message says why."""
 
 
+class TargetRefused(TargetError):
+    """The kubeconfig asks for what the controller never does for a tenant (read its
+    files, run commands, skip TLS checks): retrying cannot help until the Secret or
+    the controller's flags change."""
+
+
 @dataclass
 class _Remote:
     version: str
@@ -40,6 +47,10 @@ class _Remote:
 class Targets:
     client: KubeClient
     default_service_account: str | None = None
+    allow_kubeconfig_exec: bool = False
+    """--insecure-kubeconfig-exec: kubeconfig Secrets may use exec plugins."""
+    allow_kubeconfig_insecure_tls: bool = False
+    """--insecure-kubeconfig-tls: kubeconfig Secrets may skip TLS verification."""
     _mapper: RestMapper | None = None
     _remotes: dict[str, _Remote] = field(default_factory=dict)
 
@@ -84,16 +95,18 @@ class Targets:
         if content is None:
             wanted = " or ".join(f"'{k}'" for k in keys)
             raise TargetError(f"kubeconfig secret '{key}' has no {wanted} key")
-        handle, path = tempfile.mkstemp(prefix="kubeconfig-", suffix=".yaml")
         try:
-            with os.fdopen(handle, "w") as out:
-                out.write(content)
-            remote = await KubeClient.connect(kubeconfig=path)
+            credentials = kubeconfigs.parse(
+                content,
+                allow_exec=self.allow_kubeconfig_exec,
+                allow_insecure_tls=self.allow_kubeconfig_insecure_tls,
+            )
+        except kubeconfigs.KubeconfigError as error:
+            raise TargetRefused(f"kubeconfig secret '{key}': {error}") from None
+        try:
+            remote = await KubeClient.from_credentials(credentials)
         except KubeError as error:
             raise TargetError(f"kubeconfig secret '{key}': {error}") from None
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
         if cached is not None:
             await cached.client.close()
         self._remotes[key] = _Remote(version, remote, RestMapper(remote))

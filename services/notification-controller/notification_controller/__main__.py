@@ -1,7 +1,7 @@
 """notification-controller: receives webhooks and sends alerts.
 
 Wiring only: the Receiver controller and its webhook server
-(`--receiver-addr`), and the event hub (`--events-addr`, which here is the
+(`--receiver-addr`), the Alert controller (it validates), and the event hub (`--events-addr`, which here is the
 address this controller listens on, as in Flux) with its Alert dispatcher.
 """
 
@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import aiohttp
 
-from notification_controller import receivers
+from notification_controller import alerts, receivers
 from notification_controller.hub import EventHub
 from notification_controller.limiting import Dedup, WebhookLimiter
 from notification_controller.webhooks import WebhookServer
@@ -85,6 +85,8 @@ async def setup(runtime: app.Runtime) -> None:
         serving(webhooks.app(), options.receiver_addr)
     )
     runtime.components["receiver_address"] = receiving.addresses[0]
+
+    runtime.controller(alerts.reconciler())
 
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)

@@ -84,9 +84,7 @@ class IgnoreRules:
 
     def __init__(self, *, spec_ignore: str | None) -> None:
         self._vcs = GitIgnoreSpec.from_lines(VCS_PATTERNS, backend=_BACKEND)
-        self._spec = (
-            None if spec_ignore is None else _scope("", spec_ignore, source="spec.ignore")
-        )
+        self._spec = None if spec_ignore is None else _scope("", spec_ignore, source="spec.ignore")
         self._defaults = (
             _scope("", DEFAULT_PATTERNS, source="the default exclusions")
             if spec_ignore is None
@@ -168,9 +166,7 @@ class IgnoreRules:
         return False
 
 
-def _scope(
-    prefix: str, lines: str | Iterable[str], *, source: str, strict: bool = True
-) -> _Scope:
+def _scope(prefix: str, lines: str | Iterable[str], *, source: str, strict: bool = True) -> _Scope:
     if isinstance(lines, str):
         lines = lines.splitlines()
     valid: list[str] = []
@@ -187,9 +183,8 @@ def _scope(
     except _PATTERN_ERRORS as error:
         # Each line compiles alone, so the set as a whole is over RE2's memory
         # budget: tens of thousands of patterns. Refused, whoever wrote them.
-        raise InvalidIgnorePattern(
-            f"{len(valid)} patterns", f"too many to match together ({_reason(error)})", source=source
-        ) from None
+        reason = f"too many to match together ({_reason(error)})"
+        raise InvalidIgnorePattern(f"{len(valid)} patterns", reason, source=source) from None
     return _Scope(prefix=prefix, spec=spec)
 
 

@@ -1,8 +1,9 @@
 """notification-controller: receives webhooks and sends alerts.
 
 Wiring only: the Receiver controller and its webhook server
-(`--receiver-addr`), the Alert controller (it validates), and the event hub (`--events-addr`, which here is the
-address this controller listens on, as in Flux) with its Alert dispatcher.
+(`--receiver-addr`), the Alert controller (it validates), and the event
+hub (`--events-addr`, which here is the address this controller listens
+on, as in Flux) with its Alert dispatcher.
 """
 
 from __future__ import annotations

@@ -30,11 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="how long to wait before looking again at a dependency that is not ready",
     )
-    parser.add_argument(
-        "--no-cross-namespace-refs",
-        action="store_true",
-        help="refuse sourceRefs to other namespaces",
-    )
+    app.switch(parser, "--no-cross-namespace-refs", help="refuse sourceRefs to other namespaces")
     parser.add_argument(
         "--default-service-account",
         default="",

@@ -98,6 +98,14 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
     return p
 
 
+def switch(parser: argparse.ArgumentParser, name: str, *, help: str) -> None:
+    """A boolean flag spelled as Go's flag package takes it: `--name`,
+    `--name=true` or `--name=false`, the last one given winning. Flux's
+    manifests and patches write `=true`, and a patch that appends
+    `--name=false` turns off what the shipped manifest turned on."""
+    parser.add_argument(name, type=_bool, nargs="?", const=True, default=False, help=help)
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1", "yes"):

@@ -17,19 +17,30 @@ priority source that matches decides, and nothing under an ignored
 directory can be re-included. Lines git would reject (a lone `!`) are
 skipped in `.sourceignore` files, as git does; in `spec.ignore` they raise
 `InvalidIgnorePattern`, since the object's author can fix them.
+
+Patterns come from tenants (the object and every file of the repository),
+and pathspec turns each into a regular expression: `a*a*a*a*a*b` becomes
+one that takes polynomial time on a backtracking engine for each path it
+is asked about. pathspec's RE2 backend matches every pattern in one linear
+pass instead; it is asked for by name, so a missing `re2` module fails
+loudly rather than falling back to Python's `re`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import re2
 from pathspec import GitIgnoreSpec
 
 IGNORE_FILE = ".sourceignore"
+
+_BACKEND = "re2"
 
 VCS_PATTERNS = (".git/", ".gitignore", ".gitmodules", ".gitattributes")
 
@@ -45,12 +56,13 @@ DEFAULT_PATTERNS = (
 
 
 class InvalidIgnorePattern(ValueError):
-    """A line of `spec.ignore` that is not a valid gitignore pattern."""
+    """Ignore rules that cannot be used; the message names where they come from."""
 
-    def __init__(self, line: str, reason: str) -> None:
-        super().__init__(f"invalid ignore pattern {line!r}: {reason}")
+    def __init__(self, line: str, reason: str, *, source: str = "spec.ignore") -> None:
+        super().__init__(f"invalid ignore pattern {line!r} in {source}: {reason}")
         self.line = line
         self.reason = reason
+        self.source = source
 
 
 @dataclass(frozen=True)
@@ -71,9 +83,13 @@ class IgnoreRules:
     """The effective rules for one tree; `ignored()` answers for any path in it."""
 
     def __init__(self, *, spec_ignore: str | None) -> None:
-        self._vcs = GitIgnoreSpec.from_lines(VCS_PATTERNS)
-        self._spec = None if spec_ignore is None else _scope("", spec_ignore, strict=True)
-        self._defaults = _scope("", DEFAULT_PATTERNS, strict=True) if spec_ignore is None else None
+        self._vcs = GitIgnoreSpec.from_lines(VCS_PATTERNS, backend=_BACKEND)
+        self._spec = None if spec_ignore is None else _scope("", spec_ignore, source="spec.ignore")
+        self._defaults = (
+            _scope("", DEFAULT_PATTERNS, source="the default exclusions")
+            if spec_ignore is None
+            else None
+        )
         self._sourceignores: list[_Scope] = []
         self._scopes = self._ordered()
         self._dirs: dict[str, bool] = {}
@@ -106,7 +122,8 @@ class IgnoreRules:
         path, "" for the root); they apply to paths below it only."""
         directory = directory.strip("/")
         prefix = f"{directory}/" if directory else ""
-        self._sourceignores.append(_scope(prefix, text.splitlines(), strict=False))
+        source = prefix + IGNORE_FILE
+        self._sourceignores.append(_scope(prefix, text.splitlines(), source=source, strict=False))
         self._scopes = self._ordered()
         self._dirs.clear()
 
@@ -149,19 +166,36 @@ class IgnoreRules:
         return False
 
 
-def _scope(prefix: str, lines: str | Iterable[str], *, strict: bool) -> _Scope:
+def _scope(prefix: str, lines: str | Iterable[str], *, source: str, strict: bool = True) -> _Scope:
     if isinstance(lines, str):
         lines = lines.splitlines()
     valid: list[str] = []
     for line in lines:
         try:
-            GitIgnoreSpec.from_lines([line])
-        except ValueError as error:
+            GitIgnoreSpec.from_lines([line], backend=_BACKEND)
+        except _PATTERN_ERRORS as error:
             if strict:
-                raise InvalidIgnorePattern(line, str(error)) from None
+                raise InvalidIgnorePattern(line, _reason(error), source=source) from None
             continue
         valid.append(line)
-    return _Scope(prefix=prefix, spec=GitIgnoreSpec.from_lines(valid))
+    try:
+        spec = GitIgnoreSpec.from_lines(valid, backend=_BACKEND)
+    except _PATTERN_ERRORS as error:
+        # Each line compiles alone, so the set as a whole is over RE2's memory
+        # budget: tens of thousands of patterns. Refused, whoever wrote them.
+        reason = f"too many to match together ({_reason(error)})"
+        raise InvalidIgnorePattern(f"{len(valid)} patterns", reason, source=source) from None
+    return _Scope(prefix=prefix, spec=spec)
+
+
+# pathspec raises ValueError for what gitignore rejects, Python's re.error for
+# a class like `[z-a]`, and RE2's error for what only Python's syntax allows.
+_PATTERN_ERRORS = (ValueError, re.error, re2.error)
+
+
+def _reason(error: Exception) -> str:
+    detail = error.args[0] if error.args else error
+    return detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail)
 
 
 def _read_ignore_file(path: Path) -> str | None:

@@ -3,6 +3,11 @@
 Only `__main__` calls `configure`; library modules just ask structlog for a
 logger. The worker binds kind, namespace, name and a reconcile id through
 contextvars, so every line a reconcile writes, in any module, carries them.
+
+Tracebacks never carry local variables: structlog's `dict_tracebacks`
+would print every frame's locals, and a reconcile's frames hold decoded
+Secret data (tokens, keys, passwords). The type, message and frames
+(file, line, function) are what a person debugging needs.
 """
 
 from __future__ import annotations
@@ -12,8 +17,13 @@ import sys
 from typing import Literal, TextIO
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
 
 Encoding = Literal["json", "console"]
+
+_DICT_TRACEBACKS = structlog.processors.ExceptionRenderer(
+    ExceptionDictTransformer(show_locals=False)
+)
 
 
 def configure(
@@ -25,7 +35,11 @@ def configure(
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if encoding == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
+        # plain_traceback: a rich or better-exceptions formatter, when one is
+        # installed, would render locals.
+        else structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        )
     )
     structlog.configure(
         processors=[
@@ -33,9 +47,7 @@ def configure(
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
             structlog.processors.StackInfoRenderer(),
-            structlog.processors.dict_tracebacks
-            if encoding == "json"
-            else structlog.processors.format_exc_info,
+            _DICT_TRACEBACKS if encoding == "json" else structlog.processors.format_exc_info,
             structlog.processors.EventRenamer("msg"),
             renderer,
         ],

@@ -22,6 +22,7 @@ from sluice_api import Gate
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.harness import Observer
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime import app
 from sluice_runtime.app import size
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
@@ -392,3 +393,30 @@ def test_size_flags_read_kubernetes_quantities(text: str, expected: int) -> None
 def test_size_flags_refuse_what_is_not_a_size(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="is not a size"):
         size(text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        pytest.param([], False, id="absent"),
+        pytest.param(["--no-cross-namespace-refs"], True, id="bare"),
+        pytest.param(["--no-cross-namespace-refs=true"], True, id="go-style-true"),
+        pytest.param(["--no-cross-namespace-refs=false"], False, id="go-style-false"),
+        pytest.param(
+            ["--no-cross-namespace-refs=true", "--no-cross-namespace-refs=false"],
+            False,
+            id="last-wins-so-a-patch-can-turn-it-off",
+        ),
+    ],
+)
+def test_switches_take_go_style_values(argv: list[str], expected: bool) -> None:
+    parser = app.parser(service="test", description="test", concurrency=1)
+    app.switch(parser, "--no-cross-namespace-refs", help="")
+    assert parser.parse_args(argv).no_cross_namespace_refs is expected
+
+
+def test_a_switch_refuses_other_values() -> None:
+    parser = app.parser(service="test", description="test", concurrency=1)
+    app.switch(parser, "--no-cross-namespace-refs", help="")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--no-cross-namespace-refs=maybe"])

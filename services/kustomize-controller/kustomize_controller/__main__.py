@@ -33,30 +33,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="how long to wait before looking again at a dependency that is not ready",
     )
-    parser.add_argument(
-        "--no-cross-namespace-refs",
-        action="store_true",
-        help="refuse sourceRefs to other namespaces",
-    )
+    app.switch(parser, "--no-cross-namespace-refs", help="refuse sourceRefs to other namespaces")
     parser.add_argument(
         "--default-service-account",
         default="",
         help="service account to impersonate when a Kustomization names none",
     )
-    parser.add_argument(
+    app.switch(
+        parser,
         "--insecure-kubeconfig-exec",
-        action="store_true",
         help="allow the user.exec section of kubeconfigs given for remote apply (the plugin "
         "runs in the controller)",
     )
-    parser.add_argument(
+    app.switch(
+        parser,
         "--insecure-kubeconfig-tls",
-        action="store_true",
         help="allow kubeconfigs given for remote apply to disable TLS verification",
     )
-    parser.add_argument(
+    app.switch(
+        parser,
         "--allow-remote-bases",
-        action="store_true",
         help="let kustomize fetch remote bases (refused by default: no network during builds)",
     )
     parser.add_argument(

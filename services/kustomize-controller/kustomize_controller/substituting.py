@@ -44,6 +44,7 @@ from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET
 from sluice_runtime.kube.secrets import SecretError, secret_data
+from sluice_runtime.patterns import InvalidPattern, Pattern, compile_pattern
 
 VARIABLE_NAME = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
 """What a variable name must be (Flux's rule), matched against the whole name."""
@@ -386,8 +387,13 @@ def _trim(value: str, pattern: str, *, prefix: bool, longest: bool) -> str:
     return value
 
 
-def _glob(pattern: str) -> re.Pattern[str] | None:
-    """Go's path.Match patterns: `*` and `?` never match `/`, `[...]` classes, `\\` escapes."""
+def _glob(pattern: str) -> Pattern | None:
+    """Go's path.Match patterns: `*` and `?` never match `/`, `[...]` classes, `\\` escapes.
+
+    The pattern comes from a tenant's manifest and `_trim` tries it against
+    every prefix or suffix of the value: it runs on RE2, since `*a*a*a*b`
+    translated for a backtracking engine takes polynomial time per try.
+    """
     out: list[str] = []
     i = 0
     while i < len(pattern):
@@ -417,8 +423,8 @@ def _glob(pattern: str) -> re.Pattern[str] | None:
             out.append(re.escape(char))
         i += 1
     try:
-        return re.compile("".join(out), re.S)
-    except re.error:
+        return compile_pattern("".join(out), what="a ${var#glob} or ${var%glob} pattern")
+    except InvalidPattern:
         return None
 
 

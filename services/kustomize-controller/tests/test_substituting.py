@@ -79,6 +79,32 @@ def test_expand(text: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Globs are translated to RE2: every character Python's re.escape
+        # escapes must still mean itself there.
+        pytest.param("${odd# a}", "#b~c-d.e\t(f)", id="glob-space"),
+        pytest.param("${odd#* a#}", "b~c-d.e\t(f)", id="glob-hash"),
+        pytest.param("${odd%\t(f)}", " a#b~c-d.e", id="glob-tab-and-parens"),
+        pytest.param("${odd%[.]e*}", " a#b~c-d", id="glob-class"),
+        pytest.param("${odd%[^x]}", " a#b~c-d.e\t(f", id="glob-negated-class"),
+        pytest.param("${odd#[}", " a#b~c-d.e\t(f)", id="glob-malformed-leaves-value"),
+    ],
+)
+def test_expand_globs_with_special_characters(text: str, expected: str) -> None:
+    assert expand(text, {"odd": " a#b~c-d.e\t(f)"}) == expected
+
+
+@pytest.mark.timeout(10)
+def test_a_catastrophic_glob_completes() -> None:
+    # `*a*a...*ab` against forty a's: a backtracking engine tries every way of
+    # splitting the value between the stars, for each prefix _trim tries.
+    value = "a" * 40
+    assert expand("${v##" + "*a" * 12 + "b}", {"v": value}) == value
+    assert expand("${v%%" + "*a" * 12 + "}", {"v": value}) == ""
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         pytest.param("${unclosed", "missing closing brace in '${unclosed'", id="unclosed"),

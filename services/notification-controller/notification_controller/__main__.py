@@ -1,8 +1,9 @@
 """notification-controller: receives webhooks and sends alerts.
 
 Wiring only: the Receiver controller and its webhook server
-(`--receiver-addr`), and the event hub (`--events-addr`, which here is the
-address this controller listens on, as in Flux) with its Alert dispatcher.
+(`--receiver-addr`), the Alert controller (it validates), and the event
+hub (`--events-addr`, which here is the address this controller listens
+on, as in Flux) with its Alert dispatcher.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from datetime import timedelta
 
 import aiohttp
 
-from notification_controller import receivers
+from notification_controller import alerts, receivers
 from notification_controller.hub import EventHub
 from notification_controller.limiting import Dedup, WebhookLimiter
 from notification_controller.webhooks import WebhookServer
@@ -38,7 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=300.0,
         help="an identical event for one object is sent at most once per interval",
     )
-    parser.add_argument("--no-cross-namespace-refs", action="store_true")
+    app.switch(
+        parser,
+        "--no-cross-namespace-refs",
+        help="Alerts see only events of their namespace; Receivers act only on it",
+    )
     parser.add_argument(
         "--receiver-rate", type=float, default=5.0, help="webhooks per second per receiver"
     )
@@ -85,6 +90,8 @@ async def setup(runtime: app.Runtime) -> None:
         serving(webhooks.app(), options.receiver_addr)
     )
     runtime.components["receiver_address"] = receiving.addresses[0]
+
+    runtime.controller(alerts.reconciler())
 
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)

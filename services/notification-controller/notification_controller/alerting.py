@@ -9,8 +9,9 @@ Pure functions over an Alert and the event JSON controllers POST (see
   `eventSeverity`, and `matchLabels` against the live object's labels);
   then its message must match one `inclusionList` regex when there is a list,
   and no `exclusionList` regex (exclusion wins). Regexes are searched, not
-  anchored, as Go's `regexp.Match`; one that does not compile matches
-  nothing (`invalid_patterns` lists them so the controller can warn).
+  anchored, as Go's `regexp.Match`, and in RE2 syntax (linear time, see
+  `sluice_runtime.patterns`); one that does not compile matches nothing
+  (`invalid_patterns` lists them so the Alert's reconcile can stall on them).
 - `enrich`: the event as the Provider sees it. Its metadata is combined the
   way Flux's RFC 0008 orders it, lowest precedence first: keys under
   `event.toolkit.fluxcd.io/` (from the object's annotations), the Alert's
@@ -27,11 +28,11 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluice_api.notification import Alert, CrossNamespaceObjectReference
+from sluice_runtime.patterns import InvalidPattern, Pattern, compile_pattern
 
 EVENT_GROUP = "event.toolkit.fluxcd.io"
 """Metadata under this prefix comes from the involved object's annotations."""
@@ -74,10 +75,20 @@ def metadata_conflicts(alert: Alert, event: Mapping[str, Any]) -> list[str]:
     return conflicts
 
 
-def invalid_patterns(alert: Alert) -> list[str]:
-    """The Alert's inclusion and exclusion regexes that do not compile."""
-    patterns = [*(alert.spec.inclusion_list or ()), *(alert.spec.exclusion_list or ())]
-    return [pattern for pattern in patterns if _compiled(pattern) is None]
+def invalid_patterns(alert: Alert) -> list[InvalidPattern]:
+    """The Alert's inclusion and exclusion regexes that do not compile, each naming its field."""
+    lists = (
+        ("spec.inclusionList", alert.spec.inclusion_list),
+        ("spec.exclusionList", alert.spec.exclusion_list),
+    )
+    errors: list[InvalidPattern] = []
+    for field, patterns in lists:
+        for index, pattern in enumerate(patterns or ()):
+            try:
+                compile_pattern(pattern, what=f"{field}[{index}]")
+            except InvalidPattern as error:
+                errors.append(error)
+    return errors
 
 
 def involved_group(event: Mapping[str, Any]) -> str:
@@ -120,10 +131,11 @@ def _any_search(patterns: list[str], message: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> re.Pattern[str] | None:
+def _compiled(pattern: str) -> Pattern | None:
+    # Every event is matched against every Alert's lists: compile each pattern once.
     try:
-        return re.compile(pattern)
-    except re.error:
+        return compile_pattern(pattern, what="an Alert's inclusionList or exclusionList")
+    except InvalidPattern:
         return None
 
 

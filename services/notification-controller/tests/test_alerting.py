@@ -291,11 +291,25 @@ def test_labels_are_looked_up_only_when_needed() -> None:
 
 
 def test_invalid_patterns_are_listed() -> None:
-    assert invalid_patterns(alert(inclusionList=["ok", "("], exclusionList=["[", "fine"])) == [
-        "(",
-        "[",
+    errors = invalid_patterns(alert(inclusionList=["ok", "("], exclusionList=["fine", "(?=x)"]))
+    assert [(e.what, e.pattern) for e in errors] == [
+        ("spec.inclusionList[1]", "("),
+        ("spec.exclusionList[1]", "(?=x)"),
     ]
+    assert "no backreferences or lookaround" in str(errors[1])
     assert invalid_patterns(alert()) == []
+
+
+@pytest.mark.timeout(10)
+def test_a_catastrophic_pattern_is_matched_in_linear_time() -> None:
+    # `(a+)+$` backtracks exponentially on Python's `re` against a's then a b;
+    # the whole event dispatcher would stall on it.
+    message = "a" * 50 + "b"
+    sources = [source()]
+    spec = {"eventSources": sources, "inclusionList": ["(a+)+$"]}
+    assert matches(alert(**spec), event(message=message), labels_of=labels_of) is False
+    spec = {"eventSources": sources, "exclusionList": ["(a+)+$"]}
+    assert matches(alert(**spec), event(message=message), labels_of=labels_of) is True
 
 
 # enrich ------------------------------------------------------------------------

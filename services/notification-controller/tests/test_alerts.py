@@ -328,3 +328,39 @@ async def test_no_cross_namespace_refs_keeps_alerts_to_their_namespace(
     strict: Platform, peers: Peers
 ) -> None:
     assert await cross_namespace_deliveries(strict, peers) == [strict.namespace]
+
+
+async def test_an_alert_with_an_invalid_pattern_stalls_naming_it(
+    alone: Platform, peers: Peers
+) -> None:
+    p = alone
+    ns = p.namespace
+    provider = {"type": "generic", "address": f"{peers.base}/generic/patterns"}
+    await alerting(p, "valid", provider, GIT_SOURCES, exclusionList=["(a+)+$"])
+    await p.create(
+        ALERT,
+        "invalid",
+        {
+            "providerRef": {"name": "valid"},
+            "eventSources": GIT_SOURCES,
+            "inclusionList": ["ok"],
+            "exclusionList": ["fine", "(?<=x)y"],
+        },
+    )
+    stalled = await p.observe.wait(
+        ALERT,
+        "invalid",
+        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+        what="Stalled",
+    )
+    message = condition(stalled, "Stalled")["message"]  # type: ignore[index]
+    assert message.startswith("invalid regular expression in spec.exclusionList[1] '(?<=x)y': ")
+    assert "no backreferences or lookaround" in message
+    assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
+    valid = await p.observe.wait_ready(ALERT, "valid")
+    assert condition(valid, "Ready")["reason"] == "Succeeded"  # type: ignore[index]
+    # The valid Alert's exclusion is matched in linear time by the hub: a
+    # backtracking engine would block every delivery behind this one message.
+    await parked(p, "src")
+    await emit(p, event(ns, "src", message="a" * 50 + "b"))
+    assert [d.event["message"] for d in peers.at("patterns")] == ["a" * 50 + "b"]

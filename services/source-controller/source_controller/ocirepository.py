@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
+from sluice_runtime.patterns import InvalidPattern, compile_pattern
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
@@ -77,12 +77,9 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
             tags = await _bounded(registry.list_tags, timeout=timeout)
             if ref.semver_filter:
                 try:
-                    keep = re.compile(ref.semver_filter)
-                except re.error as error:
-                    raise Stalling(
-                        SourceReason.FAILED,
-                        f"semverFilter '{ref.semver_filter}' is not valid: {error}",
-                    ) from None
+                    keep = compile_pattern(ref.semver_filter, what="spec.ref.semverFilter")
+                except InvalidPattern as error:
+                    raise Stalling(SourceReason.FAILED, str(error)) from None
                 tags = [t for t in tags if keep.search(t)]
             tag = highest_matching_tag(ref.semver, tags)
             reference = tag

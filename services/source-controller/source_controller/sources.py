@@ -98,7 +98,7 @@ def ignore_rules(root: Path, spec_ignore: str | None) -> IgnoreRules:
     try:
         return IgnoreRules.load(root, spec_ignore=spec_ignore)
     except InvalidIgnorePattern as error:
-        raise Stalling(SourceReason.FAILED, f"spec.ignore is not valid: {error}") from None
+        raise Stalling(SourceReason.FAILED, str(error)) from None
 
 
 async def write_archive(

@@ -84,6 +84,44 @@ async def test_semver_with_filter_and_digest_refs(
         assert await served_files(obj) == {"v.txt": tag.encode()}, name
 
 
+@pytest.mark.timeout(300)
+async def test_semver_filter_runs_in_linear_time_and_refuses_lookaround(
+    source_controller: SourceController, oci_registry: OciRegistry
+) -> None:
+    sc = source_controller
+    repo = f"{sc.namespace}/filters"
+    # On a backtracking engine `(a+)+$` would spend years on the last tag,
+    # with the whole controller (and this test) blocked behind it.
+    digests = {
+        tag: oci_registry.push_artifact(repo, tag, files={"v.txt": tag})
+        for tag in ("1.0.0", "1.1.0", "a" * 60 + "b")
+    }
+    url = oci_registry.oci_url(repo)
+    await create(
+        sc,
+        ocirepo(
+            "linear", url, insecure=True, ref={"semver": ">=1.0.0", "semverFilter": "(a+)+$|^1.0"}
+        ),
+    )
+    await create(
+        sc,
+        ocirepo(
+            "lookahead", url, insecure=True, ref={"semver": ">=1.0.0", "semverFilter": "^1(?!.1)"}
+        ),
+    )
+    obj = await sc.wait_ready(OCIREPO, "linear")
+    assert obj["status"]["artifact"]["revision"] == f"1.0.0@{digests['1.0.0']}"
+    stalled = await sc.wait(
+        OCIREPO,
+        "lookahead",
+        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+        what="Stalled",
+    )
+    message = condition(stalled, "Stalled")["message"]  # type: ignore[index]
+    assert message.startswith("invalid regular expression in spec.ref.semverFilter '^1(?!.1)': ")
+    assert "no backreferences or lookaround" in message
+
+
 async def test_layer_selector_copy_keeps_the_layer_bytes(
     source_controller: SourceController, oci_registry: OciRegistry
 ) -> None:

@@ -127,12 +127,50 @@ def test_ignored(
 
 
 @pytest.mark.parametrize(
-    "spec",
-    [pytest.param("!", id="lone-bang"), pytest.param("ok\nfoo\\", id="trailing-backslash")],
+    ("spec", "line"),
+    [
+        pytest.param("!", "!", id="lone-bang"),
+        pytest.param("ok\nfoo\\", "foo\\", id="trailing-backslash"),
+        pytest.param("ok\n[z-a]", "[z-a]", id="reversed-range"),
+        pytest.param("[[:alpha:]]x", "[[:alpha:]]x", id="python-only-class"),
+    ],
 )
-def test_invalid_spec_ignore_is_an_error(spec: str) -> None:
-    with pytest.raises(InvalidIgnorePattern):
+def test_invalid_spec_ignore_is_an_error(spec: str, line: str) -> None:
+    with pytest.raises(InvalidIgnorePattern) as error:
         IgnoreRules(spec_ignore=spec)
+    assert error.value.line == line
+    assert f"invalid ignore pattern {line!r} in spec.ignore: " in str(error.value)
+
+
+def test_invalid_sourceignore_lines_are_skipped() -> None:
+    rules = IgnoreRules(spec_ignore=None)
+    rules.add_sourceignore("sub", "[z-a]\n[[:alpha:]]x\n*.txt")
+    assert rules.ignored("sub/a.txt", is_dir=False)
+    assert not rules.ignored("sub/a.yaml", is_dir=False)
+
+
+CATASTROPHIC = "*a" * 12 + "b"
+"""On a backtracking engine, matching this against forty a's tries every way of
+splitting them between the stars: hours for one path."""
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("spec", "sourceignore"),
+    [
+        pytest.param(CATASTROPHIC, None, id="spec-ignore"),
+        pytest.param("", CATASTROPHIC, id="sourceignore"),
+    ],
+)
+def test_a_catastrophic_pattern_is_matched_in_linear_time(
+    spec: str, sourceignore: str | None
+) -> None:
+    rules = IgnoreRules(spec_ignore=spec)
+    if sourceignore is not None:
+        rules.add_sourceignore("", sourceignore)
+    assert not rules.ignored("a" * 40, is_dir=False)
+    assert not rules.ignored("a" * 40, is_dir=True)
+    assert rules.ignored("a" * 40 + "b", is_dir=False)
 
 
 def test_load_reads_sourceignore_files_in_the_tree(tmp_path: Path, write_tree: WriteTree) -> None:

@@ -210,6 +210,7 @@ async def checkout(
     depth: int,
     recurse_submodules: bool,
     timeout: float,
+    max_size: int | None = None,
 ) -> Checkout:
     answer = await _run(
         {
@@ -222,6 +223,7 @@ async def checkout(
             "refspec": refspec,
             "depth": depth,
             "recurse_submodules": recurse_submodules,
+            "max_size": max_size,
         },
         timeout=timeout,
     )

@@ -39,17 +39,17 @@ from source_controller import gitclient
 from source_controller.refs import InvalidRef, RefNotFound, ResolvedRef, resolve
 from source_controller.sources import (
     NEGATIVE_CONDITIONS,
+    Limits,
     SourceContext,
     finalize,
     mark_outdated,
     mark_stored,
     reconcile_gates,
     reconcile_storage,
+    reconcile_unsupported,
     record_artifact,
     write_archive,
 )
-
-MAX_INCLUDE_SIZE = 512 * 1024 * 1024
 
 
 @dataclass
@@ -61,6 +61,7 @@ class GitServices:
     """The GitRepository cache, for includes."""
     gates: Store | None = None
     include_requeue: float = 10.0
+    limits: Limits = Limits()
 
 
 @dataclass(kw_only=True)
@@ -128,6 +129,7 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
             depth=resolved.depth,
             recurse_submodules=spec.recurse_submodules,
             timeout=timeout,
+            max_size=ctx.limits.checkout_max_size,
         )
     except gitclient.GitError as error:
         raise _git_failure(error, spec.url) from None
@@ -248,7 +250,11 @@ async def reconcile_include(ctx: GitRepositoryContext) -> Result | None:
         unpacked = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="inc-")))
         try:
             await asyncio.to_thread(
-                extract_tarball, storage.path(artifact.path), unpacked, max_size=MAX_INCLUDE_SIZE
+                extract_tarball,
+                storage.path(artifact.path),
+                unpacked,
+                max_size=ctx.limits.artifact_max_size,
+                max_members=ctx.limits.artifact_max_files,
             )
         except (ArtifactError, OSError) as error:
             raise StepError(
@@ -357,6 +363,7 @@ def includers_of(store: Store) -> Callable[[Change], list[str]]:
 
 STEPS = (
     reconcile_storage,
+    reconcile_unsupported,
     reconcile_gates,
     reconcile_source,
     reconcile_include,
@@ -367,7 +374,11 @@ STEPS = (
 def reconciler(services: GitServices) -> Reconciler[GitRepositoryContext]:
     def make(**base: Any) -> GitRepositoryContext:
         return GitRepositoryContext(
-            services=services, storage=services.storage, gates=services.gates, **base
+            services=services,
+            storage=services.storage,
+            gates=services.gates,
+            limits=services.limits,
+            **base,
         )
 
     return Reconciler(

@@ -9,6 +9,13 @@ crash inside libgit2 costs one killed child, never the controller.
 
 Protocol: one JSON request on stdin (credentials travel here, never in argv
 or the environment), one JSON answer on stdout.
+
+Submodules are content the repository's authors control, so they are held
+to the same rules as the GitRepository's own URL: only http(s) and ssh
+remotes (relative URLs resolve against the parent's), never a path on this
+machine; and the secret's credentials go only to the host they were given
+for. A checkout is bounded by `max_size`: the packs fetched, and the sum of
+the blob sizes of a tree before it is written.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 # Messages libgit2 and servers use when credentials are missing or wrong.
 _AUTH_PATTERNS = re.compile(
@@ -30,6 +38,9 @@ _AUTH_PATTERNS = re.compile(
     re.IGNORECASE,
 )
 _HOSTKEY_PATTERNS = re.compile(r"hostkey|host key|known_hosts|certificate", re.IGNORECASE)
+# `[user@]host:path`, git's scp-like form of an ssh URL.
+_SCP_LIKE = re.compile(r"^(?:[^@/:]+@)?(?P<host>[^@/:]+):(?!//)")
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ssh": 22}
 
 
 @dataclass(frozen=True)
@@ -71,10 +82,13 @@ def _configure(request: dict[str, Any], home: Path) -> None:
     pygit2.option(pygit2.enums.Option.SET_SERVER_TIMEOUT, timeout_ms)
 
 
-def _callbacks(request: dict[str, Any]) -> Any:
+def _callbacks(request: dict[str, Any], *, budget: list[int] | None = None) -> Any:
+    """libgit2 callbacks: the request's credentials, strict trust and, with a
+    one-element `budget` (bytes left), a bound on what the fetch receives."""
     import pygit2
 
     auth = request.get("auth") or {}
+    max_size = request.get("max_size")
 
     class Callbacks(pygit2.RemoteCallbacks):
         def __init__(self) -> None:
@@ -111,6 +125,16 @@ def _callbacks(request: dict[str, Any]) -> Any:
         def custom_headers(self) -> list[str] | None:
             token = auth.get("bearer_token")
             return [f"Authorization: Bearer {token}"] if token else None
+
+        def transfer_progress(self, stats: Any) -> None:
+            # Raising aborts the transfer: a pack bigger than the checkout
+            # may be is never received whole.
+            if budget is not None and stats.received_bytes > budget[0]:
+                raise WorkerError(
+                    "git",
+                    f"fetch received more than the limit of {max_size} bytes "
+                    "(--git-checkout-max-size)",
+                )
 
     return Callbacks()
 
@@ -153,17 +177,21 @@ def checkout(request: dict[str, Any], scratch: Path) -> CheckoutResult:
         if refspec
         else ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
     )
-    progress = remote.fetch(refspecs, callbacks=_callbacks(request), depth=depth)
+    max_size = request.get("max_size")
+    budget = [int(max_size)] if max_size is not None else None
+    progress = remote.fetch(refspecs, callbacks=_callbacks(request, budget=budget), depth=depth)
     try:
         commit = repo.get(commit_sha)
     except ValueError:
         commit = None
     if commit is None or not isinstance(commit, pygit2.Commit):
         raise WorkerError("git", f"commit {commit_sha} not found in {request['url']}")
+    if budget is not None:
+        budget[0] -= _tree_size(repo, commit.tree, budget=budget[0], max_size=int(max_size))
     repo.checkout_tree(commit.tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
     repo.set_head(commit.id)
     if request.get("recurse_submodules"):
-        _update_submodules(repo, request)
+        _update_submodules(repo, request, parent_url=request["url"], budget=budget)
     return CheckoutResult(
         commit=str(commit.id),
         message=commit.message.strip().splitlines()[0] if commit.message.strip() else "",
@@ -172,15 +200,103 @@ def checkout(request: dict[str, Any], scratch: Path) -> CheckoutResult:
     )
 
 
-def _update_submodules(repo: Any, request: dict[str, Any]) -> None:
+def _tree_size(repo: Any, tree: Any, *, budget: int, max_size: int) -> int:
+    """The bytes `tree` writes when checked out, refusing more than `budget`.
+
+    Read from object headers, before anything is written: git compresses
+    well, so a small pack can hold a tree far larger than the disk.
+    """
+    total = 0
+    pending = [tree]
+    while pending:
+        for entry in pending.pop():
+            if entry.type_str == "tree":
+                pending.append(entry)
+            elif entry.type_str == "blob":
+                total += repo.odb.read_header(entry.id)[1]
+                if total > budget:
+                    raise WorkerError(
+                        "git",
+                        f"checkout is larger than the limit of {max_size} bytes "
+                        "(--git-checkout-max-size)",
+                    )
+    return total
+
+
+def submodule_url(url: str, parent_url: str) -> str:
+    """The absolute URL a submodule's `.gitmodules` URL names, or WorkerError.
+
+    Relative URLs (`./x`, `../x`) resolve against the parent's URL, as git
+    resolves them against its remote; libgit2 would otherwise resolve them
+    against the checkout's directory, a path on this machine.
+    """
+    if url.startswith(("./", "../")):
+        if _SCP_LIKE.match(parent_url) and "://" not in parent_url:
+            host, _, path = parent_url.partition(":")
+            return f"{host}:{urljoin('/' + path.rstrip('/') + '/', url).lstrip('/')}"
+        return urljoin(parent_url.rstrip("/") + "/", url)
+    if "://" in url:
+        if urlsplit(url).scheme.lower() in ("http", "https", "ssh") and urlsplit(url).hostname:
+            return url
+    elif _SCP_LIKE.match(url):
+        return url
+    raise WorkerError(
+        "git",
+        f"submodule URL '{url}' is not allowed: only http://, https:// and ssh:// URLs "
+        "(or URLs relative to the parent's) are checked out, never local paths or file://",
+    )
+
+
+def same_host(url: str, other: str) -> bool:
+    """Whether two remote URLs name the same host and port (credentials are per host)."""
+    return _origin(url) == _origin(other)
+
+
+def _origin(url: str) -> tuple[str, int | None]:
+    if "://" not in url:
+        match = _SCP_LIKE.match(url)
+        return ((match["host"] if match else "").lower(), 22)
+    parts = urlsplit(url)
+    return ((parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(parts.scheme.lower()))
+
+
+def _update_submodules(
+    repo: Any, request: dict[str, Any], *, parent_url: str, budget: list[int] | None
+) -> None:
     """Check out every submodule (recursively) at the commit the parent records."""
+    import pygit2
+
     submodules = repo.submodules
-    submodules.init()
-    submodules.update(callbacks=_callbacks(request), init=True)
-    for submodule in submodules:
-        nested = submodule.open()
+    for submodule in list(submodules):
+        name = submodule.name
+        try:
+            url = submodule_url(submodule.url or "", parent_url)
+        except WorkerError as error:
+            raise WorkerError(error.kind, f"submodule '{submodule.path}': {error}") from None
+        submodules.init(submodules=[submodule.path])
+        # Our resolution, not libgit2's, is the one fetched from.
+        repo.config[f"submodule.{name}.url"] = url
+        own = dict(request)
+        if not same_host(url, request["url"]):
+            # Another host gets no credentials (trust settings stay: they
+            # only ever narrow what is accepted).
+            auth = dict(request.get("auth") or {})
+            for key in ("username", "password", "bearer_token", "identity", "identity_pub"):
+                auth.pop(key, None)
+            own["auth"] = auth
+        submodules.update(
+            submodules=[submodule.path], callbacks=_callbacks(own, budget=budget), init=False
+        )
+        nested = submodules[submodule.path].open()
+        if budget is not None:
+            # Already written (libgit2 fetches and checks out in one call);
+            # the fetch itself was bounded by the same budget.
+            head = nested.head.peel(pygit2.Commit)
+            budget[0] -= _tree_size(
+                nested, head.tree, budget=budget[0], max_size=int(request["max_size"])
+            )
         if list(nested.submodules):
-            _update_submodules(nested, request)
+            _update_submodules(nested, request, parent_url=url, budget=budget)
 
 
 def classify(error: BaseException) -> WorkerError:

@@ -30,18 +30,19 @@ from source_controller import oci
 from source_controller.refs import InvalidRef, RefNotFound, highest_matching_tag
 from source_controller.sources import (
     NEGATIVE_CONDITIONS,
+    Limits,
     SourceContext,
     finalize,
     mark_outdated,
     mark_stored,
     reconcile_gates,
     reconcile_storage,
+    reconcile_unsupported,
     record_artifact,
     write_archive,
     write_file,
 )
 
-MAX_LAYER_SIZE = 512 * 1024 * 1024
 DEFAULT_TAG = "latest"
 
 
@@ -207,7 +208,8 @@ async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
     timeout = parse_duration(repo.spec.timeout).total_seconds()
     try:
         await _bounded(
-            lambda: registry.download(digest, blob, max_size=MAX_LAYER_SIZE), timeout=timeout
+            lambda: registry.download(digest, blob, max_size=ctx.limits.artifact_max_size),
+            timeout=timeout,
         )
     except oci.RegistryError as error:
         raise _registry_failure(error) from None
@@ -216,7 +218,13 @@ async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
     else:
         unpacked = work / "content"
         try:
-            await asyncio.to_thread(extract_tarball, blob, unpacked, max_size=MAX_LAYER_SIZE)
+            await asyncio.to_thread(
+                extract_tarball,
+                blob,
+                unpacked,
+                max_size=ctx.limits.artifact_max_size,
+                max_members=ctx.limits.artifact_max_files,
+            )
         except ArtifactError as error:
             raise StepError(
                 SourceReason.OCI_ARTIFACT_LAYER_OPERATION_FAILED,
@@ -257,12 +265,20 @@ def _select_layer(ctx: OCIRepositoryContext) -> dict[str, Any]:
     )
 
 
-STEPS = (reconcile_storage, reconcile_gates, reconcile_source, reconcile_artifact)
+STEPS = (
+    reconcile_storage,
+    reconcile_unsupported,
+    reconcile_gates,
+    reconcile_source,
+    reconcile_artifact,
+)
 
 
-def reconciler(storage: Storage, *, gates: Store | None = None) -> Reconciler[OCIRepositoryContext]:
+def reconciler(
+    storage: Storage, *, gates: Store | None = None, limits: Limits = Limits()
+) -> Reconciler[OCIRepositoryContext]:
     def make(**base: Any) -> OCIRepositoryContext:
-        return OCIRepositoryContext(storage=storage, gates=gates, **base)
+        return OCIRepositoryContext(storage=storage, gates=gates, limits=limits, **base)
 
     return Reconciler(
         model=OCIRepository,

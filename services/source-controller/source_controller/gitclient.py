@@ -21,13 +21,18 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from sluice_runtime.redacting import redact_url
 from source_controller import gitworker
 
 ErrorKind = Literal["auth", "git", "timeout", "internal"]
 
 
 class GitError(Exception):
+    """`message` never shows credentials written into a URL: libgit2's own
+    messages may quote the URL, and this one ends up in status and events."""
+
     def __init__(self, kind: ErrorKind, message: str) -> None:
+        message = redact_url(message)
         super().__init__(message)
         self.kind = kind
         self.message = message

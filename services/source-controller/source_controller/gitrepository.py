@@ -35,6 +35,7 @@ from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
+from sluice_runtime.redacting import redact_url
 from source_controller import gitclient
 from source_controller.refs import InvalidRef, RefNotFound, ResolvedRef, resolve
 from source_controller.sources import (
@@ -97,7 +98,9 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
     except InvalidRef as error:
         raise Stalling(SourceReason.GIT_OPERATION_FAILED, str(error)) from None
     except RefNotFound as error:
-        raise _fetch_failed(SourceReason.GIT_OPERATION_FAILED, f"{error} in {spec.url}") from None
+        raise _fetch_failed(
+            SourceReason.GIT_OPERATION_FAILED, f"{error} in {redact_url(spec.url)}"
+        ) from None
     except gitclient.GitError as error:
         raise _git_failure(error, spec.url) from None
     ctx.resolved = resolved
@@ -148,7 +151,8 @@ def _validate_url(url: str) -> None:
     if parts.scheme not in ("http", "https", "ssh") or not parts.hostname:
         raise Stalling(
             SourceReason.URL_INVALID,
-            f"URL '{url}' is not valid: expected http://, https:// or ssh:// with a host",
+            f"URL '{redact_url(url)}' is not valid: expected http://, https:// or ssh:// "
+            "with a host",
         )
 
 
@@ -182,6 +186,8 @@ def _fetch_failed(reason: str, message: str) -> StepError:
 
 
 def _git_failure(error: gitclient.GitError, url: str) -> StepError:
+    # Status, events, alerts and logs are read by many; a token in the URL is not theirs.
+    url = redact_url(url)
     if error.kind == "auth":
         return _fetch_failed(
             SourceReason.AUTHENTICATION_FAILED, f"authentication to {url} failed: {error}"

@@ -94,13 +94,21 @@ def _callbacks(request: dict[str, Any], *, budget: list[int] | None = None) -> A
         def __init__(self) -> None:
             super().__init__()
             self.attempts = 0
+            self.refusal: WorkerError | None = None
+            """Why a callback stopped the transfer: libgit2 does not always pass
+            the callback's exception on (a submodule update reports a missing
+            directory instead)."""
+
+        def refuse(self, kind: str, message: str) -> WorkerError:
+            self.refusal = WorkerError(kind, message)
+            return self.refusal
 
         def credentials(self, url: str, username_from_url: str | None, allowed_types: Any) -> Any:
             # libgit2 asks again after a rejection; answering twice with the
             # same secret would only loop, so the second ask means "refused".
             self.attempts += 1
             if self.attempts > 1:
-                raise WorkerError("auth", "the server refused the credentials")
+                raise self.refuse("auth", "the server refused the credentials")
             kinds = pygit2.enums.CredentialType
             if allowed_types & kinds.SSH_KEY and auth.get("identity"):
                 return pygit2.KeypairFromMemory(
@@ -111,11 +119,13 @@ def _callbacks(request: dict[str, Any], *, budget: list[int] | None = None) -> A
                 )
             if allowed_types & kinds.USERPASS_PLAINTEXT and auth.get("username"):
                 return pygit2.UserPass(auth["username"], auth.get("password") or "")
-            raise WorkerError("auth", "the server requires authentication and no credentials fit")
+            raise self.refuse(
+                "auth", "the server requires authentication and no credentials fit"
+            )
 
         def certificate_check(self, certificate: Any, valid: bool, host: bytes) -> bool:
             if not valid:
-                raise WorkerError(
+                raise self.refuse(
                     "auth",
                     f"host {host.decode(errors='replace')} is not trusted "
                     "(TLS certificate or SSH host key not verified)",
@@ -130,7 +140,7 @@ def _callbacks(request: dict[str, Any], *, budget: list[int] | None = None) -> A
             # Raising aborts the transfer: a pack bigger than the checkout
             # may be is never received whole.
             if budget is not None and stats.received_bytes > budget[0]:
-                raise WorkerError(
+                raise self.refuse(
                     "git",
                     f"fetch received more than the limit of {max_size} bytes "
                     "(--git-checkout-max-size)",
@@ -284,10 +294,15 @@ def _update_submodules(
             for key in ("username", "password", "bearer_token", "identity", "identity_pub"):
                 auth.pop(key, None)
             own["auth"] = auth
-        submodules.update(
-            submodules=[submodule.path], callbacks=_callbacks(own, budget=budget), init=False
-        )
-        nested = submodules[submodule.path].open()
+        callbacks = _callbacks(own, budget=budget)
+        try:
+            submodules.update(submodules=[submodule.path], callbacks=callbacks, init=True)
+            nested = submodules[submodule.path].open()
+        except Exception as error:
+            cause = callbacks.refusal or classify(error)
+            raise WorkerError(
+                cause.kind, f"submodule '{submodule.path}' ({url}): {cause.message}"
+            ) from None
         if budget is not None:
             # Already written (libgit2 fetches and checks out in one call);
             # the fetch itself was bounded by the same budget.

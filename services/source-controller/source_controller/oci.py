@@ -23,6 +23,8 @@ import oras.container
 import oras.provider
 import requests
 
+from sluice_runtime.redacting import redact_url
+
 MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -49,10 +51,16 @@ class OCIURL:
     def parse(cls, url: str) -> OCIURL:
         rest = url.removeprefix("oci://")
         host, _, repository = rest.partition("/")
+        shown = redact_url(url)
+        if "@" in host:
+            # Credentials in the URL would be echoed wherever the URL is.
+            raise ValueError(
+                f"URL '{shown}' is not valid: credentials go in spec.secretRef, not the URL"
+            )
         if not url.startswith("oci://") or not host or not repository or "@" in repository:
-            raise ValueError(f"URL '{url}' is not valid: expected oci://<host>/<repository>")
+            raise ValueError(f"URL '{shown}' is not valid: expected oci://<host>/<repository>")
         if ":" in repository.rsplit("/", 1)[-1]:
-            raise ValueError(f"URL '{url}' is not valid: the tag goes in spec.ref, not the URL")
+            raise ValueError(f"URL '{shown}' is not valid: the tag goes in spec.ref, not the URL")
         return cls(host, repository)
 
 

@@ -9,10 +9,12 @@ rules are unchanged, the layer is not downloaded again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import re
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,12 @@ from source_controller.sources import (
 )
 
 DEFAULT_TAG = "latest"
+
+_REGISTRY_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="oci-registry")
+"""Blocking registry calls run here, not in asyncio's default executor: a
+call that outlives its timeout keeps its thread until requests' own socket
+timeout ends it, and a stuck registry must not take the threads the file
+server and storage work need. Four bound the damage; further calls queue."""
 
 
 @dataclass(kw_only=True)
@@ -116,9 +124,11 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
 
 
 async def _bounded(fn: Any, *args: Any, timeout: float) -> Any:
-    """Run a blocking registry call in a thread; give up after `timeout`."""
+    """Run a blocking registry call in the registry pool; give up after `timeout`."""
+    loop = asyncio.get_running_loop()
+    call = loop.run_in_executor(_REGISTRY_THREADS, functools.partial(fn, *args))
     try:
-        return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout + 5)
+        return await asyncio.wait_for(call, timeout + 5)
     except TimeoutError:
         raise oci.RegistryError(f"registry operation timed out after {timeout:g}s") from None
 

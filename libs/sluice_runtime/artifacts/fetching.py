@@ -220,9 +220,7 @@ def _check(
         for info in _stream(tar):
             count += 1
             if count > max_members:
-                raise UnsafeArchive(
-                    "", f"archive has more than the limit of {max_members} entries"
-                )
+                raise UnsafeArchive("", f"archive has more than the limit of {max_members} entries")
             _check_member(info, dest, members, kinds)
             if info.isreg():
                 total += info.size
@@ -307,7 +305,7 @@ def _stream(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     after use keeps memory flat however many entries the archive has.
     """
     while (info := tar.next()) is not None:
-        tar.members.clear()
+        tar.members.clear()  # type: ignore[attr-defined]  # set in __init__, not in typeshed
         yield info
 
 

@@ -19,9 +19,7 @@ from sluice_runtime.redacting import redact_url
             "failed to fetch ssh://***@host:22/x: refused by http://***@proxy:3128",
             id="several-in-a-message",
         ),
-        pytest.param(
-            "'https://u:p@h/r' not found", "'https://***@h/r' not found", id="quoted"
-        ),
+        pytest.param("'https://u:p@h/r' not found", "'https://***@h/r' not found", id="quoted"),
         pytest.param(
             "https://example.com/path@v1", "https://example.com/path@v1", id="at-in-path-kept"
         ),

@@ -62,7 +62,7 @@ class GitServices:
     """The GitRepository cache, for includes."""
     gates: Store | None = None
     include_requeue: float = 10.0
-    limits: Limits = Limits()
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass(kw_only=True)

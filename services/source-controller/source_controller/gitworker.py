@@ -119,9 +119,7 @@ def _callbacks(request: dict[str, Any], *, budget: list[int] | None = None) -> A
                 )
             if allowed_types & kinds.USERPASS_PLAINTEXT and auth.get("username"):
                 return pygit2.UserPass(auth["username"], auth.get("password") or "")
-            raise self.refuse(
-                "auth", "the server requires authentication and no credentials fit"
-            )
+            raise self.refuse("auth", "the server requires authentication and no credentials fit")
 
         def certificate_check(self, certificate: Any, valid: bool, host: bytes) -> bool:
             if not valid:

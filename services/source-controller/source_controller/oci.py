@@ -18,9 +18,9 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from urllib.parse import urljoin
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import oras.auth
 import oras.container
@@ -258,7 +258,9 @@ def _read_bounded(response: requests.Response, limit: int, *, what: str) -> byte
 
 
 def _status_error(text: str, url: OCIURL, *, not_found: bool = False) -> RegistryError:
-    return RegistryError(f"listing tags of {url.host}/{url.repository}: {text}", not_found=not_found)
+    return RegistryError(
+        f"listing tags of {url.host}/{url.repository}: {text}", not_found=not_found
+    )
 
 
 def credentials_for(dockerconfigjson: str, host: str) -> tuple[str | None, str | None]:

@@ -285,10 +285,10 @@ STEPS = (
 
 
 def reconciler(
-    storage: Storage, *, gates: Store | None = None, limits: Limits = Limits()
+    storage: Storage, *, gates: Store | None = None, limits: Limits | None = None
 ) -> Reconciler[OCIRepositoryContext]:
     def make(**base: Any) -> OCIRepositoryContext:
-        return OCIRepositoryContext(storage=storage, gates=gates, limits=limits, **base)
+        return OCIRepositoryContext(storage=storage, gates=gates, limits=limits or Limits(), **base)
 
     return Reconciler(
         model=OCIRepository,

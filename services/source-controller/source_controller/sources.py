@@ -10,7 +10,7 @@ everything when the source is deleted.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ class SourceContext(ReconcileContext):
     storage: Storage
     gates: Store | None = None
     """The Gate cache, for sources that list `spec.gates`."""
-    limits: Limits = Limits()
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def kind(self) -> str:
@@ -159,9 +159,7 @@ async def write_archive(
     ignore = await asyncio.to_thread(ignore_rules, src, spec_ignore)
     limit = ctx.limits.artifact_max_size
     try:
-        return await asyncio.to_thread(
-            ctx.storage.write_archive, rel, src, ignore, max_size=limit
-        )
+        return await asyncio.to_thread(ctx.storage.write_archive, rel, src, ignore, max_size=limit)
     except ArtifactTooLarge:
         raise _too_large(limit) from None
     except OSError as error:

@@ -789,9 +789,9 @@ async def test_a_relative_submodule_resolves_against_the_parent_with_its_credent
     await create(sc, gitrepo("relative", url, **spec))
     obj = await sc.wait_ready(GITREPO, "relative")
     assert "vendor/lib/lib.yaml" in await served_files(obj)
-    assert {r.user for r in git_http_auth.requests(f"rel-lib-{sc.namespace}") if r.status == 200} == {
-        git_http_auth.username
-    }
+    assert {
+        r.user for r in git_http_auth.requests(f"rel-lib-{sc.namespace}") if r.status == 200
+    } == {git_http_auth.username}
 
 
 @pytest.mark.parametrize(
@@ -837,8 +837,9 @@ async def test_checkout_and_artifact_size_limits_keep_the_last_artifact(
         obj = await sc.wait_failed(GITREPO, "growing", "Failed")
         failed = condition(obj, "StorageOperationFailed")
         assert failed is not None and failed["status"] == "True"
-        assert f"larger than the limit of {96 * 1024} bytes (--artifact-max-size)" in (
-            failed["message"]
+        assert (
+            f"larger than the limit of {96 * 1024} bytes (--artifact-max-size)"
+            in (failed["message"])
         )
         assert obj["status"]["artifact"] == good["status"]["artifact"]
         await served(obj)

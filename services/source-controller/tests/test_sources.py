@@ -38,9 +38,7 @@ async def make_source(
         return GITREPO
     repository = f"{sc.namespace}/{name}"
     oci_registry.push_artifact(repository, "v1", files={"app.yaml": MANIFEST})
-    obj = ocirepo(
-        name, oci_registry.oci_url(repository), insecure=True, ref={"tag": "v1"}, **spec
-    )
+    obj = ocirepo(name, oci_registry.oci_url(repository), insecure=True, ref={"tag": "v1"}, **spec)
     await sc.client.create(OCIREPO, obj, namespace=sc.namespace)
     return OCIREPO
 

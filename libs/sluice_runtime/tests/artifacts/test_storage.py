@@ -159,11 +159,14 @@ def test_a_write_over_max_size_stores_nothing(
     noise = os.urandom(256 * 1024)  # incompressible: the tarball is as big
     tree = write_tree(tmp_path / "repo", {"noise.bin": noise})
     (tmp_path / "layer").write_bytes(noise)
-    with pytest.raises(ArtifactTooLarge, match="limit of 65536 bytes"):
+
+    def write() -> object:
         if how == "archive":
-            storage.write_archive(rel, tree, None, max_size=64 * 1024)
-        else:
-            storage.write_file(rel, tmp_path / "layer", max_size=64 * 1024)
+            return storage.write_archive(rel, tree, None, max_size=64 * 1024)
+        return storage.write_file(rel, tmp_path / "layer", max_size=64 * 1024)
+
+    with pytest.raises(ArtifactTooLarge, match="limit of 65536 bytes"):
+        write()
     assert os.listdir(storage.path(rel).parent) == ["a.tar.gz"]
     assert storage.write_file(rel, tmp_path / "layer", max_size=len(noise)).size == len(noise)
 

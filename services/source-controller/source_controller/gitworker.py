@@ -39,7 +39,8 @@ _AUTH_PATTERNS = re.compile(
 )
 _HOSTKEY_PATTERNS = re.compile(r"hostkey|host key|known_hosts|certificate", re.IGNORECASE)
 # `[user@]host:path`, git's scp-like form of an ssh URL.
-_SCP_LIKE = re.compile(r"^(?:[^@/:]+@)?(?P<host>[^@/:]+):(?!//)")
+# Not `<transport>::<address>` (git's remote helpers, `ext::` runs commands).
+_SCP_LIKE = re.compile(r"^(?:[^@/:\s]+@)?(?P<host>[A-Za-z0-9.-]+):(?!//|:)")
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ssh": 22}
 
 

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--artifact-max-files",
         type=int,
         default=defaults.artifact_max_files,
-        help="most entries an OCI layer or included artifact may unpack to",
+        help="most files a Git checkout may have, or an OCI layer or included artifact unpack to",
     )
     parser.add_argument(
         "--git-checkout-max-size",

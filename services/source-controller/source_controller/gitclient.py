@@ -216,6 +216,7 @@ async def checkout(
     recurse_submodules: bool,
     timeout: float,
     max_size: int | None = None,
+    max_files: int | None = None,
 ) -> Checkout:
     answer = await _run(
         {
@@ -229,6 +230,7 @@ async def checkout(
             "depth": depth,
             "recurse_submodules": recurse_submodules,
             "max_size": max_size,
+            "max_files": max_files,
         },
         timeout=timeout,
     )

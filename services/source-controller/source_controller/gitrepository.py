@@ -133,6 +133,7 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
             recurse_submodules=spec.recurse_submodules,
             timeout=timeout,
             max_size=ctx.limits.checkout_max_size,
+            max_files=ctx.limits.artifact_max_files,
         )
     except gitclient.GitError as error:
         raise _git_failure(error, spec.url) from None

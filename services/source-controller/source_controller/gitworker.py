@@ -83,13 +83,37 @@ def _configure(request: dict[str, Any], home: Path) -> None:
     pygit2.option(pygit2.enums.Option.SET_SERVER_TIMEOUT, timeout_ms)
 
 
-def _callbacks(request: dict[str, Any], *, budget: list[int] | None = None) -> Any:
+@dataclass
+class _Budget:
+    """What is left of a checkout's limits, spent by the parent and each submodule."""
+
+    max_size: int
+    max_files: int
+    bytes_left: int = 0
+    files_left: int = 0
+
+    def __post_init__(self) -> None:
+        self.bytes_left, self.files_left = self.max_size, self.max_files
+
+    @classmethod
+    def of(cls, request: dict[str, Any]) -> _Budget | None:
+        if request.get("max_size") is None:
+            return None
+        return cls(int(request["max_size"]), int(request.get("max_files") or 1 << 62))
+
+    def too_big(self, what: str) -> WorkerError:
+        return WorkerError(
+            "git",
+            f"{what} is larger than the limit of {self.max_size} bytes (--git-checkout-max-size)",
+        )
+
+
+def _callbacks(request: dict[str, Any], *, budget: _Budget | None = None) -> Any:
     """libgit2 callbacks: the request's credentials, strict trust and, with a
-    one-element `budget` (bytes left), a bound on what the fetch receives."""
+    `budget`, a bound on what the fetch receives."""
     import pygit2
 
     auth = request.get("auth") or {}
-    max_size = request.get("max_size")
 
     class Callbacks(pygit2.RemoteCallbacks):
         def __init__(self) -> None:
@@ -138,12 +162,9 @@ def _callbacks(request: dict[str, Any], *, budget: list[int] | None = None) -> A
         def transfer_progress(self, stats: Any) -> None:
             # Raising aborts the transfer: a pack bigger than the checkout
             # may be is never received whole.
-            if budget is not None and stats.received_bytes > budget[0]:
-                raise self.refuse(
-                    "git",
-                    f"fetch received more than the limit of {max_size} bytes "
-                    "(--git-checkout-max-size)",
-                )
+            if budget is not None and stats.received_bytes > budget.bytes_left:
+                refusal = budget.too_big("fetched pack")
+                raise self.refuse(refusal.kind, refusal.message)
 
     return Callbacks()
 
@@ -186,8 +207,7 @@ def checkout(request: dict[str, Any], scratch: Path) -> CheckoutResult:
         if refspec
         else ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
     )
-    max_size = request.get("max_size")
-    budget = [int(max_size)] if max_size is not None else None
+    budget = _Budget.of(request)
     progress = remote.fetch(refspecs, callbacks=_callbacks(request, budget=budget), depth=depth)
     try:
         commit = repo.get(commit_sha)
@@ -196,7 +216,7 @@ def checkout(request: dict[str, Any], scratch: Path) -> CheckoutResult:
     if commit is None or not isinstance(commit, pygit2.Commit):
         raise WorkerError("git", f"commit {commit_sha} not found in {request['url']}")
     if budget is not None:
-        budget[0] -= _tree_size(repo, commit.tree, budget=budget[0], max_size=int(max_size))
+        _spend(repo, commit.tree, budget)
     repo.checkout_tree(commit.tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
     repo.set_head(commit.id)
     if request.get("recurse_submodules"):
@@ -209,27 +229,29 @@ def checkout(request: dict[str, Any], scratch: Path) -> CheckoutResult:
     )
 
 
-def _tree_size(repo: Any, tree: Any, *, budget: int, max_size: int) -> int:
-    """The bytes `tree` writes when checked out, refusing more than `budget`.
+def _spend(repo: Any, tree: Any, budget: _Budget) -> None:
+    """Take what checking out `tree` writes from `budget`, refusing to overspend.
 
     Read from object headers, before anything is written: git compresses
-    well, so a small pack can hold a tree far larger than the disk.
+    well, so a small pack can hold a tree far larger than the disk, or
+    millions of empty files, each an entry the archive must hold.
     """
-    total = 0
     pending = [tree]
     while pending:
         for entry in pending.pop():
             if entry.type_str == "tree":
                 pending.append(entry)
             elif entry.type_str == "blob":
-                total += repo.odb.read_header(entry.id)[1]
-                if total > budget:
+                budget.files_left -= 1
+                if budget.files_left < 0:
                     raise WorkerError(
                         "git",
-                        f"checkout is larger than the limit of {max_size} bytes "
-                        "(--git-checkout-max-size)",
+                        f"checkout has more than the limit of {budget.max_files} files "
+                        "(--artifact-max-files)",
                     )
-    return total
+                budget.bytes_left -= repo.odb.read_header(entry.id)[1]
+                if budget.bytes_left < 0:
+                    raise budget.too_big("checkout")
 
 
 def submodule_url(url: str, parent_url: str) -> str:
@@ -270,7 +292,7 @@ def _origin(url: str) -> tuple[str, int | None]:
 
 
 def _update_submodules(
-    repo: Any, request: dict[str, Any], *, parent_url: str, budget: list[int] | None
+    repo: Any, request: dict[str, Any], *, parent_url: str, budget: _Budget | None
 ) -> None:
     """Check out every submodule (recursively) at the commit the parent records."""
     import pygit2
@@ -305,10 +327,7 @@ def _update_submodules(
         if budget is not None:
             # Already written (libgit2 fetches and checks out in one call);
             # the fetch itself was bounded by the same budget.
-            head = nested.head.peel(pygit2.Commit)
-            budget[0] -= _tree_size(
-                nested, head.tree, budget=budget[0], max_size=int(request["max_size"])
-            )
+            _spend(nested, nested.head.peel(pygit2.Commit).tree, budget)
         if list(nested.submodules):
             _update_submodules(nested, request, parent_url=url, budget=budget)
 

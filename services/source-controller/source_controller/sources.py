@@ -41,7 +41,8 @@ class Limits:
     """Bytes of a stored artifact (`--artifact-max-size`); also bounds an OCI
     layer's download and its unpacked size."""
     artifact_max_files: int = DEFAULT_MAX_MEMBERS
-    """Entries of an OCI layer or included artifact unpacked (`--artifact-max-files`)."""
+    """Files of a Git checkout, entries of an OCI layer or included artifact
+    unpacked (`--artifact-max-files`)."""
     checkout_max_size: int = 1024 * MiB
     """Bytes of a Git checkout, submodules included, and of the packs fetched
     for it (`--git-checkout-max-size`)."""

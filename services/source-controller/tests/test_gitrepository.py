@@ -823,7 +823,11 @@ async def test_a_submodule_on_this_machine_is_refused(
 async def test_checkout_and_artifact_size_limits_keep_the_last_artifact(
     cluster: Cluster, kube: KubeClient, namespace: str, tmp_path: Path, git_http: GitHttpServer
 ) -> None:
-    flags = ("--git-checkout-max-size", str(256 * 1024), "--artifact-max-size", str(96 * 1024))
+    flags = (
+        "--git-checkout-max-size", str(256 * 1024),
+        "--artifact-max-size", str(96 * 1024),
+        "--artifact-max-files", "50",
+    )  # fmt: skip
     async with start_source_controller(cluster, kube, namespace, tmp_path, *flags) as sc:
         work = seeded(git_http, f"growing-{namespace}")
         url = git_http.url(f"growing-{namespace}")
@@ -854,6 +858,18 @@ async def test_checkout_and_artifact_size_limits_keep_the_last_artifact(
         assert f"limit of {256 * 1024} bytes (--git-checkout-max-size)" in ready["message"]
         assert obj["status"]["artifact"] == good["status"]["artifact"]
         await served(obj)
+
+        # Small, but many: each file is an entry the archive holds.
+        many = {f"many/{i}.yaml": "" for i in range(60)}
+        work.commit("many", files=many, remove=["noise.bin", "zeros.bin"])
+        work.push()
+        await sc.poke(GITREPO, "growing", "3")
+        obj = await sc.wait(
+            GITREPO, "growing", lambda o: "(--artifact-max-files)" in json.dumps(o["status"])
+        )
+        ready = condition(obj, "Ready")
+        assert ready is not None and "more than the limit of 50 files" in ready["message"]
+        assert obj["status"]["artifact"] == good["status"]["artifact"]
 
 
 async def test_credentials_in_the_url_never_reach_status_events_or_logs(

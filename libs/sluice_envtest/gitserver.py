@@ -316,6 +316,10 @@ class GitRequest:
     """Bytes of the response body, as git http-backend wrote them."""
     user: str
     """Who authenticated: the basic-auth username, "bearer", or ""."""
+    offered: str = ""
+    """The credentials the client sent, accepted or not: `basic:<username>`
+    (never the password), "bearer", or "" for none; shows where a client
+    sends a secret it should not."""
 
 
 @dataclass(frozen=True)
@@ -548,7 +552,9 @@ class GitHttpServer(Startable):
             response_bytes=0,
             user="",
         )
-        user = self._authorize(request.headers.get("Authorization", ""))
+        header = request.headers.get("Authorization", "")
+        seen = replace(seen, offered=_offered(header))
+        user = self._authorize(header)
         if user is None:
             self._record(replace(seen, status=401))
             return web.Response(
@@ -649,6 +655,18 @@ class GitHttpServer(Startable):
             feeding.cancel()
             await process.wait()
         return response
+
+
+def _offered(header: str) -> str:
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer":
+        return "bearer"
+    if scheme.lower() == "basic":
+        try:
+            return "basic:" + base64.b64decode(value.strip()).decode().partition(":")[0]
+        except ValueError:
+            return "basic:?"
+    return ""
 
 
 async def _feed(request: web.Request, stdin: asyncio.StreamWriter) -> str:

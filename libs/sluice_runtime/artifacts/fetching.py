@@ -11,7 +11,11 @@ refused archive leaves the destination untouched.
 
 Limits: `max_size` bounds the download, the sum of the unpacked file sizes,
 and (doubled, plus 1 MiB for headers) the decompressed tar stream, so a
-gzip bomb stops after a bounded amount of work.
+gzip bomb stops after a bounded amount of work. `max_members` bounds the
+number of entries: the check keeps one record per entry, and a few MiB of
+empty files can hold millions of them. The tarball is read as a stream and
+tarfile's own list of members is dropped as it goes, so memory grows with
+the entries kept (at most `max_members`), never with the archive.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ import aiohttp
 
 MiB = 1 << 20
 DEFAULT_MAX_SIZE = 100 * MiB
+DEFAULT_MAX_MEMBERS = 100_000
+"""Entries of one artifact; far above any repository of manifests (a Linux
+kernel checkout has under 90k files), far below what exhausts memory."""
 DEFAULT_TIMEOUT = 120.0
 
 _DIGEST = re.compile(r"^(sha256|sha384|sha512):([0-9a-f]+)$")
@@ -86,6 +93,7 @@ async def fetch_artifact(
     digest: str,
     dest: Path,
     max_size: int = DEFAULT_MAX_SIZE,
+    max_members: int = DEFAULT_MAX_MEMBERS,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> None:
     """Download the artifact at `url`, check it against `digest`
@@ -107,7 +115,9 @@ async def fetch_artifact(
             )
         if not hmac.compare_digest(actual_hex, expected_hex):
             raise ArtifactDigestMismatch(digest, f"{algorithm}:{actual_hex}")
-        await asyncio.to_thread(extract_tarball, Path(download), dest, max_size=max_size)
+        await asyncio.to_thread(
+            extract_tarball, Path(download), dest, max_size=max_size, max_members=max_members
+        )
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(download)
@@ -174,7 +184,13 @@ class _Member:
         return "/".join(self.parts)
 
 
-def extract_tarball(path: Path, dest: Path, *, max_size: int = DEFAULT_MAX_SIZE) -> None:
+def extract_tarball(
+    path: Path,
+    dest: Path,
+    *,
+    max_size: int = DEFAULT_MAX_SIZE,
+    max_members: int = DEFAULT_MAX_MEMBERS,
+) -> None:
     """Unpack the gzip tarball at `path` into `dest` (absent or an empty directory).
 
     Every member is checked first; `UnsafeArchive` means nothing was written.
@@ -183,21 +199,28 @@ def extract_tarball(path: Path, dest: Path, *, max_size: int = DEFAULT_MAX_SIZE)
     times are not restored. Hard links, devices and FIFOs are refused, as are
     absolute names, `..` components, members below a symlink or a file,
     duplicate names, and symlinks that leave `dest` (even through other
-    symlinks of the archive) or loop.
+    symlinks of the archive) or loop; so is an archive of more than
+    `max_members` entries.
     """
     if dest.exists() and (not dest.is_dir() or dest.is_symlink() or any(dest.iterdir())):
         raise FileExistsError(f"cannot unpack into {dest}: not an empty directory")
-    members = _check(path, dest, max_size=max_size)
+    members = _check(path, dest, max_size=max_size, max_members=max_members)
     dest.mkdir(parents=True, exist_ok=True)
     _write(path, dest, members, max_size=max_size)
 
 
-def _check(path: Path, dest: Path, *, max_size: int) -> dict[tuple[str, ...], _Member]:
+def _check(
+    path: Path, dest: Path, *, max_size: int, max_members: int
+) -> dict[tuple[str, ...], _Member]:
     members: dict[tuple[str, ...], _Member] = {}
     kinds: dict[tuple[str, ...], str] = {}  # "dir" (also implied ones), "file" or "link"
     total = 0
+    count = 0
     with _open(path, max_size=max_size) as tar:
-        for info in tar:
+        for info in _stream(tar):
+            count += 1
+            if count > max_members:
+                raise UnsafeArchive("", f"archive has more than the limit of {max_members} entries")
             _check_member(info, dest, members, kinds)
             if info.isreg():
                 total += info.size
@@ -249,7 +272,7 @@ def _write(
     path: Path, dest: Path, members: dict[tuple[str, ...], _Member], *, max_size: int
 ) -> None:
     with _open(path, max_size=max_size) as tar:
-        for info in tar:
+        for info in _stream(tar):
             parts = _parts(info)
             member = members.get(parts)
             if member is None:
@@ -272,6 +295,18 @@ def _write(
                 with os.fdopen(fd, "wb") as out:
                     while chunk := source.read(MiB):
                         out.write(chunk)
+
+
+def _stream(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The members of a stream-mode `tar`, one at a time.
+
+    tarfile appends every member it reads to `tar.members`, even in stream
+    mode, so iterating it holds the whole index in memory; dropping each one
+    after use keeps memory flat however many entries the archive has.
+    """
+    while (info := tar.next()) is not None:
+        tar.members.clear()  # type: ignore[attr-defined]  # set in __init__, not in typeshed
+        yield info
 
 
 def _mkdirs(dest: Path, parts: tuple[str, ...]) -> str:

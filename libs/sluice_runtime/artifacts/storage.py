@@ -49,6 +49,14 @@ TEMP_SUFFIX = ".tmp"
 _URL_SAFE = "/:@!$&'()*+,;=-._~"
 
 
+class ArtifactTooLarge(OSError):
+    """A write went past its `max_size`; nothing was stored."""
+
+    def __init__(self, rel: str, max_size: int) -> None:
+        super().__init__(f"{rel}: artifact is larger than the limit of {max_size} bytes")
+        self.max_size = max_size
+
+
 class StoragePathError(ValueError):
     """A path or name that would leave the storage root, or is not allowed in it."""
 
@@ -121,22 +129,36 @@ class Storage:
 
     # Writing
 
-    def write_archive(self, rel: str, src_dir: Path, ignore: IgnoreRules | None) -> ArtifactFile:
-        """Archive `src_dir` (see `archiving`) as `rel`, atomically."""
-        return self._write(rel, lambda out: write_tarball(src_dir, out, ignore=ignore))
+    def write_archive(
+        self,
+        rel: str,
+        src_dir: Path,
+        ignore: IgnoreRules | None,
+        *,
+        max_size: int | None = None,
+    ) -> ArtifactFile:
+        """Archive `src_dir` (see `archiving`) as `rel`, atomically.
+
+        With `max_size`, writing stops with `ArtifactTooLarge` as soon as the
+        tarball grows past it, and `rel` is left as it was.
+        """
+        return self._write(
+            rel, lambda out: write_tarball(src_dir, out, ignore=ignore), max_size=max_size
+        )
 
     def write_bytes(self, rel: str, data: bytes) -> ArtifactFile:
         return self._write(rel, lambda out: out.write(data))
 
-    def write_file(self, rel: str, src_path: Path) -> ArtifactFile:
-        """Copy `src_path` (an OCI layer, a Helm index) into storage as `rel`."""
+    def write_file(self, rel: str, src_path: Path, *, max_size: int | None = None) -> ArtifactFile:
+        """Copy `src_path` (an OCI layer, a Helm index) into storage as `rel`
+        (`max_size` as for `write_archive`)."""
 
         def copy(out: _Hashing) -> None:
             with src_path.open("rb") as src:
                 while chunk := src.read(1 << 20):
                     out.write(chunk)
 
-        return self._write(rel, copy)
+        return self._write(rel, copy, max_size=max_size)
 
     def set_latest(self, rel: str, link_name: str = "latest.tar.gz") -> str:
         """Point `<object dir>/<link_name>` at `rel`, atomically; return the
@@ -226,12 +248,14 @@ class Storage:
         rel = self.relative_path(kind, namespace, name, "x")
         return rel[:-1], self.path(rel).parent
 
-    def _write(self, rel: str, fill: Callable[[_Hashing], object]) -> ArtifactFile:
+    def _write(
+        self, rel: str, fill: Callable[[_Hashing], object], *, max_size: int | None = None
+    ) -> ArtifactFile:
         path = self.path(rel)
         fd, temp = self._temp_file(path)
         with _replacing(Path(temp), path):
             with os.fdopen(fd, "wb") as raw:
-                out = _Hashing(raw)
+                out = _Hashing(raw, rel=rel, max_size=max_size)
                 fill(out)
                 raw.flush()
                 os.fsync(raw.fileno())
@@ -252,14 +276,20 @@ class _Hashing:
     """Passes writes through to a file, hashing and counting them on the way,
     so an artifact's digest costs no second read."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: BinaryIO, *, rel: str = "", max_size: int | None = None) -> None:
         self.raw = raw
+        self.rel = rel
+        self.max_size = max_size
         self.hasher = hashlib.sha256()
         self.size = 0
 
     def write(self, data: bytes, /) -> int:
         self.hasher.update(data)
         self.size += len(data)
+        if self.max_size is not None and self.size > self.max_size:
+            # Raised from inside the stream: the tarball stops being built
+            # here, and `_replacing` removes the temporary file.
+            raise ArtifactTooLarge(self.rel, self.max_size)
         return self.raw.write(data)
 
     def flush(self) -> None:

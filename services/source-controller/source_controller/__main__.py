@@ -19,6 +19,7 @@ from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
 from source_controller import gitclient, gitrepository, ocirepository
+from source_controller.sources import Limits
 
 SERVICE = "source-controller"
 KINDS = (GitRepository, OCIRepository, HelmRepository, HelmChart, Bucket, Gate)
@@ -36,6 +37,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--artifact-retention-records", type=int, default=2)
     parser.add_argument("--artifact-retention-ttl", default="60s")
+    defaults = Limits()
+    parser.add_argument(
+        "--artifact-max-size",
+        type=int,
+        default=defaults.artifact_max_size,
+        help="largest artifact stored, in bytes (also bounds OCI layers and their content)",
+    )
+    parser.add_argument(
+        "--artifact-max-files",
+        type=int,
+        default=defaults.artifact_max_files,
+        help="most files a Git checkout may have, or an OCI layer or included artifact unpack to",
+    )
+    parser.add_argument(
+        "--git-checkout-max-size",
+        type=int,
+        default=defaults.checkout_max_size,
+        help="largest Git checkout (files, submodules included) and fetched pack, in bytes",
+    )
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -52,6 +72,11 @@ async def setup(runtime: app.Runtime) -> None:
         retention_records=options.artifact_retention_records,
         retention_ttl=parse_duration(options.artifact_retention_ttl).total_seconds(),
     )
+    limits = Limits(
+        artifact_max_size=options.artifact_max_size,
+        artifact_max_files=options.artifact_max_files,
+        checkout_max_size=options.git_checkout_max_size,
+    )
     await runtime.stack.enter_async_context(serving(file_server(root), options.storage_addr))
 
     runtime.stack.push_async_callback(gitclient.workers().close)
@@ -61,14 +86,16 @@ async def setup(runtime: app.Runtime) -> None:
     repositories = runtime.informers.get(git_rt, selected=True).store
     git = runtime.controller(
         gitrepository.reconciler(
-            gitrepository.GitServices(storage=storage, repositories=repositories, gates=gate_store)
+            gitrepository.GitServices(
+                storage=storage, repositories=repositories, gates=gate_store, limits=limits
+            )
         )
     )
     git.watch(git_rt, gitrepository.includers_of(repositories), selected=True)
     git.watch(gate_rt, gates.consumers_of(repositories))
 
     oci_rt = ResourceType.of_model(OCIRepository)
-    oci = runtime.controller(ocirepository.reconciler(storage, gates=gate_store))
+    oci = runtime.controller(ocirepository.reconciler(storage, gates=gate_store, limits=limits))
     oci.watch(gate_rt, gates.consumers_of(runtime.informers.get(oci_rt, selected=True).store))
 
     for kind in (HelmRepository, HelmChart, Bucket):

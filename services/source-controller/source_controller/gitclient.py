@@ -21,13 +21,18 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from sluice_runtime.redacting import redact_url
 from source_controller import gitworker
 
 ErrorKind = Literal["auth", "git", "timeout", "internal"]
 
 
 class GitError(Exception):
+    """`message` never shows credentials written into a URL: libgit2's own
+    messages may quote the URL, and this one ends up in status and events."""
+
     def __init__(self, kind: ErrorKind, message: str) -> None:
+        message = redact_url(message)
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -210,6 +215,8 @@ async def checkout(
     depth: int,
     recurse_submodules: bool,
     timeout: float,
+    max_size: int | None = None,
+    max_files: int | None = None,
 ) -> Checkout:
     answer = await _run(
         {
@@ -222,6 +229,8 @@ async def checkout(
             "refspec": refspec,
             "depth": depth,
             "recurse_submodules": recurse_submodules,
+            "max_size": max_size,
+            "max_files": max_files,
         },
         timeout=timeout,
     )

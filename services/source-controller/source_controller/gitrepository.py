@@ -35,21 +35,22 @@ from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
+from sluice_runtime.redacting import redact_url
 from source_controller import gitclient
 from source_controller.refs import InvalidRef, RefNotFound, ResolvedRef, resolve
 from source_controller.sources import (
     NEGATIVE_CONDITIONS,
+    Limits,
     SourceContext,
     finalize,
     mark_outdated,
     mark_stored,
     reconcile_gates,
     reconcile_storage,
+    reconcile_unsupported,
     record_artifact,
     write_archive,
 )
-
-MAX_INCLUDE_SIZE = 512 * 1024 * 1024
 
 
 @dataclass
@@ -61,6 +62,7 @@ class GitServices:
     """The GitRepository cache, for includes."""
     gates: Store | None = None
     include_requeue: float = 10.0
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass(kw_only=True)
@@ -96,7 +98,9 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
     except InvalidRef as error:
         raise Stalling(SourceReason.GIT_OPERATION_FAILED, str(error)) from None
     except RefNotFound as error:
-        raise _fetch_failed(SourceReason.GIT_OPERATION_FAILED, f"{error} in {spec.url}") from None
+        raise _fetch_failed(
+            SourceReason.GIT_OPERATION_FAILED, f"{error} in {redact_url(spec.url)}"
+        ) from None
     except gitclient.GitError as error:
         raise _git_failure(error, spec.url) from None
     ctx.resolved = resolved
@@ -128,6 +132,8 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
             depth=resolved.depth,
             recurse_submodules=spec.recurse_submodules,
             timeout=timeout,
+            max_size=ctx.limits.checkout_max_size,
+            max_files=ctx.limits.artifact_max_files,
         )
     except gitclient.GitError as error:
         raise _git_failure(error, spec.url) from None
@@ -146,7 +152,8 @@ def _validate_url(url: str) -> None:
     if parts.scheme not in ("http", "https", "ssh") or not parts.hostname:
         raise Stalling(
             SourceReason.URL_INVALID,
-            f"URL '{url}' is not valid: expected http://, https:// or ssh:// with a host",
+            f"URL '{redact_url(url)}' is not valid: expected http://, https:// or ssh:// "
+            "with a host",
         )
 
 
@@ -180,6 +187,8 @@ def _fetch_failed(reason: str, message: str) -> StepError:
 
 
 def _git_failure(error: gitclient.GitError, url: str) -> StepError:
+    # Status, events, alerts and logs are read by many; a token in the URL is not theirs.
+    url = redact_url(url)
     if error.kind == "auth":
         return _fetch_failed(
             SourceReason.AUTHENTICATION_FAILED, f"authentication to {url} failed: {error}"
@@ -248,7 +257,11 @@ async def reconcile_include(ctx: GitRepositoryContext) -> Result | None:
         unpacked = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="inc-")))
         try:
             await asyncio.to_thread(
-                extract_tarball, storage.path(artifact.path), unpacked, max_size=MAX_INCLUDE_SIZE
+                extract_tarball,
+                storage.path(artifact.path),
+                unpacked,
+                max_size=ctx.limits.artifact_max_size,
+                max_members=ctx.limits.artifact_max_files,
             )
         except (ArtifactError, OSError) as error:
             raise StepError(
@@ -357,6 +370,7 @@ def includers_of(store: Store) -> Callable[[Change], list[str]]:
 
 STEPS = (
     reconcile_storage,
+    reconcile_unsupported,
     reconcile_gates,
     reconcile_source,
     reconcile_include,
@@ -367,7 +381,11 @@ STEPS = (
 def reconciler(services: GitServices) -> Reconciler[GitRepositoryContext]:
     def make(**base: Any) -> GitRepositoryContext:
         return GitRepositoryContext(
-            services=services, storage=services.storage, gates=services.gates, **base
+            services=services,
+            storage=services.storage,
+            gates=services.gates,
+            limits=services.limits,
+            **base,
         )
 
     return Reconciler(

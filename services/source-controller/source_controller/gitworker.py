@@ -9,6 +9,13 @@ crash inside libgit2 costs one killed child, never the controller.
 
 Protocol: one JSON request on stdin (credentials travel here, never in argv
 or the environment), one JSON answer on stdout.
+
+Submodules are content the repository's authors control, so they are held
+to the same rules as the GitRepository's own URL: only http(s) and ssh
+remotes (relative URLs resolve against the parent's), never a path on this
+machine; and the secret's credentials go only to the host they were given
+for. A checkout is bounded by `max_size`: the packs fetched, and the sum of
+the blob sizes of a tree before it is written.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 # Messages libgit2 and servers use when credentials are missing or wrong.
 _AUTH_PATTERNS = re.compile(
@@ -30,6 +38,10 @@ _AUTH_PATTERNS = re.compile(
     re.IGNORECASE,
 )
 _HOSTKEY_PATTERNS = re.compile(r"hostkey|host key|known_hosts|certificate", re.IGNORECASE)
+# `[user@]host:path`, git's scp-like form of an ssh URL.
+# Not `<transport>::<address>` (git's remote helpers, `ext::` runs commands).
+_SCP_LIKE = re.compile(r"^(?:[^@/:\s]+@)?(?P<host>[A-Za-z0-9.-]+):(?!//|:)")
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ssh": 22}
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,34 @@ def _configure(request: dict[str, Any], home: Path) -> None:
     pygit2.option(pygit2.enums.Option.SET_SERVER_TIMEOUT, timeout_ms)
 
 
-def _callbacks(request: dict[str, Any]) -> Any:
+@dataclass
+class _Budget:
+    """What is left of a checkout's limits, spent by the parent and each submodule."""
+
+    max_size: int
+    max_files: int
+    bytes_left: int = 0
+    files_left: int = 0
+
+    def __post_init__(self) -> None:
+        self.bytes_left, self.files_left = self.max_size, self.max_files
+
+    @classmethod
+    def of(cls, request: dict[str, Any]) -> _Budget | None:
+        if request.get("max_size") is None:
+            return None
+        return cls(int(request["max_size"]), int(request.get("max_files") or 1 << 62))
+
+    def too_big(self, what: str) -> WorkerError:
+        return WorkerError(
+            "git",
+            f"{what} is larger than the limit of {self.max_size} bytes (--git-checkout-max-size)",
+        )
+
+
+def _callbacks(request: dict[str, Any], *, budget: _Budget | None = None) -> Any:
+    """libgit2 callbacks: the request's credentials, strict trust and, with a
+    `budget`, a bound on what the fetch receives."""
     import pygit2
 
     auth = request.get("auth") or {}
@@ -80,13 +119,21 @@ def _callbacks(request: dict[str, Any]) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.attempts = 0
+            self.refusal: WorkerError | None = None
+            """Why a callback stopped the transfer: libgit2 does not always pass
+            the callback's exception on (a submodule update reports a missing
+            directory instead)."""
+
+        def refuse(self, kind: str, message: str) -> WorkerError:
+            self.refusal = WorkerError(kind, message)
+            return self.refusal
 
         def credentials(self, url: str, username_from_url: str | None, allowed_types: Any) -> Any:
             # libgit2 asks again after a rejection; answering twice with the
             # same secret would only loop, so the second ask means "refused".
             self.attempts += 1
             if self.attempts > 1:
-                raise WorkerError("auth", "the server refused the credentials")
+                raise self.refuse("auth", "the server refused the credentials")
             kinds = pygit2.enums.CredentialType
             if allowed_types & kinds.SSH_KEY and auth.get("identity"):
                 return pygit2.KeypairFromMemory(
@@ -97,11 +144,11 @@ def _callbacks(request: dict[str, Any]) -> Any:
                 )
             if allowed_types & kinds.USERPASS_PLAINTEXT and auth.get("username"):
                 return pygit2.UserPass(auth["username"], auth.get("password") or "")
-            raise WorkerError("auth", "the server requires authentication and no credentials fit")
+            raise self.refuse("auth", "the server requires authentication and no credentials fit")
 
         def certificate_check(self, certificate: Any, valid: bool, host: bytes) -> bool:
             if not valid:
-                raise WorkerError(
+                raise self.refuse(
                     "auth",
                     f"host {host.decode(errors='replace')} is not trusted "
                     "(TLS certificate or SSH host key not verified)",
@@ -111,6 +158,13 @@ def _callbacks(request: dict[str, Any]) -> Any:
         def custom_headers(self) -> list[str] | None:
             token = auth.get("bearer_token")
             return [f"Authorization: Bearer {token}"] if token else None
+
+        def transfer_progress(self, stats: Any) -> None:
+            # Raising aborts the transfer: a pack bigger than the checkout
+            # may be is never received whole.
+            if budget is not None and stats.received_bytes > budget.bytes_left:
+                refusal = budget.too_big("fetched pack")
+                raise self.refuse(refusal.kind, refusal.message)
 
     return Callbacks()
 
@@ -153,17 +207,20 @@ def checkout(request: dict[str, Any], scratch: Path) -> CheckoutResult:
         if refspec
         else ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
     )
-    progress = remote.fetch(refspecs, callbacks=_callbacks(request), depth=depth)
+    budget = _Budget.of(request)
+    progress = remote.fetch(refspecs, callbacks=_callbacks(request, budget=budget), depth=depth)
     try:
         commit = repo.get(commit_sha)
     except ValueError:
         commit = None
     if commit is None or not isinstance(commit, pygit2.Commit):
         raise WorkerError("git", f"commit {commit_sha} not found in {request['url']}")
+    if budget is not None:
+        _spend(repo, commit.tree, budget)
     repo.checkout_tree(commit.tree, strategy=pygit2.enums.CheckoutStrategy.FORCE)
     repo.set_head(commit.id)
     if request.get("recurse_submodules"):
-        _update_submodules(repo, request)
+        _update_submodules(repo, request, parent_url=request["url"], budget=budget)
     return CheckoutResult(
         commit=str(commit.id),
         message=commit.message.strip().splitlines()[0] if commit.message.strip() else "",
@@ -172,15 +229,107 @@ def checkout(request: dict[str, Any], scratch: Path) -> CheckoutResult:
     )
 
 
-def _update_submodules(repo: Any, request: dict[str, Any]) -> None:
+def _spend(repo: Any, tree: Any, budget: _Budget) -> None:
+    """Take what checking out `tree` writes from `budget`, refusing to overspend.
+
+    Read from object headers, before anything is written: git compresses
+    well, so a small pack can hold a tree far larger than the disk, or
+    millions of empty files, each an entry the archive must hold.
+    """
+    pending = [tree]
+    while pending:
+        for entry in pending.pop():
+            if entry.type_str == "tree":
+                pending.append(entry)
+            elif entry.type_str == "blob":
+                budget.files_left -= 1
+                if budget.files_left < 0:
+                    raise WorkerError(
+                        "git",
+                        f"checkout has more than the limit of {budget.max_files} files "
+                        "(--artifact-max-files)",
+                    )
+                budget.bytes_left -= repo.odb.read_header(entry.id)[1]
+                if budget.bytes_left < 0:
+                    raise budget.too_big("checkout")
+
+
+def submodule_url(url: str, parent_url: str) -> str:
+    """The absolute URL a submodule's `.gitmodules` URL names, or WorkerError.
+
+    Relative URLs (`./x`, `../x`) resolve against the parent's URL, as git
+    resolves them against its remote; libgit2 would otherwise resolve them
+    against the checkout's directory, a path on this machine.
+    """
+    if url.startswith(("./", "../")):
+        if _SCP_LIKE.match(parent_url) and "://" not in parent_url:
+            host, _, path = parent_url.partition(":")
+            return f"{host}:{urljoin('/' + path.rstrip('/') + '/', url).lstrip('/')}"
+        return urljoin(parent_url.rstrip("/") + "/", url)
+    if "://" in url:
+        if urlsplit(url).scheme.lower() in ("http", "https", "ssh") and urlsplit(url).hostname:
+            return url
+    elif _SCP_LIKE.match(url):
+        return url
+    raise WorkerError(
+        "git",
+        f"submodule URL '{url}' is not allowed: only http://, https:// and ssh:// URLs "
+        "(or URLs relative to the parent's) are checked out, never local paths or file://",
+    )
+
+
+def same_host(url: str, other: str) -> bool:
+    """Whether two remote URLs name the same host and port (credentials are per host)."""
+    return _origin(url) == _origin(other)
+
+
+def _origin(url: str) -> tuple[str, int | None]:
+    if "://" not in url:
+        match = _SCP_LIKE.match(url)
+        return ((match["host"] if match else "").lower(), 22)
+    parts = urlsplit(url)
+    return ((parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(parts.scheme.lower()))
+
+
+def _update_submodules(
+    repo: Any, request: dict[str, Any], *, parent_url: str, budget: _Budget | None
+) -> None:
     """Check out every submodule (recursively) at the commit the parent records."""
+    import pygit2
+
     submodules = repo.submodules
-    submodules.init()
-    submodules.update(callbacks=_callbacks(request), init=True)
-    for submodule in submodules:
-        nested = submodule.open()
+    for submodule in list(submodules):
+        name = submodule.name
+        try:
+            url = submodule_url(submodule.url or "", parent_url)
+        except WorkerError as error:
+            raise WorkerError(error.kind, f"submodule '{submodule.path}': {error}") from None
+        submodules.init(submodules=[submodule.path])
+        # Our resolution, not libgit2's, is the one fetched from.
+        repo.config[f"submodule.{name}.url"] = url
+        own = dict(request)
+        if not same_host(url, request["url"]):
+            # Another host gets no credentials (trust settings stay: they
+            # only ever narrow what is accepted).
+            auth = dict(request.get("auth") or {})
+            for key in ("username", "password", "bearer_token", "identity", "identity_pub"):
+                auth.pop(key, None)
+            own["auth"] = auth
+        callbacks = _callbacks(own, budget=budget)
+        try:
+            submodules.update(submodules=[submodule.path], callbacks=callbacks, init=True)
+            nested = submodules[submodule.path].open()
+        except Exception as error:
+            cause = callbacks.refusal or classify(error)
+            raise WorkerError(
+                cause.kind, f"submodule '{submodule.path}' ({url}): {cause.message}"
+            ) from None
+        if budget is not None:
+            # Already written (libgit2 fetches and checks out in one call);
+            # the fetch itself was bounded by the same budget.
+            _spend(nested, nested.head.peel(pygit2.Commit).tree, budget)
         if list(nested.submodules):
-            _update_submodules(nested, request)
+            _update_submodules(nested, request, parent_url=url, budget=budget)
 
 
 def classify(error: BaseException) -> WorkerError:

@@ -5,7 +5,10 @@ bearer-token challenges); what it lacks for a controller is bounded waits
 (its requests have no timeout and retry for minutes) and failures a status
 condition can name. `Registry` keeps oras's protocol and auth code and
 replaces only its request loop: one timeout-bounded request, one
-authentication round, then a typed error.
+authentication round, then a typed error. Every body is read with a bound
+(a manifest as registries bound them, 4 MiB; a page of the tag list
+likewise, and the whole list by its number of tags): a registry is not
+trusted to send only what was asked for.
 """
 
 from __future__ import annotations
@@ -17,17 +20,25 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import oras.auth
 import oras.container
 import oras.provider
 import requests
 
+from sluice_runtime.redacting import redact_url
+
 MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 FLUX_CONTENT_TYPE = "application/vnd.cncf.flux.content.v1.tar+gzip"
+MAX_MANIFEST_SIZE = 4 << 20
+"""What distribution and most registries accept for a manifest."""
+MAX_TAGS_PAGE_SIZE = 4 << 20
+MAX_TAGS = 100_000
+_NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -49,10 +60,16 @@ class OCIURL:
     def parse(cls, url: str) -> OCIURL:
         rest = url.removeprefix("oci://")
         host, _, repository = rest.partition("/")
+        shown = redact_url(url)
+        if "@" in host:
+            # Credentials in the URL would be echoed wherever the URL is.
+            raise ValueError(
+                f"URL '{shown}' is not valid: credentials go in spec.secretRef, not the URL"
+            )
         if not url.startswith("oci://") or not host or not repository or "@" in repository:
-            raise ValueError(f"URL '{url}' is not valid: expected oci://<host>/<repository>")
+            raise ValueError(f"URL '{shown}' is not valid: expected oci://<host>/<repository>")
         if ":" in repository.rsplit("/", 1)[-1]:
-            raise ValueError(f"URL '{url}' is not valid: the tag goes in spec.ref, not the URL")
+            raise ValueError(f"URL '{shown}' is not valid: the tag goes in spec.ref, not the URL")
         return cls(host, repository)
 
 
@@ -154,26 +171,44 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
         return response
 
     def list_tags(self) -> list[str]:
-        try:
-            tags: list[str] = self.get_tags(self.container)
-        except ValueError as error:  # oras's _check_200_response
-            raise _status_error(str(error), self.url) from None
+        """Every tag of the repository, following the `Link` pages, within bounds."""
+        target: str | None = f"{self.prefix}://{self.container.tags_url()}"
+        tags: list[str] = []
+        while target is not None:
+            response = self.do_request(target, "GET", stream=True)
+            with response:
+                if response.status_code != 200:
+                    text = f"HTTP {response.status_code}"
+                    raise _status_error(text, self.url, not_found=response.status_code == 404)
+                raw = _read_bounded(response, MAX_TAGS_PAGE_SIZE, what="tag list page")
+                link = _NEXT_LINK.search(response.headers.get("Link", ""))
+            try:
+                page = json.loads(raw).get("tags") or []
+            except (ValueError, AttributeError):
+                raise _status_error("the tag list is not JSON", self.url) from None
+            tags += [str(t) for t in page]
+            if len(tags) > MAX_TAGS:
+                raise _status_error(f"more than the limit of {MAX_TAGS} tags", self.url)
+            target = urljoin(target, link.group(1)) if link and page else None
         return tags
 
     def manifest(self, reference: str) -> Manifest:
         target = f"{self.prefix}://{self.container.manifest_url(reference)}"
-        response = self.do_request(target, "GET", headers={"Accept": ", ".join(MANIFEST_TYPES)})
-        if response.status_code == 404:
-            raise RegistryError(
-                f"artifact '{self.url.host}/{self.url.repository}:{reference}' not found",
-                not_found=True,
-            )
-        if response.status_code != 200:
-            raise RegistryError(
-                f"registry {self.url.host} answered {response.status_code} "
-                f"for manifest '{reference}'"
-            )
-        raw = response.content
+        response = self.do_request(
+            target, "GET", headers={"Accept": ", ".join(MANIFEST_TYPES)}, stream=True
+        )
+        with response:
+            if response.status_code == 404:
+                raise RegistryError(
+                    f"artifact '{self.url.host}/{self.url.repository}:{reference}' not found",
+                    not_found=True,
+                )
+            if response.status_code != 200:
+                raise RegistryError(
+                    f"registry {self.url.host} answered {response.status_code} "
+                    f"for manifest '{reference}'"
+                )
+            raw = _read_bounded(response, MAX_MANIFEST_SIZE, what=f"manifest '{reference}'")
         digest = "sha256:" + hashlib.sha256(raw).hexdigest()
         if reference.startswith("sha256:") and reference != digest:
             raise RegistryError(f"manifest digest mismatch: asked {reference}, got {digest}")
@@ -209,8 +244,20 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
             raise RegistryError(f"layer digest mismatch: expected {digest}, got {actual}")
 
 
-def _status_error(text: str, url: OCIURL) -> RegistryError:
-    not_found = "404" in text or "NAME_UNKNOWN" in text
+def _read_bounded(response: requests.Response, limit: int, *, what: str) -> bytes:
+    """The body of a streamed `response`, refusing more than `limit` bytes."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RegistryError(f"{what} is {declared} bytes, more than the limit of {limit}")
+    body = bytearray()
+    for chunk in response.iter_content(chunk_size=1 << 16):
+        body += chunk
+        if len(body) > limit:
+            raise RegistryError(f"{what} is larger than the limit of {limit} bytes")
+    return bytes(body)
+
+
+def _status_error(text: str, url: OCIURL, *, not_found: bool = False) -> RegistryError:
     return RegistryError(
         f"listing tags of {url.host}/{url.repository}: {text}", not_found=not_found
     )

@@ -9,9 +9,11 @@ rules are unchanged, the layer is not downloaded again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,19 +32,26 @@ from source_controller import oci
 from source_controller.refs import InvalidRef, RefNotFound, highest_matching_tag
 from source_controller.sources import (
     NEGATIVE_CONDITIONS,
+    Limits,
     SourceContext,
     finalize,
     mark_outdated,
     mark_stored,
     reconcile_gates,
     reconcile_storage,
+    reconcile_unsupported,
     record_artifact,
     write_archive,
     write_file,
 )
 
-MAX_LAYER_SIZE = 512 * 1024 * 1024
 DEFAULT_TAG = "latest"
+
+_REGISTRY_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="oci-registry")
+"""Blocking registry calls run here, not in asyncio's default executor: a
+call that outlives its timeout keeps its thread until requests' own socket
+timeout ends it, and a stuck registry must not take the threads the file
+server and storage work need. Four bound the damage; further calls queue."""
 
 
 @dataclass(kw_only=True)
@@ -112,9 +121,11 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
 
 
 async def _bounded(fn: Any, *args: Any, timeout: float) -> Any:
-    """Run a blocking registry call in a thread; give up after `timeout`."""
+    """Run a blocking registry call in the registry pool; give up after `timeout`."""
+    loop = asyncio.get_running_loop()
+    call = loop.run_in_executor(_REGISTRY_THREADS, functools.partial(fn, *args))
     try:
-        return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout + 5)
+        return await asyncio.wait_for(call, timeout + 5)
     except TimeoutError:
         raise oci.RegistryError(f"registry operation timed out after {timeout:g}s") from None
 
@@ -204,7 +215,8 @@ async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
     timeout = parse_duration(repo.spec.timeout).total_seconds()
     try:
         await _bounded(
-            lambda: registry.download(digest, blob, max_size=MAX_LAYER_SIZE), timeout=timeout
+            lambda: registry.download(digest, blob, max_size=ctx.limits.artifact_max_size),
+            timeout=timeout,
         )
     except oci.RegistryError as error:
         raise _registry_failure(error) from None
@@ -213,7 +225,13 @@ async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
     else:
         unpacked = work / "content"
         try:
-            await asyncio.to_thread(extract_tarball, blob, unpacked, max_size=MAX_LAYER_SIZE)
+            await asyncio.to_thread(
+                extract_tarball,
+                blob,
+                unpacked,
+                max_size=ctx.limits.artifact_max_size,
+                max_members=ctx.limits.artifact_max_files,
+            )
         except ArtifactError as error:
             raise StepError(
                 SourceReason.OCI_ARTIFACT_LAYER_OPERATION_FAILED,
@@ -254,12 +272,20 @@ def _select_layer(ctx: OCIRepositoryContext) -> dict[str, Any]:
     )
 
 
-STEPS = (reconcile_storage, reconcile_gates, reconcile_source, reconcile_artifact)
+STEPS = (
+    reconcile_storage,
+    reconcile_unsupported,
+    reconcile_gates,
+    reconcile_source,
+    reconcile_artifact,
+)
 
 
-def reconciler(storage: Storage, *, gates: Store | None = None) -> Reconciler[OCIRepositoryContext]:
+def reconciler(
+    storage: Storage, *, gates: Store | None = None, limits: Limits | None = None
+) -> Reconciler[OCIRepositoryContext]:
     def make(**base: Any) -> OCIRepositoryContext:
-        return OCIRepositoryContext(storage=storage, gates=gates, **base)
+        return OCIRepositoryContext(storage=storage, gates=gates, limits=limits or Limits(), **base)
 
     return Reconciler(
         model=OCIRepository,

@@ -10,7 +10,7 @@ everything when the source is deleted.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,13 +18,34 @@ from typing import Any
 from sluice_api.meta import Artifact, parse_duration
 from sluice_api.source import SourceCondition, SourceReason
 from sluice_runtime import gates
+from sluice_runtime.artifacts.fetching import DEFAULT_MAX_MEMBERS
 from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
-from sluice_runtime.artifacts.storage import ArtifactFile, Storage
+from sluice_runtime.artifacts.storage import ArtifactFile, ArtifactTooLarge, Storage
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, done, step
 
 LATEST = "latest.tar.gz"
+MiB = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """How much one source may make this process hold, write or serve.
+
+    A repository or artifact is content its owner controls; without bounds a
+    single tenant can fill the storage volume or exhaust memory for all.
+    """
+
+    artifact_max_size: int = 512 * MiB
+    """Bytes of a stored artifact (`--artifact-max-size`); also bounds an OCI
+    layer's download and its unpacked size."""
+    artifact_max_files: int = DEFAULT_MAX_MEMBERS
+    """Files of a Git checkout, entries of an OCI layer or included artifact
+    unpacked (`--artifact-max-files`)."""
+    checkout_max_size: int = 1024 * MiB
+    """Bytes of a Git checkout, submodules included, and of the packs fetched
+    for it (`--git-checkout-max-size`)."""
 
 
 @dataclass(kw_only=True)
@@ -32,6 +53,7 @@ class SourceContext(ReconcileContext):
     storage: Storage
     gates: Store | None = None
     """The Gate cache, for sources that list `spec.gates`."""
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def kind(self) -> str:
@@ -72,6 +94,36 @@ async def reconcile_gates(ctx: SourceContext) -> Result | None:
     return done()
 
 
+@step(SourceCondition.SOURCE_VERIFIED)
+async def reconcile_unsupported(ctx: SourceContext) -> Result | None:
+    """Refuse fields this version accepts in the API but does not implement.
+
+    Ignoring them would be worse than failing: `spec.verify` ignored makes
+    unsigned content Ready as if it had been verified, and `proxySecretRef`
+    ignored sends traffic the network policy meant for the proxy straight
+    out. As the kustomize-controller does with `spec.decryption`, the source
+    stalls until the field is removed, and no artifact is produced.
+    """
+    spec = ctx.obj.spec
+    verify = getattr(spec, "verify", None)
+    if verify is not None:
+        provider = getattr(verify, "provider", None) or "pgp/ssh"
+        raise Stalling(
+            SourceReason.VERIFICATION_ERROR,
+            f"spec.verify (provider {provider}) is not supported by this version of Sluice: "
+            "signatures cannot be checked, so no artifact is produced; remove spec.verify "
+            "to accept unverified content",
+            condition=SourceCondition.SOURCE_VERIFIED,
+        )
+    if getattr(spec, "proxy_secret_ref", None) is not None:
+        raise Stalling(
+            SourceReason.FAILED,
+            "spec.proxySecretRef is not supported by this version of Sluice: the source "
+            "would be fetched without the proxy; remove it or allow direct access",
+        )
+    return None
+
+
 @step()
 async def reconcile_storage(ctx: SourceContext) -> Result | None:
     """Forget an artifact whose file vanished, and keep URLs on the advertised address."""
@@ -106,17 +158,36 @@ async def write_archive(
 ) -> ArtifactFile:
     rel = ctx.relative_path(filename)
     ignore = await asyncio.to_thread(ignore_rules, src, spec_ignore)
+    limit = ctx.limits.artifact_max_size
     try:
-        return await asyncio.to_thread(ctx.storage.write_archive, rel, src, ignore)
+        return await asyncio.to_thread(ctx.storage.write_archive, rel, src, ignore, max_size=limit)
+    except ArtifactTooLarge:
+        raise _too_large(limit) from None
     except OSError as error:
         raise _storage_failed(error) from None
 
 
 async def write_file(ctx: SourceContext, filename: str, src: Path) -> ArtifactFile:
+    limit = ctx.limits.artifact_max_size
     try:
-        return await asyncio.to_thread(ctx.storage.write_file, ctx.relative_path(filename), src)
+        return await asyncio.to_thread(
+            ctx.storage.write_file, ctx.relative_path(filename), src, max_size=limit
+        )
+    except ArtifactTooLarge:
+        raise _too_large(limit) from None
     except OSError as error:
         raise _storage_failed(error) from None
+
+
+def _too_large(limit: int) -> StepError:
+    # Retried like any failure: a later revision may fit again. The last
+    # good artifact stays in status and in storage meanwhile.
+    return StepError(
+        SourceReason.FAILED,
+        f"artifact is larger than the limit of {limit} bytes (--artifact-max-size); "
+        "the last artifact is still served",
+        condition=SourceCondition.STORAGE_OPERATION_FAILED,
+    )
 
 
 def _storage_failed(error: OSError) -> StepError:

@@ -8,6 +8,7 @@ port, which is also the advertised address in artifact URLs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import tarfile
@@ -155,10 +156,11 @@ def ocirepo(name: str, url: str, **spec: Any) -> JSON:
     }
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def source_controller(
-    cluster: Cluster, kube: KubeClient, namespace: str, tmp_path: Path
+@contextlib.asynccontextmanager
+async def start_source_controller(
+    cluster: Cluster, kube: KubeClient, namespace: str, tmp_path: Path, *flags: str
 ) -> AsyncIterator[SourceController]:
+    """The controller as the fixture runs it, with `flags` added (limits, say)."""
     port = free_port()
     storage = tmp_path / "storage"
     async with running_service(
@@ -171,6 +173,15 @@ async def source_controller(
             "--storage-adv-addr", f"127.0.0.1:{port}",
             "--artifact-retention-ttl", "0s",
             "--artifact-retention-records", "1",
+            *flags,
         ],
     ) as runtime:  # fmt: skip
         yield SourceController(runtime, storage, f"127.0.0.1:{port}", kube, namespace)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def source_controller(
+    cluster: Cluster, kube: KubeClient, namespace: str, tmp_path: Path
+) -> AsyncIterator[SourceController]:
+    async with start_source_controller(cluster, kube, namespace, tmp_path) as sc:
+        yield sc

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
+from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
-from sluice_envtest.gitserver import GitHttpServer, generate_history
+from sluice_envtest.gitserver import GitHttpServer, WorkRepo, generate_history
 from sluice_envtest.harness import condition, make_secret
+from sluice_envtest.pytest_plugin import Cluster
 from sluice_envtest.sshserver import SshGitServer, generate_key, known_hosts_line
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
@@ -20,7 +26,9 @@ from .conftest import (
     download,
     gitrepo,
     seeded,
+    served,
     served_files,
+    start_source_controller,
 )
 
 
@@ -707,3 +715,176 @@ async def test_a_long_history_is_cloned_shallow_and_not_fetched_again(
     assert again["status"]["artifact"] == first["status"]["artifact"]
     ready = condition(again, "Ready")
     assert ready is not None and ready["status"] == "True"
+
+
+def add_submodule(work: WorkRepo, path: str, url: str, commit: str) -> None:
+    """Record a submodule at `path` pointing at `url` without cloning it
+    (the URL may be one the test's git could not, or should not, reach)."""
+    work.write({".gitmodules": f'[submodule "{path}"]\n\tpath = {path}\n\turl = {url}\n'})
+    work.git("add", ".gitmodules")
+    work.git("update-index", "--add", "--cacheinfo", f"160000,{commit},{path}")
+    # Not `work.commit`: its `add --all` would drop the gitlink, absent from the work tree.
+    work.git("commit", "--quiet", "--message", f"add submodule {path}")
+    work.push()
+
+
+async def private_parent(sc: SourceController, server: GitHttpServer, name: str) -> WorkRepo:
+    """A repository on `server` (which wants credentials), and the secret for it."""
+    assert server.username is not None and server.password is not None
+    parent = server.create_repo(f"{name}-{sc.namespace}")
+    parent.commit("app", files={"app.yaml": MANIFEST})
+    await make_secret(
+        sc.client,
+        sc.namespace,
+        name,
+        {"username": server.username, "password": server.password},
+    )
+    return parent
+
+
+async def test_a_submodule_on_another_host_gets_no_credentials(
+    source_controller: SourceController, git_http_auth: GitHttpServer
+) -> None:
+    sc = source_controller
+    with GitHttpServer(username="other", password=secrets.token_hex(8)) as other:
+        sub = other.create_repo("lib")
+        commit = sub.commit("lib", files={"lib.yaml": MANIFEST})
+        sub.push()
+        parent = await private_parent(sc, git_http_auth, "elsewhere")
+        add_submodule(parent, "vendor/lib", other.url("lib"), commit)
+        url = git_http_auth.url(f"elsewhere-{sc.namespace}")
+        await create(
+            sc,
+            gitrepo(
+                "elsewhere",
+                url,
+                ref={"branch": "main"},
+                recurseSubmodules=True,
+                secretRef={"name": "elsewhere"},
+            ),
+        )
+        obj = await sc.wait_failed(GITREPO, "elsewhere", "AuthenticationFailed")
+        asked = other.requests("lib")
+    assert asked, "the submodule was fetched from the other host"
+    # The parent's credentials went to the parent's host, and nowhere else.
+    assert {r.offered for r in asked} == {""}
+    assert f"basic:{git_http_auth.username}" in {
+        r.offered for r in git_http_auth.requests(f"elsewhere-{sc.namespace}")
+    }
+    assert git_http_auth.password is not None
+    assert git_http_auth.password not in json.dumps(obj["status"])
+
+
+async def test_a_relative_submodule_resolves_against_the_parent_with_its_credentials(
+    source_controller: SourceController, git_http_auth: GitHttpServer
+) -> None:
+    sc = source_controller
+    sub = git_http_auth.create_repo(f"rel-lib-{sc.namespace}")
+    commit = sub.commit("lib", files={"lib.yaml": MANIFEST})
+    sub.push()
+    parent = await private_parent(sc, git_http_auth, "relative")
+    add_submodule(parent, "vendor/lib", f"../rel-lib-{sc.namespace}.git", commit)
+    url = git_http_auth.url(f"relative-{sc.namespace}")
+    spec = {"ref": {"branch": "main"}, "recurseSubmodules": True, "secretRef": {"name": "relative"}}
+    await create(sc, gitrepo("relative", url, **spec))
+    obj = await sc.wait_ready(GITREPO, "relative")
+    assert "vendor/lib/lib.yaml" in await served_files(obj)
+    assert {
+        r.user for r in git_http_auth.requests(f"rel-lib-{sc.namespace}") if r.status == 200
+    } == {git_http_auth.username}
+
+
+@pytest.mark.parametrize(
+    "local",
+    [
+        pytest.param(lambda bare: f"file://{bare}", id="file-url"),
+        pytest.param(lambda bare: str(bare), id="absolute-path"),
+    ],
+)
+async def test_a_submodule_on_this_machine_is_refused(
+    source_controller: SourceController, git_http: GitHttpServer, local: Any
+) -> None:
+    sc = source_controller
+    secret = git_http.create_repo(f"local-secret-{sc.namespace}")
+    commit = secret.commit("secret", files={"token.txt": "s3cret"})
+    secret.push()
+    parent = seeded(git_http, f"local-{sc.namespace}")
+    add_submodule(parent, "vendor/lib", local(secret.bare), commit)
+    url = git_http.url(f"local-{sc.namespace}")
+    await create(sc, gitrepo("local", url, ref={"branch": "main"}, recurseSubmodules=True))
+    obj = await sc.wait_failed(GITREPO, "local", "GitOperationFailed")
+    ready = condition(obj, "Ready")
+    assert ready is not None
+    assert "submodule 'vendor/lib'" in ready["message"]
+    assert "is not allowed" in ready["message"] and "file://" in ready["message"]
+    assert "artifact" not in obj["status"]
+
+
+async def test_checkout_and_artifact_size_limits_keep_the_last_artifact(
+    cluster: Cluster, kube: KubeClient, namespace: str, tmp_path: Path, git_http: GitHttpServer
+) -> None:
+    flags = (
+        "--git-checkout-max-size", str(256 * 1024),
+        "--artifact-max-size", str(96 * 1024),
+        "--artifact-max-files", "50",
+    )  # fmt: skip
+    async with start_source_controller(cluster, kube, namespace, tmp_path, *flags) as sc:
+        work = seeded(git_http, f"growing-{namespace}")
+        url = git_http.url(f"growing-{namespace}")
+        await create(sc, gitrepo("growing", url, ref={"branch": "main"}))
+        good = await sc.wait_ready(GITREPO, "growing")
+
+        # Incompressible, under the checkout limit, over the artifact limit.
+        work.commit("noise", files={"noise.bin": os.urandom(128 * 1024)})
+        work.push()
+        await sc.poke(GITREPO, "growing", "1")
+        obj = await sc.wait_failed(GITREPO, "growing", "Failed")
+        failed = condition(obj, "StorageOperationFailed")
+        assert failed is not None and failed["status"] == "True"
+        assert (
+            f"larger than the limit of {96 * 1024} bytes (--artifact-max-size)"
+            in (failed["message"])
+        )
+        assert obj["status"]["artifact"] == good["status"]["artifact"]
+        await served(obj)
+
+        # Zeros compress to almost nothing: the pack is small, the checkout is not.
+        work.commit("zeros", files={"zeros.bin": bytes(1024 * 1024)})
+        work.push()
+        await sc.poke(GITREPO, "growing", "2")
+        obj = await sc.wait_failed(GITREPO, "growing", "GitOperationFailed")
+        ready = condition(obj, "Ready")
+        assert ready is not None
+        assert f"limit of {256 * 1024} bytes (--git-checkout-max-size)" in ready["message"]
+        assert obj["status"]["artifact"] == good["status"]["artifact"]
+        await served(obj)
+
+        # Small, but many: each file is an entry the archive holds.
+        many = {f"many/{i}.yaml": "" for i in range(60)}
+        work.commit("many", files=many, remove=["noise.bin", "zeros.bin"])
+        work.push()
+        await sc.poke(GITREPO, "growing", "3")
+        obj = await sc.wait(
+            GITREPO, "growing", lambda o: "(--artifact-max-files)" in json.dumps(o["status"])
+        )
+        ready = condition(obj, "Ready")
+        assert ready is not None and "more than the limit of 50 files" in ready["message"]
+        assert obj["status"]["artifact"] == good["status"]["artifact"]
+
+
+async def test_credentials_in_the_url_never_reach_status_events_or_logs(
+    source_controller: SourceController, git_http_auth: GitHttpServer
+) -> None:
+    sc = source_controller
+    seeded(git_http_auth, f"inline-{sc.namespace}")
+    assert git_http_auth.password is not None
+    url = git_http_auth.url(f"inline-{sc.namespace}", credentials=True)
+    assert git_http_auth.password in url
+    with capture_logs() as entries:
+        await create(sc, gitrepo("inline", url, ref={"branch": "nope"}))
+        obj = await sc.wait_failed(GITREPO, "inline", "GitOperationFailed")
+        events = await sc.wait_events("inline", bool)
+    ready = condition(obj, "Ready")
+    assert ready is not None and "***@127.0.0.1" in ready["message"], ready
+    for text in (json.dumps(obj["status"]), json.dumps(events), json.dumps(entries, default=str)):
+        assert git_http_auth.password not in text

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 
+from sluice_envtest.controlplane import free_port
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.registry import OciRegistry, make_tarball
 
@@ -321,3 +325,76 @@ async def test_a_secret_missing_its_key_names_the_key(
     assert condition(failed, "Ready")["message"] == message  # type: ignore[index]
     fetch = condition(failed, "FetchFailed")
     assert fetch is not None and (fetch["status"], fetch["message"]) == ("True", message)
+
+
+@contextlib.asynccontextmanager
+async def oversized_registry(size: int) -> AsyncIterator[str]:
+    """A registry on loopback whose manifests and tag lists are `size` bytes of
+    valid JSON, streamed without a length; yields its host:port."""
+
+    async def oversized(request: web.Request) -> web.StreamResponse:
+        is_tags = request.path.endswith("/tags/list")
+        head, tail = (b'{"tags":["v1"', b"]}") if is_tags else (b'{"layers":[],"x":"', b'"}')
+        filler = (b',"v1"' if is_tags else b"x") * 4096
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "application/json"
+                if is_tags
+                else "application/vnd.oci.image.manifest.v1+json"
+            }
+        )
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(head)
+        sent = len(head)
+        while sent < size:
+            await response.write(filler)
+            sent += len(filler)
+        await response.write(tail)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v2/{repo:.+}/manifests/{ref}", oversized)
+    app.router.add_get("/v2/{repo:.+}/tags/list", oversized)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("ref", "expect"),
+    [
+        pytest.param({"tag": "v1"}, "manifest 'v1' is larger than the limit of 4194304 bytes", id="manifest"),
+        pytest.param({"semver": ">=1.0.0"}, "tag list page is larger than the limit of 4194304 bytes", id="tag-list"),
+    ],
+)  # fmt: skip
+async def test_oversized_registry_answers_are_refused(
+    source_controller: SourceController, ref: dict[str, str], expect: str
+) -> None:
+    sc = source_controller
+    async with oversized_registry(8 << 20) as host:
+        await create(sc, ocirepo("huge", f"oci://{host}/app", insecure=True, ref=ref))
+        obj = await sc.wait_failed(OCIREPO, "huge", "OCIArtifactPullFailed")
+    failed = condition(obj, "FetchFailed")
+    assert failed is not None and failed["status"] == "True"
+    assert expect in failed["message"], failed["message"]
+    assert "artifact" not in obj["status"]
+
+
+async def test_credentials_in_an_oci_url_are_refused_without_echoing_them(
+    source_controller: SourceController,
+) -> None:
+    sc = source_controller
+    await create(sc, ocirepo("inline", "oci://me:s3cret-token@127.0.0.1:5000/app", insecure=True))
+    obj = await sc.wait_failed(OCIREPO, "inline", "URLInvalid")
+    ready = condition(obj, "Ready")
+    assert ready is not None and "credentials go in spec.secretRef" in ready["message"]
+    assert "oci://***@127.0.0.1:5000/app" in ready["message"]
+    assert "s3cret-token" not in json.dumps(obj["status"])
+    events = await sc.wait_events("inline", bool)
+    assert "s3cret-token" not in json.dumps(events)

@@ -9,6 +9,8 @@ import os
 import socket
 import stat
 import tarfile
+import tracemalloc
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -303,6 +305,51 @@ def test_a_gzip_bomb_stops_early(tmp_path: Path) -> None:
     assert (tmp_path / "bomb.tar.gz").stat().st_size < MiB
     with pytest.raises(UnsafeArchive, match="size limit"):
         extract_tarball(tmp_path / "bomb.tar.gz", tmp_path / "out", max_size=MiB)
+
+
+def _empty_files(count: int) -> bytes:
+    """A .tar.gz of `count` empty files: 512 header bytes each, which gzip
+    shrinks to a few bytes (two million of them fit in ~13 MB)."""
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+    chunks = [
+        compressor.compress(tarfile.TarInfo(f"f{i:07d}").tobuf(tarfile.USTAR_FORMAT))
+        for i in range(count)
+    ]
+    chunks += [compressor.compress(b"\0" * 1024), compressor.flush()]
+    return b"".join(chunks)
+
+
+def test_too_many_entries_are_refused_in_bounded_memory(tmp_path: Path) -> None:
+    (tmp_path / "many.tar.gz").write_bytes(_empty_files(20_000))
+    tracemalloc.start()
+    try:
+        with pytest.raises(UnsafeArchive, match="more than the limit of 1000 entries"):
+            extract_tarball(tmp_path / "many.tar.gz", tmp_path / "out", max_members=1000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # What the first thousand entries need, not what twenty thousand would.
+    assert peak < 4 * MiB, peak
+    assert not (tmp_path / "out").exists(), "nothing is unpacked from a refused archive"
+
+
+def test_the_entry_limit_counts_every_entry(tmp_path: Path) -> None:
+    (tmp_path / "exact.tar.gz").write_bytes(_empty_files(1000))
+    extract_tarball(tmp_path / "exact.tar.gz", tmp_path / "out", max_members=1000)
+    assert len(list((tmp_path / "out").iterdir())) == 1000
+
+
+async def test_fetch_passes_the_entry_limit(served: Served, tmp_path: Path) -> None:
+    artifact = served.storage.write_bytes("bucket/ns/b/many.tar.gz", _empty_files(50))
+    with pytest.raises(UnsafeArchive, match="more than the limit of 10 entries"):
+        await fetch_artifact(
+            served.session,
+            url=served.storage.url(artifact.path),
+            digest=artifact.digest,
+            dest=tmp_path / "out",
+            max_members=10,
+        )
+    assert not (tmp_path / "out").exists()
 
 
 def test_flux_style_archives_with_a_root_entry(tmp_path: Path) -> None:

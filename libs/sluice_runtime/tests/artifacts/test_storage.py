@@ -12,7 +12,7 @@ import pytest
 
 from sluice_runtime.artifacts.archiving import digest_file
 from sluice_runtime.artifacts.ignoring import IgnoreRules
-from sluice_runtime.artifacts.storage import Storage, StoragePathError
+from sluice_runtime.artifacts.storage import ArtifactTooLarge, Storage, StoragePathError
 
 WriteTree = Callable[..., Path]  # the `write_tree` fixture
 
@@ -148,6 +148,27 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(storage: Storage, tmp_pa
         storage.write_archive(rel, tmp_path / "missing", None)
     assert storage.path(rel).read_bytes() == b"old"
     assert os.listdir(storage.path(rel).parent) == ["a.tar.gz"]
+
+
+@pytest.mark.parametrize("how", ["archive", "file"])
+def test_a_write_over_max_size_stores_nothing(
+    storage: Storage, tmp_path: Path, write_tree: WriteTree, how: str
+) -> None:
+    rel = "gitrepository/ns/repo/b.tar.gz"
+    storage.write_bytes("gitrepository/ns/repo/a.tar.gz", b"old")
+    noise = os.urandom(256 * 1024)  # incompressible: the tarball is as big
+    tree = write_tree(tmp_path / "repo", {"noise.bin": noise})
+    (tmp_path / "layer").write_bytes(noise)
+
+    def write() -> object:
+        if how == "archive":
+            return storage.write_archive(rel, tree, None, max_size=64 * 1024)
+        return storage.write_file(rel, tmp_path / "layer", max_size=64 * 1024)
+
+    with pytest.raises(ArtifactTooLarge, match="limit of 65536 bytes"):
+        write()
+    assert os.listdir(storage.path(rel).parent) == ["a.tar.gz"]
+    assert storage.write_file(rel, tmp_path / "layer", max_size=len(noise)).size == len(noise)
 
 
 def test_readers_never_see_a_partial_file(storage: Storage) -> None:

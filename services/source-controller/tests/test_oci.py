@@ -1,0 +1,48 @@
+"""Registry calls: their own bounded threads, so a stuck registry starves nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from source_controller import oci, ocirepository
+
+
+async def test_registry_calls_run_in_their_own_pool() -> None:
+    name = await ocirepository._bounded(lambda: threading.current_thread().name, timeout=1)
+    assert name.startswith("oci-registry")
+
+
+async def test_stuck_registry_calls_leave_the_default_executor_free() -> None:
+    release = threading.Event()
+    try:
+        # More stuck calls than the pool has threads; each gives up (timeout
+        # 0.1 s: the bound adds 5 s of grace) but its thread stays blocked.
+        stuck = [
+            ocirepository._bounded(release.wait, 30, timeout=-4.9)
+            for _ in range(ocirepository._REGISTRY_THREADS._max_workers + 2)
+        ]
+        for outcome in await asyncio.gather(*stuck, return_exceptions=True):
+            assert isinstance(outcome, oci.RegistryError)
+            assert "timed out" in str(outcome)
+        # What the file server and storage use is untouched.
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: 42), 1) == 42
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        pytest.param("oci://u:tok@reg/app", "'oci://***@reg/app' is not valid: credentials", id="userinfo"),
+        pytest.param("oci://reg", "expected oci://<host>/<repository>", id="no-repository"),
+        pytest.param("oci://reg/app:v1", "the tag goes in spec.ref", id="tag-in-url"),
+    ],
+)  # fmt: skip
+def test_invalid_oci_urls(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match="URL") as raised:
+        oci.OCIURL.parse(url)
+    assert message in str(raised.value)
+    assert "tok" not in str(raised.value)

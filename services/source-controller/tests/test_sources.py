@@ -1,0 +1,91 @@
+"""What every source kind refuses: API fields accepted but not implemented.
+
+A field that is ignored reads as a promise kept (`spec.verify` ignored puts
+unsigned content on the cluster as if verified), so every kind stalls on
+such a field, with a message naming it, and produces no artifact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice_envtest.gitserver import GitHttpServer
+from sluice_envtest.harness import condition
+from sluice_envtest.registry import OciRegistry
+from sluice_runtime.kube.client import JSON
+from sluice_runtime.kube.resources import ResourceType
+
+from .conftest import GITREPO, MANIFEST, OCIREPO, SourceController, gitrepo, ocirepo, seeded
+
+
+async def make_source(
+    sc: SourceController,
+    kind: str,
+    name: str,
+    git_http: GitHttpServer,
+    oci_registry: OciRegistry,
+    **spec: Any,
+) -> ResourceType:
+    """A source of `kind` that would become Ready were it not for `spec`."""
+    if kind == "GitRepository":
+        seeded(git_http, f"{name}-{sc.namespace}")
+        url = git_http.url(f"{name}-{sc.namespace}")
+        await sc.client.create(
+            GITREPO, gitrepo(name, url, ref={"branch": "main"}, **spec), namespace=sc.namespace
+        )
+        return GITREPO
+    repository = f"{sc.namespace}/{name}"
+    oci_registry.push_artifact(repository, "v1", files={"app.yaml": MANIFEST})
+    obj = ocirepo(name, oci_registry.oci_url(repository), insecure=True, ref={"tag": "v1"}, **spec)
+    await sc.client.create(OCIREPO, obj, namespace=sc.namespace)
+    return OCIREPO
+
+
+def stalled(obj: JSON) -> bool:
+    return (condition(obj, "Stalled") or {}).get("status") == "True"
+
+
+VERIFY = {
+    "GitRepository": {"mode": "HEAD", "secretRef": {"name": "keys"}},
+    "OCIRepository": {"provider": "cosign"},
+}
+
+
+@pytest.mark.parametrize("kind", ["GitRepository", "OCIRepository"])
+async def test_a_source_to_verify_stalls_and_stores_nothing(
+    source_controller: SourceController,
+    git_http: GitHttpServer,
+    oci_registry: OciRegistry,
+    kind: str,
+) -> None:
+    sc = source_controller
+    rt = await make_source(sc, kind, "signed", git_http, oci_registry, verify=VERIFY[kind])
+    obj = await sc.wait(rt, "signed", stalled, what="Stalled")
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert ready["reason"] == "VerificationError"
+    assert "spec.verify" in ready["message"] and "not supported" in ready["message"]
+    verified = condition(obj, "SourceVerified")
+    assert verified is not None and verified["status"] == "False"
+    assert "artifact" not in obj["status"]
+    assert not list(sc.storage.rglob("*.tar.gz")), "nothing of an unverified source is stored"
+
+
+@pytest.mark.parametrize("kind", ["GitRepository", "OCIRepository"])
+async def test_a_source_behind_a_proxy_stalls_instead_of_going_direct(
+    source_controller: SourceController,
+    git_http: GitHttpServer,
+    oci_registry: OciRegistry,
+    kind: str,
+) -> None:
+    sc = source_controller
+    rt = await make_source(
+        sc, kind, "proxied", git_http, oci_registry, proxySecretRef={"name": "proxy"}
+    )
+    obj = await sc.wait(rt, "proxied", stalled, what="Stalled")
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert "spec.proxySecretRef is not supported" in ready["message"]
+    assert "artifact" not in obj["status"]

@@ -158,8 +158,12 @@ class Stage:
         return self.receiver_url + receiver["status"]["webhookPath"]
 
     async def signed_post(self, url: str, token: str, body: bytes) -> int:
-        signature = "sha256=" + hmac.new(token.encode(), body, hashlib.sha256).hexdigest()
-        async with self.session.post(url, data=body, headers={"X-Signature": signature}) as answer:
+        # Timestamped, as the notification-controller requires by default.
+        stamp = str(int(time.time()))
+        signed = stamp.encode() + b"." + body
+        signature = "sha256=" + hmac.new(token.encode(), signed, hashlib.sha256).hexdigest()
+        headers = {"X-Signature-Timestamp": stamp, "X-Signature-Timestamped": signature}
+        async with self.session.post(url, data=body, headers=headers) as answer:
             return answer.status
 
     async def kustomization(self, name: str, source: str, **spec: Any) -> None:

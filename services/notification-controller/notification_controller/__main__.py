@@ -52,8 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replay-window",
         type=app.duration,
-        default=0.0,
-        help="when set, generic-hmac requests must carry a signed timestamp this recent",
+        default=300.0,
+        help=(
+            "generic-hmac requests must carry a signed timestamp this recent; 0 also "
+            "accepts Flux's body-only X-Signature, which a captured request replays forever"
+        ),
     )
 
 

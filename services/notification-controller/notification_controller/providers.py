@@ -15,10 +15,13 @@ for Slack, Teams and Discord): they name the type, the host and the status.
 Payloads, as Flux sends them:
 
 - `generic`: the event JSON, with `gotk-component` and the secret's headers.
-- `generic-hmac`: the same, plus `X-Signature: sha256=<hex hmac(token, body)>`
-  (Flux-compatible) and, beyond Flux, `X-Signature-Timestamp: <unix seconds>`
-  with `X-Signature-Timestamped: sha256=<hex hmac(token, timestamp + "." + body)>`
-  so receivers can reject replays (see `signatures`).
+- `generic-hmac`: the same, signed with a timestamp so receivers can reject
+  replays (see `signatures`): `X-Signature-Timestamp: <unix seconds>` and
+  `X-Signature-Timestamped: sha256=<hex hmac(token, timestamp + "." + body)>`.
+  Unlike Flux, no body-only `X-Signature` is sent: it would let anyone
+  holding one captured request replay it forever with the timestamp headers
+  removed. A Flux receiver, which checks only `X-Signature`, therefore
+  refuses these requests; use `generic` with a secret header towards it.
 - `slack`: an incoming-webhook message, one attachment coloured by severity
   (`good`/`danger`) with the metadata as fields; `Authorization: Bearer` when
   a token is set (chat.postMessage).
@@ -56,7 +59,6 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import aiohttp
 
 from notification_controller.signatures import (
-    SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     TIMESTAMPED_SIGNATURE_HEADER,
     sign,
@@ -201,7 +203,8 @@ def _generic_hmac(target: _Target) -> OutboundRequest:
         raise DeliveryError("generic-hmac provider needs a token")
     request = _generic(target)
     timestamp = str(int(target.now))
-    request.headers[SIGNATURE_HEADER] = sign(target.token, request.body)
+    # Only the timestamped form: a body-only X-Signature alongside it would
+    # verify forever once someone strips the timestamp headers off a capture.
     request.headers[TIMESTAMP_HEADER] = timestamp
     request.headers[TIMESTAMPED_SIGNATURE_HEADER] = sign(
         target.token, timestamped_payload(timestamp, request.body)

@@ -198,6 +198,10 @@ def test_sluice_dev_with_a_kubeconfig_runs_the_controllers_against_that_cluster(
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             given = argv[argv.index(b"--kubeconfig") + 1].decode()
             assert given == str(cluster.kubeconfig.resolve())
+            # And the token their events are authenticated with at the hub.
+            token_file = argv[argv.index(b"--events-token-file") + 1].decode()
+            assert token_file == str(tmp_path / "events-token")
+        assert (tmp_path / "events-token").stat().st_mode & 0o777 == 0o600
         assert not (tmp_path / "controlplane").exists()
     finally:
         proc.send_signal(signal.SIGINT)

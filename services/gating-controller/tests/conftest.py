@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -239,13 +240,19 @@ async def stage(
 
     clock = FakeClock()
     kubeconfig = str(cluster.kubeconfig)
+    events_token = tmp_path / "events-token"
+    events_token.write_text(secrets.token_hex(16))
     storage_port = free_port()
     async with (
         running_service(
             notification_main,
             kubeconfig=kubeconfig,
             namespace=namespace,
-            argv=["--receiver-addr", "127.0.0.1:0", "--events-addr", "127.0.0.1:0"],
+            argv=[
+                "--receiver-addr", "127.0.0.1:0",
+                "--events-addr", "127.0.0.1:0",
+                "--events-token-file", str(events_token),
+            ],
         ) as notification,
         running_service(
             gating_main,
@@ -254,6 +261,7 @@ async def stage(
             argv=[
                 "--events-addr",
                 f"http://127.0.0.1:{notification.components['events_address'][1]}/",
+                "--events-token-file", str(events_token),
             ],
             components={"clock": clock},
         ) as gating,

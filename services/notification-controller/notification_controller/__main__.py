@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
+from pathlib import Path
 
 import aiohttp
 
-from notification_controller import receivers
+from notification_controller import authenticating, receivers
 from notification_controller.hub import EventHub
 from notification_controller.limiting import Dedup, WebhookLimiter
 from notification_controller.webhooks import WebhookServer
@@ -21,6 +22,7 @@ from sluice_runtime import app
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
+from sluice_runtime.tokens import TokenFile
 
 SERVICE = "notification-controller"
 KINDS = (Receiver, Alert, Provider, Gate)
@@ -48,6 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=app.duration,
         default=2.0,
         help="pushes within this window trigger one reconcile (plus one trailing)",
+    )
+    parser.add_argument(
+        "--events-service-accounts",
+        default=",".join(authenticating.DEFAULT_PRODUCERS),
+        help=(
+            "service accounts whose tokens may post events, comma-separated `name` (in "
+            "$RUNTIME_NAMESPACE) or `namespace:name`; --events-token-file names a shared "
+            "token also accepted"
+        ),
     )
     parser.add_argument(
         "--replay-window",
@@ -99,6 +110,15 @@ async def setup(runtime: app.Runtime) -> None:
         recorder=runtime.recorder,
         session=session,
         dedup=Dedup(timedelta(seconds=options.rate_limit_interval)),
+        authenticator=authenticating.EventAuthenticator(
+            client=runtime.client,
+            service_accounts=authenticating.service_account_users(
+                options.events_service_accounts.split(","), namespace=app.runtime_namespace()
+            ),
+            shared=TokenFile(Path(options.events_token_file))
+            if options.events_token_file
+            else None,
+        ),
         no_cross_namespace_refs=options.no_cross_namespace_refs,
     )
     runtime.components["hub"] = hub

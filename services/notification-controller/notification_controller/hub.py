@@ -1,9 +1,10 @@
 """The event hub: controllers POST events here; matching Alerts forward them.
 
-`POST /` takes the Flux event JSON, answers 400 naming the field at fault
-or 202 at once, and queues the event; a dispatcher then finds the Alerts it
-matches (from the cache), drops an identical event already sent within
-`--rate-limit-interval`, resolves each Provider's address and token (its
+`POST /` takes the Flux event JSON from an authenticated controller (401 or
+403 otherwise, before the body is read; see `authenticating`), answers 400
+naming the field at fault or 202 at once, and queues the event; a
+dispatcher then finds the Alerts it matches (from the cache), drops an
+identical event already sent within `--rate-limit-interval`, resolves each Provider's address and token (its
 Secret wins over its spec) and delivers, retrying transient failures. A
 delivery that still fails becomes a Warning event on the Alert; nothing in
 here can take the controller down.
@@ -25,6 +26,7 @@ import yaml
 from aiohttp import web
 
 from notification_controller.alerting import enrich, matches
+from notification_controller.authenticating import EventAuthenticator
 from notification_controller.limiting import Dedup, event_key
 from notification_controller.providers import DeliveryError, deliver
 from sluice_api.meta import parse_duration
@@ -78,6 +80,7 @@ class EventHub:
         recorder: EventRecorder,
         session: aiohttp.ClientSession,
         dedup: Dedup,
+        authenticator: EventAuthenticator,
         no_cross_namespace_refs: bool = False,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         queue_size: int = 10000,
@@ -89,6 +92,7 @@ class EventHub:
         self.recorder = recorder
         self.session = session
         self.dedup = dedup
+        self.authenticator = authenticator
         self.no_cross_namespace_refs = no_cross_namespace_refs
         self.clock = clock
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_size)
@@ -96,6 +100,7 @@ class EventHub:
         # Observable by tests.
         self.received = 0
         self.delivered = 0
+        self.refused = 0
 
     def app(self) -> web.Application:
         application = web.Application(client_max_size=MAX_EVENT_BODY)
@@ -117,6 +122,11 @@ class EventHub:
         self._workers.clear()
 
     async def handle(self, request: web.Request) -> web.Response:
+        refusal = await self.authenticator.check(request.headers.get("Authorization"))
+        if refusal is not None:
+            self.refused += 1
+            log.info("event refused", status=refusal.status, reason=refusal.message)
+            return web.Response(status=refusal.status, text=f"event refused: {refusal.message}")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:

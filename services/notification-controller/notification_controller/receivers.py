@@ -79,8 +79,7 @@ async def reconcile_resources(ctx: ReceiverContext) -> Result | None:
             # or one tenant's Receiver would hold another tenant's Gate.
             raise Stalling(
                 NotificationReason.INVALID_CONFIG,
-                f"resource {where}: a Receiver can open or close Gates "
-                "in its own namespace only",
+                f"resource {where}: a Receiver can open or close Gates in its own namespace only",
             )
         if ctx.no_cross_namespace_refs and cross_namespace:
             raise Stalling(

@@ -3,26 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest_asyncio
 from aiohttp import web
 
+from notification_controller.signatures import verify
+from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition, make_secret
+from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.serving import serving
 
 from .conftest import (
     ALERT,
+    EVENTS_TOKEN,
     GITREPO,
     KUSTOMIZATION,
     PROVIDER,
     Platform,
     cached,
+    events_auth,
+    notification_alone,
     parked,
 )
 
@@ -58,8 +64,16 @@ async def peers() -> AsyncIterator[Peers]:
 
     async def hook(request: web.Request) -> web.Response:
         body = await request.read()
-        expected = "sha256=" + hmac.new(HMAC_TOKEN.encode(), body, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(request.headers.get("X-Signature", ""), expected):
+        # As a Sluice Receiver checks it: timestamped, within a minute.
+        verdict = verify(
+            "generic-hmac",
+            token=HMAC_TOKEN,
+            headers=request.headers,
+            body=body,
+            now=datetime.now(UTC),
+            replay_window=timedelta(minutes=1),
+        )
+        if not verdict.ok:
             found.bad_signatures += 1
             return web.Response(status=401)
         found.hooks.append(json.loads(body))
@@ -117,7 +131,7 @@ def event(namespace: str, name: str, message: str = "hello", **metadata: str) ->
 async def emit(p: Platform, *events: dict[str, Any]) -> None:
     """POST events to the hub as a controller does, and wait until all are dispatched."""
     for sent in events:
-        assert await p.post(p.events_url, json.dumps(sent).encode(), {}) == (202, "")
+        assert await p.post(p.events_url, json.dumps(sent).encode(), events_auth()) == (202, "")
     await p.hub.drain()
 
 
@@ -179,21 +193,23 @@ async def test_a_failing_kustomization_alerts_once_and_sets_a_commit_status(
 
 async def test_the_event_hub_validates_what_it_is_sent(platform: Platform) -> None:
     p = platform
-    status, text = await p.post(p.events_url, b"{not json", {})
+    status, text = await p.post(p.events_url, b"{not json", events_auth())
     assert status == 400 and "not JSON" in text
     incomplete = {"involvedObject": {"kind": "GitRepository", "namespace": "x"}, "severity": "info",
                   "timestamp": "2026-11-21T10:00:00Z", "message": "m", "reason": "R", "reportingController": "c"}  # fmt: skip
     status, text = await p.post(
-        p.events_url, json.dumps(incomplete).encode(), {"Content-Type": "application/json"}
+        p.events_url,
+        json.dumps(incomplete).encode(),
+        {"Content-Type": "application/json", **events_auth()},
     )
     assert status == 400
     assert "involvedObject.name" in text
     incomplete["involvedObject"]["name"] = "app"  # type: ignore[index]
     incomplete["severity"] = "loud"
-    status, text = await p.post(p.events_url, json.dumps(incomplete).encode(), {})
+    status, text = await p.post(p.events_url, json.dumps(incomplete).encode(), events_auth())
     assert status == 400 and "severity" in text
     incomplete["severity"] = "info"
-    status, _ = await p.post(p.events_url, json.dumps(incomplete).encode(), {})
+    status, _ = await p.post(p.events_url, json.dumps(incomplete).encode(), events_auth())
     assert status == 202
 
 
@@ -328,3 +344,69 @@ async def test_no_cross_namespace_refs_keeps_alerts_to_their_namespace(
     strict: Platform, peers: Peers
 ) -> None:
     assert await cross_namespace_deliveries(strict, peers) == [strict.namespace]
+
+
+async def test_forged_events_are_refused_and_reach_no_provider(
+    alone: Platform, peers: Peers
+) -> None:
+    """Anyone in the cluster can reach the hub: without a controller's token an event
+    is refused before it is read, and no Provider's credentials are used for it."""
+    p = alone
+    await alerting(p, "forged", {"type": "generic", "address": f"{peers.base}/generic/forged"},
+                   GIT_SOURCES)  # fmt: skip
+    body = json.dumps(event(p.namespace, "app", "forged")).encode()
+    refused = [
+        ({}, 401, "event refused: missing bearer token"),
+        ({"Authorization": f"Basic {EVENTS_TOKEN}"}, 401, "event refused: missing bearer token"),
+        (events_auth("not-the-token"), 401, "event refused: token not authenticated"),
+    ]
+    for headers, status, text in refused:
+        assert await p.post(p.events_url, body, headers) == (status, text)
+    await p.hub.drain()
+    assert p.hub.refused == 3
+    assert p.hub.received == 0
+    assert peers.at("forged") == []
+    await emit(p, event(p.namespace, "app", "genuine"))
+    assert [d.event["message"] for d in peers.at("forged")] == ["genuine"]
+
+
+async def service_account_token(p: Platform, name: str) -> str:
+    """A token of ServiceAccount `name` in the test's namespace, from the API server."""
+    base = f"/api/v1/namespaces/{p.namespace}/serviceaccounts"
+    await p.kube.request(
+        "POST",
+        base,
+        body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    )
+    answer = await p.kube.request(
+        "POST",
+        f"{base}/{name}/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600},
+        },
+    )
+    return str(answer["status"]["token"])
+
+
+async def test_controller_service_accounts_are_checked_by_token_review(
+    cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer, peers: Peers
+) -> None:
+    flags = ("--events-service-accounts", f"{namespace}:source-controller")
+    async with notification_alone(cluster, kube, namespace, git_http, *flags) as p:
+        await alerting(p, "sa", {"type": "generic", "address": f"{peers.base}/generic/sa"},
+                       GIT_SOURCES)  # fmt: skip
+        controller = await service_account_token(p, "source-controller")
+        tenant = await service_account_token(p, "tenant")
+        for message in ("one", "two"):
+            body = json.dumps(event(namespace, "app", message)).encode()
+            assert await p.post(p.events_url, body, events_auth(controller)) == (202, "")
+        body = json.dumps(event(namespace, "app", "from a tenant")).encode()
+        assert await p.post(p.events_url, body, events_auth(tenant)) == (
+            403,
+            f"event refused: system:serviceaccount:{namespace}:tenant may not post events",
+        )
+        await p.hub.drain()
+        assert sorted(d.event["message"] for d in peers.at("sa")) == ["one", "two"]
+        assert p.hub.authenticator.reviews == 2, "the controller's token was reviewed once"

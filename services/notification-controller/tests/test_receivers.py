@@ -214,7 +214,10 @@ async def test_a_burst_of_pushes_triggers_a_handful_of_reconciles(platform: Plat
             assert int(answered["Retry-After"]) >= 1, "429 says when to come back"
     limited = [e for e in entries if e["event"] == "webhook rate limited"]
     assert len(limited) == statuses.count(429)
-    assert logged_secrets(entries, TOKEN, headers["X-Signature-Timestamped"].removeprefix("sha256=")) == []
+    assert (
+        logged_secrets(entries, TOKEN, headers["X-Signature-Timestamped"].removeprefix("sha256="))
+        == []
+    )
     await p.webhooks.settle()  # the trailing action, at the end of the debounce window
     assert 1 <= p.webhooks.actions <= 3, f"{p.webhooks.actions} actions for 50 pushes"
     assert requested_at(await p.kube.get(GITREPO, "bursty", p.namespace)) is not None
@@ -572,7 +575,9 @@ async def test_generic_hmac_requires_a_fresh_timestamp_by_default(alone: Platfor
     the controller is told to accept Flux senders (`--replay-window=0`)."""
     p = alone
     await parked(p, "signed")
-    url = await p.receiver("ci", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "signed"}])
+    url = await p.receiver(
+        "ci", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "signed"}]
+    )
     body = b'{"ref": "refs/heads/main"}'
     assert await p.post(url, body, generic_hmac_headers(TOKEN, body, flux=True)) == (
         400,
@@ -591,9 +596,7 @@ async def test_generic_hmac_requires_a_fresh_timestamp_by_default(alone: Platfor
 async def test_flux_senders_are_accepted_with_replay_window_zero(
     cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer
 ) -> None:
-    async with notification_alone(
-        cluster, kube, namespace, git_http, "--replay-window", "0"
-    ) as p:
+    async with notification_alone(cluster, kube, namespace, git_http, "--replay-window", "0") as p:
         await parked(p, "flux")
         url = await p.receiver(
             "ci", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "flux"}]
@@ -609,7 +612,9 @@ def _receiver(generation: int | None, observed: int | None, ready: str | None) -
         status["observedGeneration"] = observed
     if ready is not None:
         status["conditions"] = [{"type": "Ready", "status": ready}]
-    metadata: JSON = {"name": "r"} if generation is None else {"name": "r", "generation": generation}
+    metadata: JSON = (
+        {"name": "r"} if generation is None else {"name": "r", "generation": generation}
+    )
     return {"metadata": metadata, "status": status}
 
 
@@ -624,7 +629,5 @@ def _receiver(generation: int | None, observed: int | None, ready: str | None) -
         pytest.param(_receiver(2, 2, None), False, id="no-ready-condition"),
     ],
 )
-def test_the_webhook_trusts_ready_only_for_the_current_generation(
-    obj: JSON, trusted: bool
-) -> None:
+def test_the_webhook_trusts_ready_only_for_the_current_generation(obj: JSON, trusted: bool) -> None:
     assert ready_for_spec(obj) is trusted

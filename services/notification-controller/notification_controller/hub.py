@@ -4,9 +4,10 @@
 403 otherwise, before the body is read; see `authenticating`), answers 400
 naming the field at fault or 202 at once, and queues the event; a
 dispatcher then finds the Alerts it matches (from the cache), drops an
-identical event already sent within `--rate-limit-interval`, resolves each Provider's address and token (its
-Secret wins over its spec) and delivers, retrying transient failures. A
-delivery that still fails becomes a Warning event on the Alert; nothing in
+identical event already sent within `--rate-limit-interval`, resolves each
+Provider's address and token (its Secret wins over its spec) and delivers,
+retrying transient failures. A delivery that still fails becomes a Warning
+event on the Alert; nothing in
 here can take the controller down.
 """
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 
 from notification_controller import authenticating, receivers
+from notification_controller import hub as hub_module
 from notification_controller.hub import EventHub
 from notification_controller.limiting import Dedup, WebhookLimiter
 from notification_controller.webhooks import WebhookServer
@@ -50,6 +51,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=app.duration,
         default=2.0,
         help="pushes within this window trigger one reconcile (plus one trailing)",
+    )
+    parser.add_argument(
+        "--provider-timeout-max",
+        type=app.duration,
+        default=hub_module.MAX_PROVIDER_TIMEOUT,
+        help="cap on a Provider's spec.timeout, per attempt",
+    )
+    parser.add_argument(
+        "--provider-concurrency",
+        type=int,
+        default=2,
+        help="deliveries in flight per Provider; a slow one cannot hold every worker",
+    )
+    parser.add_argument(
+        "--provider-backlog",
+        type=int,
+        default=100,
+        help="deliveries waiting per Provider before new ones are dropped",
+    )
+    parser.add_argument(
+        "--event-queue-bytes",
+        type=int,
+        default=hub_module.DEFAULT_QUEUE_BYTES,
+        help="bytes of events queued or awaiting delivery before new ones are refused (503)",
     )
     parser.add_argument(
         "--events-service-accounts",
@@ -120,6 +145,10 @@ async def setup(runtime: app.Runtime) -> None:
             else None,
         ),
         no_cross_namespace_refs=options.no_cross_namespace_refs,
+        queue_bytes=options.event_queue_bytes,
+        provider_concurrency=options.provider_concurrency,
+        provider_backlog=options.provider_backlog,
+        max_provider_timeout=options.provider_timeout_max,
     )
     runtime.components["hub"] = hub
     await hub.start()

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest_asyncio
 from aiohttp import web
+from structlog.testing import capture_logs
 
 from notification_controller.signatures import verify
 from sluice_envtest.gitserver import GitHttpServer
@@ -410,3 +412,121 @@ async def test_controller_service_accounts_are_checked_by_token_review(
         await p.hub.drain()
         assert sorted(d.event["message"] for d in peers.at("sa")) == ["one", "two"]
         assert p.hub.authenticator.reviews == 2, "the controller's token was reviewed once"
+
+
+@dataclass
+class SlowAndFast:
+    """A Provider endpoint that never answers in time, and one that answers at once."""
+
+    base: str
+    release: asyncio.Event
+    in_flight: int = 0
+    most_in_flight: int = 0
+    slow_calls: int = 0
+    fast: list[str] = field(default_factory=list)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def slow_and_fast() -> AsyncIterator[SlowAndFast]:
+    found = SlowAndFast(base="", release=asyncio.Event())
+
+    async def slow(request: web.Request) -> web.Response:
+        found.slow_calls += 1
+        found.in_flight += 1
+        found.most_in_flight = max(found.most_in_flight, found.in_flight)
+        try:
+            await found.release.wait()
+        finally:
+            found.in_flight -= 1
+        return web.Response(status=200)
+
+    async def fast(request: web.Request) -> web.Response:
+        found.fast.append((await request.json())["message"])
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/slow", slow)
+    app.router.add_post("/fast", fast)
+    async with serving(app, "127.0.0.1:0") as runner:
+        found.base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        yield found
+        found.release.set()
+
+
+async def post_events(p: Platform, *events: dict[str, Any]) -> list[tuple[int, str]]:
+    return [await p.post(p.events_url, json.dumps(e).encode(), events_auth()) for e in events]
+
+
+async def test_a_slow_provider_cannot_hold_the_others(
+    cluster: Cluster,
+    kube: KubeClient,
+    namespace: str,
+    git_http: GitHttpServer,
+    slow_and_fast: SlowAndFast,
+) -> None:
+    """Four dispatch workers, one tenant's Provider that hangs with `timeout: 600m`:
+    the timeout is capped, the Provider gets its own two slots, the others deliver."""
+    peer = slow_and_fast
+    flags = ("--provider-timeout-max", "1s", "--provider-concurrency", "2")
+    async with notification_alone(cluster, kube, namespace, git_http, *flags) as p:
+        slow = {"type": "generic", "address": f"{peer.base}/slow", "timeout": "600m"}
+        await alerting(p, "slow", slow, [{"kind": "GitRepository", "name": "slow"}])
+        fast = {"type": "generic", "address": f"{peer.base}/fast"}
+        await alerting(p, "fast", fast, [{"kind": "GitRepository", "name": "fast"}])
+        slow_events = [event(namespace, "slow", f"slow {n}") for n in range(4)]
+        fast_events = [event(namespace, "fast", f"fast {n}") for n in range(3)]
+        with capture_logs() as entries:
+            answers = await post_events(p, *slow_events, *fast_events)
+            assert answers == [(202, "")] * 7
+            started = time.monotonic()
+            await until(lambda: len(peer.fast) >= 3, timeout=10)
+            assert sorted(peer.fast) == ["fast 0", "fast 1", "fast 2"]
+            assert time.monotonic() - started < 3, "the fast Provider waited for the slow one"
+            assert peer.most_in_flight == 2, "the slow Provider holds its own two slots only"
+            assert p.hub.lanes.busy(f"{namespace}/slow") == 4
+            # The cap: 600m became 1s per attempt, so the slow lane moves on by itself
+            # (four attempts and their backoff, about 7.5s).
+            await until(lambda: len(failed(entries)) >= 2, timeout=30)
+        assert len(failed(entries)) == 2
+        assert all("timed out after 1s (after 4 attempts)" in f for f in failed(entries))
+
+
+async def until(check: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+
+
+def failed(entries: list[dict[str, Any]]) -> list[str]:
+    return [e["error"] for e in entries if e["event"] == "notification failed"]
+
+
+async def test_the_hub_bounds_what_it_holds_in_bytes(
+    cluster: Cluster,
+    kube: KubeClient,
+    namespace: str,
+    git_http: GitHttpServer,
+    slow_and_fast: SlowAndFast,
+) -> None:
+    peer = slow_and_fast
+    flags = ("--event-queue-bytes", "8000", "--provider-concurrency", "1")
+    async with notification_alone(cluster, kube, namespace, git_http, *flags) as p:
+        slow = {"type": "generic", "address": f"{peer.base}/slow"}
+        await alerting(p, "slow", slow, [{"kind": "GitRepository", "name": "slow"}])
+        big = "x" * 3000  # about 3.4kB as JSON: two fit in 8000 bytes, a third does not
+        first = await post_events(p, event(namespace, "slow", f"{big} 0"))
+        second = await post_events(p, event(namespace, "slow", f"{big} 1"))
+        assert first == second == [(202, "")]
+        await until(lambda: p.hub.lanes.busy(f"{namespace}/slow") == 2)  # both wait on it
+        with capture_logs() as entries:
+            refused = await post_events(p, event(namespace, "slow", f"{big} 2"))
+        assert refused == [(503, "event queue full")]
+        assert p.hub.dropped == {"event queue full": 1}
+        [logged] = [e for e in entries if e["event"] == "event dropped"]
+        assert logged["reason"] == "event queue full"
+        # Small events still fit beside them, and are delivered once there is room.
+        assert await post_events(p, event(namespace, "slow", "small")) == [(202, "")]
+        peer.release.set()
+        await asyncio.wait_for(p.hub.drain(), timeout=30)
+        assert p.hub.budget.used == 0

@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from notification_controller.hub import provider_timeout
 from notification_controller.providers import (
     DeliveryError,
     build_request,
@@ -686,3 +687,18 @@ async def test_errors_never_leak_the_token_or_webhook_path(
     assert "127.0.0.1" in message
     for secret in (TOKEN, "SECRETPART", "QUERYSECRET"):
         assert secret not in message
+
+
+@pytest.mark.parametrize(
+    ("timeout", "maximum", "expected"),
+    [
+        pytest.param(None, 30.0, 15.0, id="unset-is-flux-default"),
+        pytest.param("5s", 30.0, 5.0, id="below-the-cap"),
+        pytest.param("600m", 30.0, 30.0, id="capped"),
+        pytest.param("1m", 90.0, 60.0, id="a-higher-cap"),
+        pytest.param(None, 5.0, 5.0, id="default-capped-too"),
+    ],
+)
+def test_provider_timeout(timeout: str | None, maximum: float, expected: float) -> None:
+    spec = {"timeout": timeout} if timeout else {}
+    assert provider_timeout(provider("generic", **spec), maximum=maximum) == expected

@@ -45,6 +45,7 @@ from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.recording import EventRecorder
+from sluice_runtime.redacting import redact_urls
 
 log = structlog.get_logger(__name__)
 
@@ -259,7 +260,7 @@ class EventHub:
         try:
             address, token, headers = await self._credentials(provider)
         except SecretError as error:
-            events.warning(NotificationReason.NOTIFICATION_DISPATCH_FAILED, str(error))
+            events.warning(NotificationReason.NOTIFICATION_DISPATCH_FAILED, redact_urls(str(error)))
             return
         timeout = provider_timeout(provider, maximum=self.max_provider_timeout)
         try:
@@ -273,10 +274,11 @@ class EventHub:
                 timeout=timeout,
             )
         except DeliveryError as error:
+            message = redact_urls(str(error))
             log.warning(
-                "notification failed", alert=alert.key, provider=provider.key, error=str(error)
+                "notification failed", alert=alert.key, provider=provider.key, error=message
             )
-            events.warning(NotificationReason.NOTIFICATION_DISPATCH_FAILED, str(error))
+            events.warning(NotificationReason.NOTIFICATION_DISPATCH_FAILED, message)
             return
         self.delivered += 1
 

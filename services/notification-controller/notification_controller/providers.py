@@ -9,8 +9,9 @@ The caller resolves the Provider's secret: `address` and `token` from
 `spec.secretRef` take precedence over `spec.address`, and `headers` is the
 secret's `headers` map; `deliver` takes them as given and never reads
 `spec.address` itself. `timeout` bounds each attempt. Error messages never
-carry the token nor the address's path or query (webhook URLs are secrets
-for Slack, Teams and Discord): they name the type, the host and the status.
+carry the token nor the address's credentials, path or query (webhook URLs
+are secrets for Slack, Teams and Discord): they name the type, the host and
+the status.
 
 Payloads, as Flux sends them:
 
@@ -123,7 +124,7 @@ async def deliver(
     )
     if request is None:
         return
-    host = urlsplit(request.url).netloc or "?"
+    host = _host(request.url)
     where = f"{provider.spec.type} provider at {host}"
     last_error = f"{where}: no attempt made"
     for attempt in range(retries + 1):
@@ -460,6 +461,12 @@ def _http_url(address: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise DeliveryError("the provider address is not an http(s) URL")
     return address.strip()
+
+
+def _host(url: str) -> str:
+    """`host[:port]` of `url`, never its userinfo (`user:token@` is a credential)."""
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    return netloc or "?"
 
 
 def _metadata(event: Mapping[str, Any]) -> dict[str, str]:

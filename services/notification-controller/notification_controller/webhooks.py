@@ -38,6 +38,7 @@ from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import KubeError
+from sluice_runtime.redacting import redact_urls
 
 log = structlog.get_logger(__name__)
 
@@ -206,9 +207,8 @@ class WebhookServer:
             except ActionRefused as error:
                 failures.append(str(error))
             except KubeError as error:
-                failures.append(
-                    f"{resource.kind}/{resource.namespace or namespace}/{resource.name}: {error}"
-                )
+                where = f"{resource.kind}/{resource.namespace or namespace}/{resource.name}"
+                failures.append(f"{where}: {redact_urls(str(error))}")
         if failures:
             raise ActionFailed("; ".join(failures))
 

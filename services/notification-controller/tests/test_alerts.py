@@ -221,7 +221,9 @@ async def test_a_failed_delivery_becomes_a_warning_on_the_alert(platform: Platfo
 
     p = platform
     ns = p.namespace
-    down = {"type": "generic", "address": f"http://127.0.0.1:{free_port()}/gone", "timeout": "2s"}
+    # Credentials in the address are the user's secret: they never reach the event.
+    address = f"http://ops:s3cret-pw@127.0.0.1:{free_port()}/gone"
+    down = {"type": "generic", "address": address, "timeout": "2s"}
     await alerting(p, "down", down, GIT_SOURCES)
     await emit(p, event(ns, "x"))
     warnings: list[dict[str, Any]] = []
@@ -239,6 +241,8 @@ async def test_a_failed_delivery_becomes_a_warning_on_the_alert(platform: Platfo
     assert warnings[0]["involvedObject"]["kind"] == "Alert"
     assert warnings[0]["reason"] == "NotificationDispatchFailed"
     assert "127.0.0.1" in warnings[0]["message"]
+    assert "s3cret-pw" not in json.dumps(warnings)
+    assert "ops" not in warnings[0]["message"]
 
 
 async def test_the_provider_secret_wins_over_its_spec_and_its_headers_are_sent(

@@ -34,6 +34,7 @@ from aiohttp import web
 
 from notification_controller.alerting import enrich, matches
 from notification_controller.authenticating import EventAuthenticator
+from notification_controller.connecting import transport_for
 from notification_controller.dispatching import ByteBudget, Dropped, ProviderLanes
 from notification_controller.limiting import Dedup, event_key
 from notification_controller.providers import DeliveryError, deliver
@@ -259,6 +260,7 @@ class EventHub:
             return
         try:
             address, token, headers = await self._credentials(provider)
+            transport = await transport_for(self.client, provider)
         except SecretError as error:
             events.warning(NotificationReason.NOTIFICATION_DISPATCH_FAILED, redact_urls(str(error)))
             return
@@ -272,6 +274,7 @@ class EventHub:
                 token=token,
                 headers=headers,
                 timeout=timeout,
+                transport=transport,
             )
         except DeliveryError as error:
             message = redact_urls(str(error))

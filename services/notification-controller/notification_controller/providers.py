@@ -59,6 +59,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiohttp
 
+from notification_controller.connecting import Transport
 from notification_controller.signatures import (
     TIMESTAMP_HEADER,
     TIMESTAMPED_SIGNATURE_HEADER,
@@ -107,6 +108,7 @@ async def deliver(
     token: str | None,
     headers: Mapping[str, str],
     timeout: float,
+    transport: Transport | None = None,
     retries: int = 3,
     backoff: float = 0.5,
     clock: Callable[[], float] = time.time,
@@ -117,8 +119,10 @@ async def deliver(
     between them (or the server's `Retry-After`, up to 30s, on 429).
     Returns quietly when the event is not for this provider type (a commit
     status without a commit, a Progressing event, a commit status update for
-    a chat provider).
+    a chat provider). `transport` carries the Provider's proxy and TLS
+    settings (see `connecting`).
     """
+    transport = transport or Transport()
     request = build_request(
         provider, event, address=address, token=token, headers=headers, now=clock()
     )
@@ -134,9 +138,12 @@ async def deliver(
                 request.method,
                 request.url,
                 data=request.body,
-                headers=request.headers,
+                headers={**request.headers, **transport.headers_for(request.url)},
                 timeout=aiohttp.ClientTimeout(total=timeout),
                 allow_redirects=False,
+                proxy=transport.proxy,
+                proxy_headers=transport.proxy_headers,
+                ssl=transport.ssl if transport.ssl is not None else True,
             ) as answer:
                 status = answer.status
                 if status < 300:

@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import json
+import ssl
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from aiohttp import web
 from structlog.testing import capture_logs
 
+from notification_controller.connecting import tls_context
 from notification_controller.signatures import verify
+from sluice_envtest.certificates import ServingPki, make_serving_pki
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.secrets import SecretError
 from sluice_runtime.serving import serving
 
 from .conftest import (
@@ -534,3 +543,116 @@ async def test_the_hub_bounds_what_it_holds_in_bytes(
         peer.release.set()
         await asyncio.wait_for(p.hub.drain(), timeout=30)
         assert p.hub.budget.used == 0
+
+
+async def test_the_provider_proxy_secret_is_honoured(alone: Platform) -> None:
+    """Events go through the Provider's proxy, with its credentials, as in Flux."""
+    p = alone
+    seen: list[tuple[str, str, str]] = []
+
+    async def proxy(request: web.Request) -> web.Response:
+        # A forward proxy gets the absolute URL; this one answers for the target.
+        seen.append(
+            (request.method, str(request.url), request.headers.get("Proxy-Authorization", ""))
+        )
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", proxy)
+    async with serving(app, "127.0.0.1:0") as runner:
+        proxy_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        await make_secret(
+            p.kube, p.namespace, "egress", {"address": proxy_url, "username": "u", "password": "pw"}
+        )
+        target = {
+            "type": "generic",
+            "address": "http://alerts.example.invalid/hook",
+            "proxySecretRef": {"name": "egress"},
+        }
+        await alerting(p, "proxied", target, GIT_SOURCES)
+        await emit(p, event(p.namespace, "app"))
+    assert seen == [
+        (
+            "POST",
+            "http://alerts.example.invalid/hook",
+            f"Basic {base64.b64encode(b'u:pw').decode()}",
+        )
+    ]
+    assert p.hub.delivered == 1
+
+
+@contextlib.asynccontextmanager
+async def mtls_peer(pki: ServingPki) -> AsyncIterator[tuple[str, list[str]]]:
+    """An HTTPS endpoint that accepts only clients with a certificate from `pki`'s CA."""
+    received: list[str] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append((await request.json())["message"])
+        return web.Response(status=200)
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cadata=pki.ca.cert.decode())
+    with tempfile.TemporaryDirectory() as directory:
+        paths = pki.write(Path(directory))
+        context.load_cert_chain(paths["tls.crt"], paths["tls.key"])
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    try:
+        yield f"https://127.0.0.1:{runner.addresses[0][1]}/hook", received
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_provider_cert_secret_is_honoured_for_mtls(alone: Platform) -> None:
+    p = alone
+    pki = make_serving_pki(client_common_name="notification-controller")
+    assert pki.client is not None
+    async with mtls_peer(pki) as (url, received):
+        await make_secret(
+            p.kube,
+            p.namespace,
+            "provider-tls",
+            {
+                "ca.crt": pki.ca.cert.decode(),
+                "tls.crt": pki.client.cert.decode(),
+                "tls.key": pki.client.key.decode(),
+            },
+        )
+        await alerting(p, "mtls", {"type": "generic", "address": url,
+                                   "certSecretRef": {"name": "provider-tls"}},
+                       [{"kind": "GitRepository", "name": "app"}])  # fmt: skip
+        # Without it, the private CA is not trusted: the certificate is refused.
+        await alerting(p, "system-cas", {"type": "generic", "address": url, "timeout": "2s"},
+                       [{"kind": "GitRepository", "name": "other"}])  # fmt: skip
+        with capture_logs() as entries:
+            await emit(p, event(p.namespace, "app", "over mtls"), event(p.namespace, "other"))
+    assert received == ["over mtls"]
+    assert [e["error"] for e in entries if e["event"] == "notification failed"] == [
+        "generic provider at 127.0.0.1:"
+        f"{url.split(':')[2].split('/')[0]} unreachable: ClientConnectorCertificateError "
+        "(after 4 attempts)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        pytest.param({}, "has none of 'ca.crt', 'tls.crt' and 'tls.key'", id="empty"),
+        pytest.param({"ca.crt": "nope"}, "key 'ca.crt' is not a PEM certificate", id="bad-ca"),
+        pytest.param({"tls.crt": "x"}, "needs both 'tls.crt' and 'tls.key'", id="cert-no-key"),
+        pytest.param(
+            {"tls.crt": "x", "tls.key": "y"},
+            "keys 'tls.crt' and 'tls.key' are not a PEM certificate and its key",
+            id="bad-pair",
+        ),
+    ],
+)
+def test_a_bad_cert_secret_is_named(data: dict[str, str], problem: str) -> None:
+    with pytest.raises(SecretError) as raised:
+        tls_context(data, secret="ns/provider-tls")
+    assert str(raised.value) == f"secret 'ns/provider-tls' {problem}"

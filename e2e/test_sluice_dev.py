@@ -160,6 +160,10 @@ def test_sluice_dev_runs_everything_and_ctrl_c_stops_it(
         # The four processes deliver together: source → artifact URL → kustomize → cluster.
         delivered = deliver_through(kubeconfig.group(1), git_http)
         assert delivered["data"] == {"from": "sluice-dev"}
+        # Their events reached the hub, authenticated by the shared token.
+        logs = tmp_path / "logs"
+        assert "event rejected" not in (logs / "source-controller.log").read_text()
+        assert "event refused" not in (logs / "notification-controller.log").read_text()
     finally:
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)

@@ -160,6 +160,10 @@ def test_sluice_dev_runs_everything_and_ctrl_c_stops_it(
         # The four processes deliver together: source → artifact URL → kustomize → cluster.
         delivered = deliver_through(kubeconfig.group(1), git_http)
         assert delivered["data"] == {"from": "sluice-dev"}
+        # Their events reached the hub, authenticated by the shared token.
+        logs = tmp_path / "logs"
+        assert "event rejected" not in (logs / "source-controller.log").read_text()
+        assert "event refused" not in (logs / "notification-controller.log").read_text()
     finally:
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)
@@ -198,6 +202,10 @@ def test_sluice_dev_with_a_kubeconfig_runs_the_controllers_against_that_cluster(
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             given = argv[argv.index(b"--kubeconfig") + 1].decode()
             assert given == str(cluster.kubeconfig.resolve())
+            # And the token their events are authenticated with at the hub.
+            token_file = argv[argv.index(b"--events-token-file") + 1].decode()
+            assert token_file == str(tmp_path / "events-token")
+        assert (tmp_path / "events-token").stat().st_mode & 0o777 == 0o600
         assert not (tmp_path / "controlplane").exists()
     finally:
         proc.send_signal(signal.SIGINT)

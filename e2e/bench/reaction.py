@@ -56,6 +56,7 @@ from e2e.bench.cluster import (
 )
 from e2e.bench.common import median, percentile, table, write
 from sluice_cli.crds_command import all_crds
+from sluice_cli.dev import events_token_file
 from sluice_envtest.controlplane import ControlPlane, free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import github_headers, push_payload
@@ -235,13 +236,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         await create_namespace(client, NS)
         kubeconfig = str(plane.kubeconfig)
         receiver_port, events_port, storage_port = free_port(), free_port(), free_port()
-        events = ["--events-addr", f"http://127.0.0.1:{events_port}"]
+        token = ["--events-token-file", str(events_token_file(workdir))]
+        events = ["--events-addr", f"http://127.0.0.1:{events_port}", *token]
         controllers = [
             Controller(
                 "notification-controller",
                 "notification_controller",
                 ["--kubeconfig", kubeconfig, "--receiver-addr", f"127.0.0.1:{receiver_port}",
-                 "--events-addr", f"127.0.0.1:{events_port}",
+                 "--events-addr", f"127.0.0.1:{events_port}", *token,
                  "--receiver-debounce", f"{args.receiver_debounce}s"],
                 workdir / "notification-controller.log",
             ),

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -65,14 +66,29 @@ class Endpoints:
         return cls(*(f"127.0.0.1:{free_port()}" for _ in range(3)))
 
 
+def events_token_file(workdir: Path) -> Path:
+    """A fresh random token only this user can read: the controllers run with an
+    admin kubeconfig, not service accounts, so they prove to the event hub that
+    they are Sluice's with this shared token instead."""
+    path = workdir / "events-token"
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(secrets.token_urlsafe(32))
+    return path
+
+
 def controllers(workdir: Path, endpoints: Endpoints) -> list[ControllerProcess]:
-    events = ["--events-addr", f"http://{endpoints.events}"]
+    token = ["--events-token-file", str(events_token_file(workdir))]
+    events = ["--events-addr", f"http://{endpoints.events}", *token]
     source = [
         "--storage-path", str(workdir / "storage"),
         "--storage-addr", endpoints.storage,
         "--storage-adv-addr", endpoints.storage,
     ]  # fmt: skip
-    notification = ["--events-addr", endpoints.events, "--receiver-addr", endpoints.receiver]
+    notification = [
+        "--events-addr", endpoints.events, *token, "--receiver-addr", endpoints.receiver
+    ]  # fmt: skip
     return [
         ControllerProcess("source-controller", "source_controller", extra=[*events, *source]),
         ControllerProcess("kustomize-controller", "kustomize_controller", extra=list(events)),

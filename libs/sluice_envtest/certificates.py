@@ -96,6 +96,8 @@ class ServingPki:
 
     ca: Pem
     serving: Pem
+    client: Pem | None = None
+    """A client certificate from the same CA, for servers that require mTLS."""
 
     def write(self, directory: Path) -> dict[str, Path]:
         paths = {}
@@ -115,8 +117,10 @@ def make_serving_pki(
     *,
     hosts: Sequence[str] = ("127.0.0.1", "localhost"),
     common_name: str = "sluice-test-server",
+    client_common_name: str | None = None,
 ) -> ServingPki:
-    """A fresh CA and a certificate for `hosts` (IP addresses or DNS names)."""
+    """A fresh CA and a certificate for `hosts` (IP addresses or DNS names); with
+    `client_common_name`, a client certificate too."""
     ca = _Authority.create("sluice-test-ca")
     sans: list[x509.GeneralName] = []
     for host in hosts:
@@ -129,7 +133,13 @@ def make_serving_pki(
         ExtendedKeyUsageOID.SERVER_AUTH,
         sans,
     )
-    return ServingPki(ca=ca.pem, serving=serving)
+    client = None
+    if client_common_name is not None:
+        client = ca.issue(
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, client_common_name)]),
+            ExtendedKeyUsageOID.CLIENT_AUTH,
+        )
+    return ServingPki(ca=ca.pem, serving=serving, client=client)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import C
 from sluice_runtime.recording import EventRecorder
 from sluice_runtime.serving import metrics_app, probes_app, serving
+from sluice_runtime.tokens import producer_token
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +75,14 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
     p.add_argument("--metrics-addr", default=":8080", help="Prometheus metrics address")
     p.add_argument("--health-addr", default=":9440", help="/healthz and /readyz address")
     p.add_argument("--events-addr", default="", help="notification-controller event endpoint")
+    p.add_argument(
+        "--events-token-file",
+        default="",
+        help=(
+            "file holding the token that authenticates events at the notification-controller "
+            "(default: the pod's service-account token)"
+        ),
+    )
     p.add_argument("--enable-leader-election", action="store_true")
     p.add_argument("--leader-election-lease-duration", type=duration, default=35.0)
     p.add_argument("--leader-election-renew-deadline", type=duration, default=30.0)
@@ -199,6 +208,7 @@ async def running(
             client,
             controller=service,
             events_addr=(options.events_addr or None) if forward_events else None,
+            events_token=producer_token(options.events_token_file) if forward_events else None,
         )
         await stack.enter_async_context(recorder.running())
         informers = Informers(

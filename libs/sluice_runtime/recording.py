@@ -6,6 +6,11 @@ when `--events-addr` is set, the Flux event JSON POSTed to the
 notification-controller, which turns it into alerts. Both are sent from a
 background task so a slow notification endpoint never slows a reconcile;
 events of severity `trace` are recorded but never POSTed, as in Flux.
+
+The hub accepts events only from the controllers: each POST carries
+`Authorization: Bearer <token>`, the token read (again when it rotates) from
+`--events-token-file`, or else from the pod's service-account token (see
+`tokens`). A controller with neither still POSTs, and the hub refuses it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import structlog
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound
 from sluice_runtime.kube.resources import EVENT
+from sluice_runtime.tokens import TokenFile, TokenFileError
 
 log = structlog.get_logger(__name__)
 
@@ -118,12 +124,14 @@ class EventRecorder:
         *,
         controller: str,
         events_addr: str | None = None,
+        events_token: TokenFile | None = None,
         instance: str | None = None,
     ) -> None:
         self.client = client
         self.controller = controller
         self.instance = instance or socket.gethostname()
         self.events_addr = _normalize_addr(events_addr) if events_addr else None
+        self.events_token = events_token
         self._pending: asyncio.Queue[Event] = asyncio.Queue(maxsize=_MAX_PENDING)
         # (uid, type, reason, message) -> (event name, count), to aggregate repeats.
         self._seen: OrderedDict[tuple[str, str, str, str], tuple[str, int]] = OrderedDict()
@@ -222,9 +230,18 @@ class EventRecorder:
     async def _post(self, event: Event) -> None:
         assert self._session is not None and self.events_addr is not None
         body = event.flux_json(controller=self.controller, instance=self.instance)
+        headers: dict[str, str] = {}
+        if self.events_token is not None:
+            try:
+                headers["Authorization"] = f"Bearer {self.events_token.read()}"
+            except TokenFileError as error:
+                log.warning("event not posted", error=str(error), reason=event.reason)
+                return
         for attempt in range(_POST_ATTEMPTS):
             try:
-                async with self._session.post(self.events_addr, json=body) as answer:
+                async with self._session.post(
+                    self.events_addr, json=body, headers=headers
+                ) as answer:
                     if answer.status < 500:
                         if answer.status >= 300:
                             log.warning("event rejected", status=answer.status, reason=event.reason)

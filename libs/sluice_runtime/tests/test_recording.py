@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
@@ -12,7 +14,9 @@ from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.resources import EVENT
 from sluice_runtime.reconciling.errors import StepError
 from sluice_runtime.reconciling.steps import Result, Step
+from sluice_runtime.recording import EventRecorder
 from sluice_runtime.serving import serving
+from sluice_runtime.tokens import TokenFile
 
 from .conftest import GITREPO, RecordingContext, eventually, gitrepo, running_controller
 
@@ -81,3 +85,36 @@ async def test_ready_transitions_become_events_and_notifications(
     assert events["GitOperationFailed"]["message"] == "connection refused"
     assert events["Succeeded"]["type"] == "Normal"
     assert events["Succeeded"]["source"]["component"] == "test-controller"
+
+
+async def test_events_carry_the_current_token_from_the_token_file(
+    kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """The hub authenticates producers; the token is re-read as the kubelet rotates it."""
+    authorizations: list[str | None] = []
+
+    async def accept(request: web.Request) -> web.Response:
+        authorizations.append(request.headers.get("Authorization"))
+        return web.Response(status=202)
+
+    app = web.Application()
+    app.router.add_post("/", accept)
+    token = tmp_path / "token"
+    token.write_text("first-token\n")
+    async with serving(app, "127.0.0.1:0") as runner:
+        recorder = EventRecorder(
+            kube,
+            controller="test-controller",
+            events_addr=f"http://127.0.0.1:{runner.addresses[0][1]}/",
+            events_token=TokenFile(token),
+        )
+        obj = gitrepo("rotating", namespace)
+        async with recorder.running():
+            recorder.for_object(obj).normal("One", "first")
+            await eventually(lambda: len(authorizations) == 1, message="first event")
+            rotated = tmp_path / "token.new"
+            rotated.write_text("second-token")
+            os.replace(rotated, token)
+            recorder.for_object(obj).normal("Two", "second")
+            await eventually(lambda: len(authorizations) == 2, message="second event")
+    assert authorizations == ["Bearer first-token", "Bearer second-token"]

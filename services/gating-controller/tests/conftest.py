@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -158,8 +159,12 @@ class Stage:
         return self.receiver_url + receiver["status"]["webhookPath"]
 
     async def signed_post(self, url: str, token: str, body: bytes) -> int:
-        signature = "sha256=" + hmac.new(token.encode(), body, hashlib.sha256).hexdigest()
-        async with self.session.post(url, data=body, headers={"X-Signature": signature}) as answer:
+        # Timestamped, as the notification-controller requires by default.
+        stamp = str(int(time.time()))
+        signed = stamp.encode() + b"." + body
+        signature = "sha256=" + hmac.new(token.encode(), signed, hashlib.sha256).hexdigest()
+        headers = {"X-Signature-Timestamp": stamp, "X-Signature-Timestamped": signature}
+        async with self.session.post(url, data=body, headers=headers) as answer:
             return answer.status
 
     async def kustomization(self, name: str, source: str, **spec: Any) -> None:
@@ -235,13 +240,19 @@ async def stage(
 
     clock = FakeClock()
     kubeconfig = str(cluster.kubeconfig)
+    events_token = tmp_path / "events-token"
+    events_token.write_text(secrets.token_hex(16))
     storage_port = free_port()
     async with (
         running_service(
             notification_main,
             kubeconfig=kubeconfig,
             namespace=namespace,
-            argv=["--receiver-addr", "127.0.0.1:0", "--events-addr", "127.0.0.1:0"],
+            argv=[
+                "--receiver-addr", "127.0.0.1:0",
+                "--events-addr", "127.0.0.1:0",
+                "--events-token-file", str(events_token),
+            ],
         ) as notification,
         running_service(
             gating_main,
@@ -250,6 +261,7 @@ async def stage(
             argv=[
                 "--events-addr",
                 f"http://127.0.0.1:{notification.components['events_address'][1]}/",
+                "--events-token-file", str(events_token),
             ],
             components={"clock": clock},
         ) as gating,

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
+from pathlib import Path
 
 import aiohttp
 
-from notification_controller import alerts, receivers
+from notification_controller import alerts, authenticating, receivers
+from notification_controller import hub as hub_module
 from notification_controller.hub import EventHub
 from notification_controller.limiting import Dedup, WebhookLimiter
 from notification_controller.webhooks import WebhookServer
@@ -22,6 +24,7 @@ from sluice_runtime import app
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
+from sluice_runtime.tokens import TokenFile
 
 SERVICE = "notification-controller"
 KINDS = (Receiver, Alert, Provider, Gate)
@@ -55,10 +58,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="pushes within this window trigger one reconcile (plus one trailing)",
     )
     parser.add_argument(
+        "--provider-timeout-max",
+        type=app.duration,
+        default=hub_module.MAX_PROVIDER_TIMEOUT,
+        help="cap on a Provider's spec.timeout, per attempt",
+    )
+    parser.add_argument(
+        "--provider-concurrency",
+        type=int,
+        default=2,
+        help="deliveries in flight per Provider; a slow one cannot hold every worker",
+    )
+    parser.add_argument(
+        "--provider-backlog",
+        type=int,
+        default=100,
+        help="deliveries waiting per Provider before new ones are dropped",
+    )
+    parser.add_argument(
+        "--event-queue-bytes",
+        type=int,
+        default=hub_module.DEFAULT_QUEUE_BYTES,
+        help="bytes of events queued or awaiting delivery before new ones are refused (503)",
+    )
+    parser.add_argument(
+        "--events-service-accounts",
+        default=",".join(authenticating.DEFAULT_PRODUCERS),
+        help=(
+            "service accounts whose tokens may post events, comma-separated `name` (in "
+            "$RUNTIME_NAMESPACE) or `namespace:name`; --events-token-file names a shared "
+            "token also accepted"
+        ),
+    )
+    parser.add_argument(
         "--replay-window",
         type=app.duration,
-        default=0.0,
-        help="when set, generic-hmac requests must carry a signed timestamp this recent",
+        default=300.0,
+        help=(
+            "generic-hmac requests must carry a signed timestamp this recent; 0 also "
+            "accepts Flux's body-only X-Signature, which a captured request replays forever"
+        ),
     )
 
 
@@ -103,7 +142,20 @@ async def setup(runtime: app.Runtime) -> None:
         recorder=runtime.recorder,
         session=session,
         dedup=Dedup(timedelta(seconds=options.rate_limit_interval)),
+        authenticator=authenticating.EventAuthenticator(
+            client=runtime.client,
+            service_accounts=authenticating.service_account_users(
+                options.events_service_accounts.split(","), namespace=app.runtime_namespace()
+            ),
+            shared=TokenFile(Path(options.events_token_file))
+            if options.events_token_file
+            else None,
+        ),
         no_cross_namespace_refs=options.no_cross_namespace_refs,
+        queue_bytes=options.event_queue_bytes,
+        provider_concurrency=options.provider_concurrency,
+        provider_backlog=options.provider_backlog,
+        max_provider_timeout=options.provider_timeout_max,
     )
     runtime.components["hub"] = hub
     await hub.start()

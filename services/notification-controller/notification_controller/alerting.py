@@ -18,7 +18,7 @@ Pure functions over an Alert and the event JSON controllers POST (see
   `eventMetadata`, the Alert's `summary` as `summary`, then keys under the
   involved object's API group — so the event's own values win over the
   Alert's. Prefixes are stripped and other keys dropped; the internal
-  `<group>/token` never leaves.
+  `<group>/token` never leaves, nor does any URL's `user:password@`.
 
 The label lookup is a parameter because only the controller has the cache;
 `--no-cross-namespace-refs` is the controller's check too, as in Flux.
@@ -33,6 +33,7 @@ from typing import Any
 
 from sluice_api.notification import Alert, CrossNamespaceObjectReference
 from sluice_runtime.patterns import InvalidPattern, Pattern, compile_pattern
+from sluice_runtime.redacting import redact_urls
 
 EVENT_GROUP = "event.toolkit.fluxcd.io"
 """Metadata under this prefix comes from the involved object's annotations."""
@@ -58,11 +59,14 @@ def matches(alert: Alert, event: Mapping[str, Any], *, labels_of: LabelsOf) -> b
 
 
 def enrich(alert: Alert, event: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the event with its metadata combined for this Alert's Provider."""
+    """A copy of the event with its metadata combined for this Alert's Provider,
+    and any `user:password@` in its message or metadata redacted."""
     notification = copy.deepcopy(dict(event))
+    if isinstance(notification.get("message"), str):
+        notification["message"] = redact_urls(notification["message"])
     metadata, _ = _combine(alert, event)
     if metadata:
-        notification["metadata"] = metadata
+        notification["metadata"] = {key: redact_urls(value) for key, value in metadata.items()}
     elif isinstance(notification.get("metadata"), dict):
         # Flux leaves metadata it could not sort as it came, minus the token.
         notification["metadata"].pop(_prefixed(_group(event), TOKEN_KEY), None)

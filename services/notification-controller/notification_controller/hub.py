@@ -1,18 +1,26 @@
 """The event hub: controllers POST events here; matching Alerts forward them.
 
-`POST /` takes the Flux event JSON, answers 400 naming the field at fault
-or 202 at once, and queues the event; a dispatcher then finds the Alerts it
-matches (from the cache), drops an identical event already sent within
-`--rate-limit-interval`, resolves each Provider's address and token (its
-Secret wins over its spec) and delivers, retrying transient failures. A
-delivery that still fails becomes a Warning event on the Alert; nothing in
-here can take the controller down.
+`POST /` takes the Flux event JSON from an authenticated controller (401 or
+403 otherwise, before the body is read; see `authenticating`), answers 400
+naming the field at fault or 202 at once, and queues the event; a
+dispatcher then finds the Alerts it matches (from the cache), drops an
+identical event already sent within `--rate-limit-interval`, resolves each
+Provider's address and token (its Secret wins over its spec) and delivers,
+retrying transient failures. A delivery that still fails becomes a Warning
+event on the Alert; nothing in here can take the controller down.
+
+Deliveries run per Provider (see `dispatching`): each Provider has its own
+small concurrency and backlog, its `timeout` is capped at
+`--provider-timeout-max` (Flux's default is 15s, and `timeout: 600m` is
+valid), and everything queued counts against one byte budget; a full one
+answers 503 and counts the drop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -25,6 +33,9 @@ import yaml
 from aiohttp import web
 
 from notification_controller.alerting import enrich, matches
+from notification_controller.authenticating import EventAuthenticator
+from notification_controller.connecting import transport_for
+from notification_controller.dispatching import ByteBudget, Dropped, ProviderLanes
 from notification_controller.limiting import Dedup, event_key
 from notification_controller.providers import DeliveryError, deliver
 from sluice_api.meta import parse_duration
@@ -35,11 +46,16 @@ from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.recording import EventRecorder
+from sluice_runtime.redacting import redact_urls
 
 log = structlog.get_logger(__name__)
 
 MAX_EVENT_BODY = 1024 * 1024
 DEFAULT_PROVIDER_TIMEOUT = 15.0
+"""A Provider's timeout when it sets none, as Flux."""
+MAX_PROVIDER_TIMEOUT = 30.0
+"""The most a Provider's timeout may be, unless `--provider-timeout-max` says otherwise."""
+DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024
 
 
 class InvolvedObject(pydantic.BaseModel):
@@ -78,9 +94,14 @@ class EventHub:
         recorder: EventRecorder,
         session: aiohttp.ClientSession,
         dedup: Dedup,
+        authenticator: EventAuthenticator,
         no_cross_namespace_refs: bool = False,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         queue_size: int = 10000,
+        queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        provider_concurrency: int = 2,
+        provider_backlog: int = 100,
+        max_provider_timeout: float = MAX_PROVIDER_TIMEOUT,
     ) -> None:
         self.client = client
         self.mapper = mapper
@@ -89,13 +110,25 @@ class EventHub:
         self.recorder = recorder
         self.session = session
         self.dedup = dedup
+        self.authenticator = authenticator
         self.no_cross_namespace_refs = no_cross_namespace_refs
         self.clock = clock
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_size)
+        self.max_provider_timeout = max_provider_timeout
+        self.budget = ByteBudget(queue_bytes)
+        self.dropped = Dropped()
+        self.lanes = ProviderLanes(
+            concurrency=provider_concurrency,
+            backlog=provider_backlog,
+            budget=self.budget,
+            dropped=self.dropped,
+        )
+        # Each event with the bytes it holds in the budget until dispatched.
+        self._queue: asyncio.Queue[tuple[dict[str, Any], int]] = asyncio.Queue(maxsize=queue_size)
         self._workers: list[asyncio.Task[None]] = []
         # Observable by tests.
         self.received = 0
         self.delivered = 0
+        self.refused = 0
 
     def app(self) -> web.Application:
         application = web.Application(client_max_size=MAX_EVENT_BODY)
@@ -115,8 +148,14 @@ class EventHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._workers.clear()
+        await self.lanes.stop()
 
     async def handle(self, request: web.Request) -> web.Response:
+        refusal = await self.authenticator.check(request.headers.get("Authorization"))
+        if refusal is not None:
+            self.refused += 1
+            log.info("event refused", status=refusal.status, reason=refusal.message)
+            return web.Response(status=refusal.status, text=f"event refused: {refusal.message}")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -136,26 +175,34 @@ class EventHub:
         self.received += 1
         if event.severity == "trace":
             return web.Response(status=202)
-        try:
-            self._queue.put_nowait(event.model_dump(exclude_none=True))
-        except asyncio.QueueFull:
-            return web.Response(status=503, text="event queue full")
+        size = len(body)
+        if self._queue.full() or not self.budget.take(size):
+            reason = "event queue full"
+            self.dropped[reason] += 1
+            log.warning("event dropped", reason=reason, bytes=size, queued_bytes=self.budget.used)
+            return web.Response(status=503, text=reason)
+        self._queue.put_nowait((event.model_dump(exclude_none=True), size))
         return web.Response(status=202)
 
     async def _work(self) -> None:
         while True:
-            event = await self._queue.get()
+            event, size = await self._queue.get()
+            # Its bytes pass to the deliveries it becomes, each of which takes its own.
+            self.budget.give(size)
             try:
-                await self.dispatch(event)
+                await self.dispatch(event, size=size)
             except Exception:  # a dispatch bug must not stop the others
                 log.exception("event dispatch failed")
             finally:
                 self._queue.task_done()
 
     async def drain(self) -> None:
+        """Wait until every event queued so far is dispatched and delivered (or dropped)."""
         await self._queue.join()
+        await self.lanes.drain()
 
-    async def dispatch(self, event: dict[str, Any]) -> None:
+    async def dispatch(self, event: dict[str, Any], *, size: int = 0) -> None:
+        """Match `event` against the Alerts and queue a delivery in each one's Provider lane."""
         involved = event["involvedObject"]
         labels: dict[str, str] | None = None
         fetched = False
@@ -172,7 +219,11 @@ class EventHub:
                 labels, fetched = await self._labels(involved), True
             if not matches(alert, event, labels_of=_constant(labels)):
                 continue
-            await self._send(alert, raw, enrich(alert, event))
+            provider = f"{alert.metadata.namespace or 'default'}/{alert.spec.provider_ref.name}"
+            enriched = enrich(alert, event)
+            self.lanes.submit(
+                provider, functools.partial(self._send, alert, raw, enriched), size=size
+            )
 
     async def _labels(self, involved: Mapping[str, Any]) -> dict[str, str] | None:
         try:
@@ -209,14 +260,11 @@ class EventHub:
             return
         try:
             address, token, headers = await self._credentials(provider)
+            transport = await transport_for(self.client, provider)
         except SecretError as error:
-            events.warning(NotificationReason.NOTIFICATION_DISPATCH_FAILED, str(error))
+            events.warning(NotificationReason.NOTIFICATION_DISPATCH_FAILED, redact_urls(str(error)))
             return
-        timeout = (
-            parse_duration(provider.spec.timeout).total_seconds()
-            if provider.spec.timeout
-            else DEFAULT_PROVIDER_TIMEOUT
-        )
+        timeout = provider_timeout(provider, maximum=self.max_provider_timeout)
         try:
             await deliver(
                 self.session,
@@ -226,12 +274,14 @@ class EventHub:
                 token=token,
                 headers=headers,
                 timeout=timeout,
+                transport=transport,
             )
         except DeliveryError as error:
+            message = redact_urls(str(error))
             log.warning(
-                "notification failed", alert=alert.key, provider=provider.key, error=str(error)
+                "notification failed", alert=alert.key, provider=provider.key, error=message
             )
-            events.warning(NotificationReason.NOTIFICATION_DISPATCH_FAILED, str(error))
+            events.warning(NotificationReason.NOTIFICATION_DISPATCH_FAILED, message)
             return
         self.delivered += 1
 
@@ -260,6 +310,17 @@ class EventHub:
                 f"provider '{provider.key}' has no address (spec.address or secret 'address')"
             )
         return address, token, headers
+
+
+def provider_timeout(provider: Provider, *, maximum: float) -> float:
+    """The Provider's timeout per attempt (15s when unset), capped at `maximum`: a
+    tenant's `timeout: 600m` must not hold a delivery slot for ten hours."""
+    wanted = (
+        parse_duration(provider.spec.timeout).total_seconds()
+        if provider.spec.timeout
+        else DEFAULT_PROVIDER_TIMEOUT
+    )
+    return min(wanted, maximum)
 
 
 def _constant(

@@ -9,16 +9,20 @@ The caller resolves the Provider's secret: `address` and `token` from
 `spec.secretRef` take precedence over `spec.address`, and `headers` is the
 secret's `headers` map; `deliver` takes them as given and never reads
 `spec.address` itself. `timeout` bounds each attempt. Error messages never
-carry the token nor the address's path or query (webhook URLs are secrets
-for Slack, Teams and Discord): they name the type, the host and the status.
+carry the token nor the address's credentials, path or query (webhook URLs
+are secrets for Slack, Teams and Discord): they name the type, the host and
+the status.
 
 Payloads, as Flux sends them:
 
 - `generic`: the event JSON, with `gotk-component` and the secret's headers.
-- `generic-hmac`: the same, plus `X-Signature: sha256=<hex hmac(token, body)>`
-  (Flux-compatible) and, beyond Flux, `X-Signature-Timestamp: <unix seconds>`
-  with `X-Signature-Timestamped: sha256=<hex hmac(token, timestamp + "." + body)>`
-  so receivers can reject replays (see `signatures`).
+- `generic-hmac`: the same, signed with a timestamp so receivers can reject
+  replays (see `signatures`): `X-Signature-Timestamp: <unix seconds>` and
+  `X-Signature-Timestamped: sha256=<hex hmac(token, timestamp + "." + body)>`.
+  Unlike Flux, no body-only `X-Signature` is sent: it would let anyone
+  holding one captured request replay it forever with the timestamp headers
+  removed. A Flux receiver, which checks only `X-Signature`, therefore
+  refuses these requests; use `generic` with a secret header towards it.
 - `slack`: an incoming-webhook message, one attachment coloured by severity
   (`good`/`danger`) with the metadata as fields; `Authorization: Bearer` when
   a token is set (chat.postMessage).
@@ -55,8 +59,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiohttp
 
+from notification_controller.connecting import Transport
 from notification_controller.signatures import (
-    SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     TIMESTAMPED_SIGNATURE_HEADER,
     sign,
@@ -104,6 +108,7 @@ async def deliver(
     token: str | None,
     headers: Mapping[str, str],
     timeout: float,
+    transport: Transport | None = None,
     retries: int = 3,
     backoff: float = 0.5,
     clock: Callable[[], float] = time.time,
@@ -114,14 +119,16 @@ async def deliver(
     between them (or the server's `Retry-After`, up to 30s, on 429).
     Returns quietly when the event is not for this provider type (a commit
     status without a commit, a Progressing event, a commit status update for
-    a chat provider).
+    a chat provider). `transport` carries the Provider's proxy and TLS
+    settings (see `connecting`).
     """
+    transport = transport or Transport()
     request = build_request(
         provider, event, address=address, token=token, headers=headers, now=clock()
     )
     if request is None:
         return
-    host = urlsplit(request.url).netloc or "?"
+    host = _host(request.url)
     where = f"{provider.spec.type} provider at {host}"
     last_error = f"{where}: no attempt made"
     for attempt in range(retries + 1):
@@ -131,9 +138,12 @@ async def deliver(
                 request.method,
                 request.url,
                 data=request.body,
-                headers=request.headers,
+                headers={**request.headers, **transport.headers_for(request.url)},
                 timeout=aiohttp.ClientTimeout(total=timeout),
                 allow_redirects=False,
+                proxy=transport.proxy,
+                proxy_headers=transport.proxy_headers,
+                ssl=transport.ssl if transport.ssl is not None else True,
             ) as answer:
                 status = answer.status
                 if status < 300:
@@ -201,7 +211,8 @@ def _generic_hmac(target: _Target) -> OutboundRequest:
         raise DeliveryError("generic-hmac provider needs a token")
     request = _generic(target)
     timestamp = str(int(target.now))
-    request.headers[SIGNATURE_HEADER] = sign(target.token, request.body)
+    # Only the timestamped form: a body-only X-Signature alongside it would
+    # verify forever once someone strips the timestamp headers off a capture.
     request.headers[TIMESTAMP_HEADER] = timestamp
     request.headers[TIMESTAMPED_SIGNATURE_HEADER] = sign(
         target.token, timestamped_payload(timestamp, request.body)
@@ -457,6 +468,12 @@ def _http_url(address: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise DeliveryError("the provider address is not an http(s) URL")
     return address.strip()
+
+
+def _host(url: str) -> str:
+    """`host[:port]` of `url`, never its userinfo (`user:token@` is a credential)."""
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    return netloc or "?"
 
 
 def _metadata(event: Mapping[str, Any]) -> dict[str, str]:

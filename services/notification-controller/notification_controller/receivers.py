@@ -72,7 +72,16 @@ async def reconcile_resources(ctx: ReceiverContext) -> Result | None:
                 NotificationReason.INVALID_CONFIG,
                 f"resource {where}: action '{resource.action}' applies to Gates only",
             )
-        if ctx.no_cross_namespace_refs and resource.namespace not in (None, namespace):
+        cross_namespace = resource.namespace not in (None, namespace)
+        if resource.action and cross_namespace:
+            # Gate actions are patched with the controller's own rights, in
+            # every namespace: refused whatever --no-cross-namespace-refs says,
+            # or one tenant's Receiver would hold another tenant's Gate.
+            raise Stalling(
+                NotificationReason.INVALID_CONFIG,
+                f"resource {where}: a Receiver can open or close Gates in its own namespace only",
+            )
+        if ctx.no_cross_namespace_refs and cross_namespace:
             raise Stalling(
                 NotificationReason.INVALID_CONFIG,
                 f"resource {where}: cross-namespace references are not allowed",

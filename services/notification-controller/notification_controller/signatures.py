@@ -18,12 +18,14 @@ Replay protection for `generic-hmac`, beyond Flux. A sender may add
 mode*: the signed string is `<timestamp> + "." + <body>`, the signature is
 read from `X-Signature-Timestamped` (or, when that header is absent, from
 `X-Signature`), and the timestamp must lie within the replay window of `now`
-(either side, to allow for clock skew). A Receiver configured with a
-`replay_window` requires timestamped mode; without one, a request carrying a
-timestamp is checked against `DEFAULT_REPLAY_WINDOW` and a request without
-one is checked the Flux way (`X-Signature` over the body alone).
-Sluice's own generic-hmac Provider sends all three headers, so it is
-accepted either way.
+(either side, to allow for clock skew). With a `replay_window` (the
+controller's `--replay-window`, 5m by default) timestamped mode is required;
+without one (`--replay-window=0`, for Flux senders, whose generic-hmac
+Provider signs the body alone), a request carrying a timestamp is checked
+against `DEFAULT_REPLAY_WINDOW` and a request without one is checked the Flux
+way (`X-Signature` over the body alone), which a captured request passes
+forever. Sluice's own generic-hmac Provider sends only the timestamped form,
+so its requests cannot be replayed by stripping the timestamp either way.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import KubeError
+from sluice_runtime.redacting import redact_urls
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +61,10 @@ DEFAULT_API_VERSIONS = {
 
 class ActionFailed(Exception):
     pass
+
+
+class ActionRefused(Exception):
+    """An action this Receiver may never take; named in the 500 like a failure."""
 
 
 def rfc3339(now: datetime) -> str:
@@ -116,7 +121,7 @@ class WebhookServer:
         if receiver.spec.suspend:
             return self._reject(503, "receiver is suspended", request, log_)
         token = self.directory.tokens.get(key)
-        if not _ready(raw) or token is None:
+        if not ready_for_spec(raw) or token is None:
             return self._reject(503, "receiver is not ready", request, log_)
         if request.content_length is not None and request.content_length > MAX_BODY:
             # Answered before reading: a huge body costs us nothing.
@@ -199,10 +204,11 @@ class WebhookServer:
         for resource in receiver.spec.resources:
             try:
                 await self._act_on(receiver, resource, namespace, now)
+            except ActionRefused as error:
+                failures.append(str(error))
             except KubeError as error:
-                failures.append(
-                    f"{resource.kind}/{resource.namespace or namespace}/{resource.name}: {error}"
-                )
+                where = f"{resource.kind}/{resource.namespace or namespace}/{resource.name}"
+                failures.append(f"{where}: {redact_urls(str(error))}")
         if failures:
             raise ActionFailed("; ".join(failures))
 
@@ -213,6 +219,13 @@ class WebhookServer:
         rt = await self.mapper.resource_for(api_version, resource.kind)
         target_ns = resource.namespace or namespace
         if resource.kind == "Gate" and resource.action:
+            if target_ns != namespace:
+                # The reconcile stalls such a Receiver; this holds even when the
+                # cache still has it Ready from before its spec changed.
+                raise ActionRefused(
+                    f"Gate/{target_ns}/{resource.name}: a Receiver can open or close "
+                    "Gates in its own namespace only"
+                )
             requested, by = (
                 (OPEN_REQUESTED_AT_ANNOTATION, OPEN_REQUESTED_BY_ANNOTATION)
                 if resource.action == "open"
@@ -231,8 +244,18 @@ class WebhookServer:
             await self.client.merge_patch(rt, obj["metadata"]["name"], patch, namespace=target_ns)
 
 
-def _ready(raw: dict[str, Any]) -> bool:
-    for cond in (raw.get("status") or {}).get("conditions") or []:
+def ready_for_spec(raw: dict[str, Any]) -> bool:
+    """Ready=True for the Receiver's current spec.
+
+    A Ready condition from before the last spec change says nothing about the
+    new spec (it may add a resource the reconcile will refuse), so readiness
+    counts only once `status.observedGeneration` has caught up.
+    """
+    status = raw.get("status") or {}
+    generation = (raw.get("metadata") or {}).get("generation")
+    if generation is None or status.get("observedGeneration") != generation:
+        return False
+    for cond in status.get("conditions") or []:
         if cond.get("type") == "Ready":
             return bool(cond.get("status") == "True")
     return False

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
+import secrets
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -157,6 +160,22 @@ async def parked(p: Platform, name: str, **labels: str) -> None:
     await p.create(GITREPO, name, spec, labels)
 
 
+EVENTS_TOKEN = secrets.token_hex(16)
+"""The shared token controllers authenticate their events with, as under `sluice dev`."""
+
+
+@functools.cache
+def events_token_file() -> str:
+    """A file holding EVENTS_TOKEN, for `--events-token-file` on every controller."""
+    path = Path(tempfile.mkdtemp(prefix="sluice-events-")) / "token"
+    path.write_text(EVENTS_TOKEN)
+    return str(path)
+
+
+def events_auth(token: str = EVENTS_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 def running_notification(
     kubeconfig: str, namespace: str, *flags: str
 ) -> contextlib.AbstractAsyncContextManager[app.Runtime]:
@@ -165,8 +184,13 @@ def running_notification(
         notification_main,
         kubeconfig=kubeconfig,
         namespace=namespace,
-        argv=["--receiver-addr", "127.0.0.1:0", "--events-addr", "127.0.0.1:0", *flags],
-    )
+        argv=[
+            "--receiver-addr", "127.0.0.1:0",
+            "--events-addr", "127.0.0.1:0",
+            "--events-token-file", events_token_file(),
+            *flags,
+        ],
+    )  # fmt: skip
 
 
 def platform_of(
@@ -240,6 +264,7 @@ async def platform(
                 namespace=namespace,
                 argv=[
                     "--events-addr", f"http://127.0.0.1:{events_port}",
+                    "--events-token-file", events_token_file(),
                     "--storage-path", str(tmp_path / "storage"),
                     "--storage-addr", f"127.0.0.1:{storage_port}",
                     "--storage-adv-addr", f"127.0.0.1:{storage_port}",
@@ -249,7 +274,10 @@ async def platform(
                 kustomize_main,
                 kubeconfig=kubeconfig,
                 namespace=namespace,
-                argv=["--events-addr", f"http://127.0.0.1:{events_port}"],
+                argv=[
+                    "--events-addr", f"http://127.0.0.1:{events_port}",
+                    "--events-token-file", events_token_file(),
+                ],
             ),
             aiohttp.ClientSession() as session,
         ):  # fmt: skip

@@ -385,6 +385,15 @@ def test_a_catastrophic_pattern_is_matched_in_linear_time() -> None:
             {"unprefixed": "kept"},
             id="unsortable-left-as-is-without-token",
         ),
+        pytest.param(
+            {"eventMetadata": {"dashboard": "https://ops:pw@grafana.example/d/1"}},
+            {f"{KS_GROUP}/source": "https://git:t0k3n@git.example/app.git"},
+            {
+                "dashboard": "https://redacted@grafana.example/d/1",
+                "source": "https://redacted@git.example/app.git",
+            },
+            id="url-credentials-redacted",
+        ),
     ],
 )
 def test_enrich(
@@ -405,3 +414,10 @@ def test_metadata_conflicts() -> None:
     evt = event(metadata={f"{KS_GROUP}/revision": "main@sha1:abc"})
     assert metadata_conflicts(a, evt) == ["revision"]
     assert metadata_conflicts(alert(eventSources=[source()]), evt) == []
+
+
+def test_enrich_redacts_url_credentials_in_the_message() -> None:
+    original = event(metadata=None)
+    original["message"] = "fetch https://bot:ghp_s3cret@github.com/acme/app failed"
+    enriched = enrich(alert(eventSources=[source()]), original)
+    assert enriched["message"] == "fetch https://redacted@github.com/acme/app failed"

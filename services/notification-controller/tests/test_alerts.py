@@ -3,26 +3,43 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
+import base64
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import ssl
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from aiohttp import web
+from structlog.testing import capture_logs
 
+from notification_controller.connecting import tls_context
+from notification_controller.signatures import verify
+from sluice_envtest.certificates import ServingPki, make_serving_pki
+from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition, make_secret
+from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.secrets import SecretError
 from sluice_runtime.serving import serving
 
 from .conftest import (
     ALERT,
+    EVENTS_TOKEN,
     GITREPO,
     KUSTOMIZATION,
     PROVIDER,
     Platform,
     cached,
+    events_auth,
+    notification_alone,
     parked,
 )
 
@@ -58,8 +75,16 @@ async def peers() -> AsyncIterator[Peers]:
 
     async def hook(request: web.Request) -> web.Response:
         body = await request.read()
-        expected = "sha256=" + hmac.new(HMAC_TOKEN.encode(), body, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(request.headers.get("X-Signature", ""), expected):
+        # As a Sluice Receiver checks it: timestamped, within a minute.
+        verdict = verify(
+            "generic-hmac",
+            token=HMAC_TOKEN,
+            headers=request.headers,
+            body=body,
+            now=datetime.now(UTC),
+            replay_window=timedelta(minutes=1),
+        )
+        if not verdict.ok:
             found.bad_signatures += 1
             return web.Response(status=401)
         found.hooks.append(json.loads(body))
@@ -117,7 +142,7 @@ def event(namespace: str, name: str, message: str = "hello", **metadata: str) ->
 async def emit(p: Platform, *events: dict[str, Any]) -> None:
     """POST events to the hub as a controller does, and wait until all are dispatched."""
     for sent in events:
-        assert await p.post(p.events_url, json.dumps(sent).encode(), {}) == (202, "")
+        assert await p.post(p.events_url, json.dumps(sent).encode(), events_auth()) == (202, "")
     await p.hub.drain()
 
 
@@ -179,21 +204,23 @@ async def test_a_failing_kustomization_alerts_once_and_sets_a_commit_status(
 
 async def test_the_event_hub_validates_what_it_is_sent(platform: Platform) -> None:
     p = platform
-    status, text = await p.post(p.events_url, b"{not json", {})
+    status, text = await p.post(p.events_url, b"{not json", events_auth())
     assert status == 400 and "not JSON" in text
     incomplete = {"involvedObject": {"kind": "GitRepository", "namespace": "x"}, "severity": "info",
                   "timestamp": "2026-11-21T10:00:00Z", "message": "m", "reason": "R", "reportingController": "c"}  # fmt: skip
     status, text = await p.post(
-        p.events_url, json.dumps(incomplete).encode(), {"Content-Type": "application/json"}
+        p.events_url,
+        json.dumps(incomplete).encode(),
+        {"Content-Type": "application/json", **events_auth()},
     )
     assert status == 400
     assert "involvedObject.name" in text
     incomplete["involvedObject"]["name"] = "app"  # type: ignore[index]
     incomplete["severity"] = "loud"
-    status, text = await p.post(p.events_url, json.dumps(incomplete).encode(), {})
+    status, text = await p.post(p.events_url, json.dumps(incomplete).encode(), events_auth())
     assert status == 400 and "severity" in text
     incomplete["severity"] = "info"
-    status, _ = await p.post(p.events_url, json.dumps(incomplete).encode(), {})
+    status, _ = await p.post(p.events_url, json.dumps(incomplete).encode(), events_auth())
     assert status == 202
 
 
@@ -203,7 +230,9 @@ async def test_a_failed_delivery_becomes_a_warning_on_the_alert(platform: Platfo
 
     p = platform
     ns = p.namespace
-    down = {"type": "generic", "address": f"http://127.0.0.1:{free_port()}/gone", "timeout": "2s"}
+    # Credentials in the address are the user's secret: they never reach the event.
+    address = f"http://ops:s3cret-pw@127.0.0.1:{free_port()}/gone"
+    down = {"type": "generic", "address": address, "timeout": "2s"}
     await alerting(p, "down", down, GIT_SOURCES)
     await emit(p, event(ns, "x"))
     warnings: list[dict[str, Any]] = []
@@ -221,6 +250,8 @@ async def test_a_failed_delivery_becomes_a_warning_on_the_alert(platform: Platfo
     assert warnings[0]["involvedObject"]["kind"] == "Alert"
     assert warnings[0]["reason"] == "NotificationDispatchFailed"
     assert "127.0.0.1" in warnings[0]["message"]
+    assert "s3cret-pw" not in json.dumps(warnings)
+    assert "ops" not in warnings[0]["message"]
 
 
 async def test_the_provider_secret_wins_over_its_spec_and_its_headers_are_sent(
@@ -364,3 +395,300 @@ async def test_an_alert_with_an_invalid_pattern_stalls_naming_it(
     await parked(p, "src")
     await emit(p, event(ns, "src", message="a" * 50 + "b"))
     assert [d.event["message"] for d in peers.at("patterns")] == ["a" * 50 + "b"]
+
+
+async def test_forged_events_are_refused_and_reach_no_provider(
+    alone: Platform, peers: Peers
+) -> None:
+    """Anyone in the cluster can reach the hub: without a controller's token an event
+    is refused before it is read, and no Provider's credentials are used for it."""
+    p = alone
+    await alerting(p, "forged", {"type": "generic", "address": f"{peers.base}/generic/forged"},
+                   GIT_SOURCES)  # fmt: skip
+    body = json.dumps(event(p.namespace, "app", "forged")).encode()
+    refused = [
+        ({}, 401, "event refused: missing bearer token"),
+        ({"Authorization": f"Basic {EVENTS_TOKEN}"}, 401, "event refused: missing bearer token"),
+        (events_auth("not-the-token"), 401, "event refused: token not authenticated"),
+    ]
+    for headers, status, text in refused:
+        assert await p.post(p.events_url, body, headers) == (status, text)
+    await p.hub.drain()
+    assert p.hub.refused == 3
+    assert p.hub.received == 0
+    assert peers.at("forged") == []
+    await emit(p, event(p.namespace, "app", "genuine"))
+    assert [d.event["message"] for d in peers.at("forged")] == ["genuine"]
+
+
+async def service_account_token(p: Platform, name: str) -> str:
+    """A token of ServiceAccount `name` in the test's namespace, from the API server."""
+    base = f"/api/v1/namespaces/{p.namespace}/serviceaccounts"
+    await p.kube.request(
+        "POST",
+        base,
+        body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    )
+    answer = await p.kube.request(
+        "POST",
+        f"{base}/{name}/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600},
+        },
+    )
+    return str(answer["status"]["token"])
+
+
+async def test_controller_service_accounts_are_checked_by_token_review(
+    cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer, peers: Peers
+) -> None:
+    flags = ("--events-service-accounts", f"{namespace}:source-controller")
+    async with notification_alone(cluster, kube, namespace, git_http, *flags) as p:
+        await alerting(p, "sa", {"type": "generic", "address": f"{peers.base}/generic/sa"},
+                       GIT_SOURCES)  # fmt: skip
+        controller = await service_account_token(p, "source-controller")
+        tenant = await service_account_token(p, "tenant")
+        for message in ("one", "two"):
+            body = json.dumps(event(namespace, "app", message)).encode()
+            assert await p.post(p.events_url, body, events_auth(controller)) == (202, "")
+        body = json.dumps(event(namespace, "app", "from a tenant")).encode()
+        assert await p.post(p.events_url, body, events_auth(tenant)) == (
+            403,
+            f"event refused: system:serviceaccount:{namespace}:tenant may not post events",
+        )
+        await p.hub.drain()
+        assert sorted(d.event["message"] for d in peers.at("sa")) == ["one", "two"]
+        assert p.hub.authenticator.reviews == 2, "the controller's token was reviewed once"
+
+
+@dataclass
+class SlowAndFast:
+    """A Provider endpoint that never answers in time, and one that answers at once."""
+
+    base: str
+    release: asyncio.Event
+    in_flight: int = 0
+    most_in_flight: int = 0
+    slow_calls: int = 0
+    fast: list[str] = field(default_factory=list)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def slow_and_fast() -> AsyncIterator[SlowAndFast]:
+    found = SlowAndFast(base="", release=asyncio.Event())
+
+    async def slow(request: web.Request) -> web.Response:
+        found.slow_calls += 1
+        found.in_flight += 1
+        found.most_in_flight = max(found.most_in_flight, found.in_flight)
+        try:
+            await found.release.wait()
+        finally:
+            found.in_flight -= 1
+        return web.Response(status=200)
+
+    async def fast(request: web.Request) -> web.Response:
+        found.fast.append((await request.json())["message"])
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/slow", slow)
+    app.router.add_post("/fast", fast)
+    async with serving(app, "127.0.0.1:0") as runner:
+        found.base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        yield found
+        found.release.set()
+
+
+async def post_events(p: Platform, *events: dict[str, Any]) -> list[tuple[int, str]]:
+    return [await p.post(p.events_url, json.dumps(e).encode(), events_auth()) for e in events]
+
+
+async def test_a_slow_provider_cannot_hold_the_others(
+    cluster: Cluster,
+    kube: KubeClient,
+    namespace: str,
+    git_http: GitHttpServer,
+    slow_and_fast: SlowAndFast,
+) -> None:
+    """Four dispatch workers, one tenant's Provider that hangs with `timeout: 600m`:
+    the timeout is capped, the Provider gets its own two slots, the others deliver."""
+    peer = slow_and_fast
+    flags = ("--provider-timeout-max", "1s", "--provider-concurrency", "2")
+    async with notification_alone(cluster, kube, namespace, git_http, *flags) as p:
+        slow = {"type": "generic", "address": f"{peer.base}/slow", "timeout": "600m"}
+        await alerting(p, "slow", slow, [{"kind": "GitRepository", "name": "slow"}])
+        fast = {"type": "generic", "address": f"{peer.base}/fast"}
+        await alerting(p, "fast", fast, [{"kind": "GitRepository", "name": "fast"}])
+        slow_events = [event(namespace, "slow", f"slow {n}") for n in range(4)]
+        fast_events = [event(namespace, "fast", f"fast {n}") for n in range(3)]
+        with capture_logs() as entries:
+            answers = await post_events(p, *slow_events, *fast_events)
+            assert answers == [(202, "")] * 7
+            started = time.monotonic()
+            await until(lambda: len(peer.fast) >= 3, timeout=10)
+            assert sorted(peer.fast) == ["fast 0", "fast 1", "fast 2"]
+            assert time.monotonic() - started < 3, "the fast Provider waited for the slow one"
+            assert peer.most_in_flight == 2, "the slow Provider holds its own two slots only"
+            assert p.hub.lanes.busy(f"{namespace}/slow") == 4
+            # The cap: 600m became 1s per attempt, so the slow lane moves on by itself
+            # (four attempts and their backoff, about 7.5s).
+            await until(lambda: len(failed(entries)) >= 2, timeout=30)
+        assert len(failed(entries)) == 2
+        assert all("timed out after 1s (after 4 attempts)" in f for f in failed(entries))
+
+
+async def until(check: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+
+
+def failed(entries: list[dict[str, Any]]) -> list[str]:
+    return [e["error"] for e in entries if e["event"] == "notification failed"]
+
+
+async def test_the_hub_bounds_what_it_holds_in_bytes(
+    cluster: Cluster,
+    kube: KubeClient,
+    namespace: str,
+    git_http: GitHttpServer,
+    slow_and_fast: SlowAndFast,
+) -> None:
+    peer = slow_and_fast
+    flags = ("--event-queue-bytes", "8000", "--provider-concurrency", "1")
+    async with notification_alone(cluster, kube, namespace, git_http, *flags) as p:
+        slow = {"type": "generic", "address": f"{peer.base}/slow"}
+        await alerting(p, "slow", slow, [{"kind": "GitRepository", "name": "slow"}])
+        big = "x" * 3000  # about 3.4kB as JSON: two fit in 8000 bytes, a third does not
+        first = await post_events(p, event(namespace, "slow", f"{big} 0"))
+        second = await post_events(p, event(namespace, "slow", f"{big} 1"))
+        assert first == second == [(202, "")]
+        await until(lambda: p.hub.lanes.busy(f"{namespace}/slow") == 2)  # both wait on it
+        with capture_logs() as entries:
+            refused = await post_events(p, event(namespace, "slow", f"{big} 2"))
+        assert refused == [(503, "event queue full")]
+        assert p.hub.dropped == {"event queue full": 1}
+        [logged] = [e for e in entries if e["event"] == "event dropped"]
+        assert logged["reason"] == "event queue full"
+        # Small events still fit beside them, and are delivered once there is room.
+        assert await post_events(p, event(namespace, "slow", "small")) == [(202, "")]
+        peer.release.set()
+        await asyncio.wait_for(p.hub.drain(), timeout=30)
+        assert p.hub.budget.used == 0
+
+
+async def test_the_provider_proxy_secret_is_honoured(alone: Platform) -> None:
+    """Events go through the Provider's proxy, with its credentials, as in Flux."""
+    p = alone
+    seen: list[tuple[str, str, str]] = []
+
+    async def proxy(request: web.Request) -> web.Response:
+        # A forward proxy gets the absolute URL; this one answers for the target.
+        seen.append(
+            (request.method, str(request.url), request.headers.get("Proxy-Authorization", ""))
+        )
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", proxy)
+    async with serving(app, "127.0.0.1:0") as runner:
+        proxy_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        await make_secret(
+            p.kube, p.namespace, "egress", {"address": proxy_url, "username": "u", "password": "pw"}
+        )
+        target = {
+            "type": "generic",
+            "address": "http://alerts.example.invalid/hook",
+            "proxySecretRef": {"name": "egress"},
+        }
+        await alerting(p, "proxied", target, GIT_SOURCES)
+        await emit(p, event(p.namespace, "app"))
+    assert seen == [
+        (
+            "POST",
+            "http://alerts.example.invalid/hook",
+            f"Basic {base64.b64encode(b'u:pw').decode()}",
+        )
+    ]
+    assert p.hub.delivered == 1
+
+
+@contextlib.asynccontextmanager
+async def mtls_peer(pki: ServingPki) -> AsyncIterator[tuple[str, list[str]]]:
+    """An HTTPS endpoint that accepts only clients with a certificate from `pki`'s CA."""
+    received: list[str] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append((await request.json())["message"])
+        return web.Response(status=200)
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cadata=pki.ca.cert.decode())
+    with tempfile.TemporaryDirectory() as directory:
+        paths = pki.write(Path(directory))
+        context.load_cert_chain(paths["tls.crt"], paths["tls.key"])
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    try:
+        yield f"https://127.0.0.1:{runner.addresses[0][1]}/hook", received
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_provider_cert_secret_is_honoured_for_mtls(alone: Platform) -> None:
+    p = alone
+    pki = make_serving_pki(client_common_name="notification-controller")
+    assert pki.client is not None
+    async with mtls_peer(pki) as (url, received):
+        await make_secret(
+            p.kube,
+            p.namespace,
+            "provider-tls",
+            {
+                "ca.crt": pki.ca.cert.decode(),
+                "tls.crt": pki.client.cert.decode(),
+                "tls.key": pki.client.key.decode(),
+            },
+        )
+        await alerting(p, "mtls", {"type": "generic", "address": url,
+                                   "certSecretRef": {"name": "provider-tls"}},
+                       [{"kind": "GitRepository", "name": "app"}])  # fmt: skip
+        # Without it, the private CA is not trusted: the certificate is refused.
+        await alerting(p, "system-cas", {"type": "generic", "address": url, "timeout": "2s"},
+                       [{"kind": "GitRepository", "name": "other"}])  # fmt: skip
+        with capture_logs() as entries:
+            await emit(p, event(p.namespace, "app", "over mtls"), event(p.namespace, "other"))
+    assert received == ["over mtls"]
+    assert [e["error"] for e in entries if e["event"] == "notification failed"] == [
+        "generic provider at 127.0.0.1:"
+        f"{url.split(':')[2].split('/')[0]} unreachable: ClientConnectorCertificateError "
+        "(after 4 attempts)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        pytest.param({}, "has none of 'ca.crt', 'tls.crt' and 'tls.key'", id="empty"),
+        pytest.param({"ca.crt": "nope"}, "key 'ca.crt' is not a PEM certificate", id="bad-ca"),
+        pytest.param({"tls.crt": "x"}, "needs both 'tls.crt' and 'tls.key'", id="cert-no-key"),
+        pytest.param(
+            {"tls.crt": "x", "tls.key": "y"},
+            "keys 'tls.crt' and 'tls.key' are not a PEM certificate and its key",
+            id="bad-pair",
+        ),
+    ],
+)
+def test_a_bad_cert_secret_is_named(data: dict[str, str], problem: str) -> None:
+    with pytest.raises(SecretError) as raised:
+        tls_context(data, secret="ns/provider-tls")
+    assert str(raised.value) == f"secret 'ns/provider-tls' {problem}"

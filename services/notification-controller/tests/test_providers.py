@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from notification_controller.hub import provider_timeout
 from notification_controller.providers import (
     DeliveryError,
     build_request,
@@ -190,7 +191,8 @@ async def test_generic_hmac_is_verifiable_by_the_receiver(
     await send(session, provider("generic-hmac"), evt, address=f"{peer.url}/hook")
     [request] = peer.requests
     assert request.json() == evt
-    assert request.headers["X-Signature"].startswith("sha256=")
+    assert "X-Signature" not in request.headers, "no body-only signature to replay"
+    assert request.headers["X-Signature-Timestamped"].startswith("sha256=")
     assert request.headers["X-Signature-Timestamp"] == str(int(NOW))
     now = datetime.fromtimestamp(NOW, UTC)
 
@@ -207,11 +209,14 @@ async def test_generic_hmac_is_verifiable_by_the_receiver(
     # Replay-protected: the timestamp is signed with the body.
     assert check(request.headers, timedelta(minutes=1))
     assert not check(request.headers, timedelta(minutes=1), at=now + timedelta(minutes=2))
-    # Flux-compatible: X-Signature alone covers the body.
-    flux_only = CIMultiDict(request.headers)
-    del flux_only["X-Signature-Timestamp"]
-    del flux_only["X-Signature-Timestamped"]
-    assert check(flux_only, None)
+    # Accepted by a receiver that takes Flux's body-only form too (no window).
+    assert check(request.headers, None)
+    # Stripped of its timestamp, a captured request verifies nowhere, not even
+    # where Flux's body-only form is accepted.
+    stripped = CIMultiDict(request.headers)
+    del stripped["X-Signature-Timestamp"]
+    assert not check(stripped, None)
+    assert not check(stripped, timedelta(minutes=1))
     # A different token or a changed body does not verify.
     assert not verify(
         "generic-hmac",
@@ -682,3 +687,18 @@ async def test_errors_never_leak_the_token_or_webhook_path(
     assert "127.0.0.1" in message
     for secret in (TOKEN, "SECRETPART", "QUERYSECRET"):
         assert secret not in message
+
+
+@pytest.mark.parametrize(
+    ("timeout", "maximum", "expected"),
+    [
+        pytest.param(None, 30.0, 15.0, id="unset-is-flux-default"),
+        pytest.param("5s", 30.0, 5.0, id="below-the-cap"),
+        pytest.param("600m", 30.0, 30.0, id="capped"),
+        pytest.param("1m", 90.0, 60.0, id="a-higher-cap"),
+        pytest.param(None, 5.0, 5.0, id="default-capped-too"),
+    ],
+)
+def test_provider_timeout(timeout: str | None, maximum: float, expected: float) -> None:
+    spec = {"timeout": timeout} if timeout else {}
+    assert provider_timeout(provider("generic", **spec), maximum=maximum) == expected

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
 from notification_controller.signatures import sign, timestamped_payload
-from sluice_envtest.gitserver import WorkRepo
+from notification_controller.webhooks import ActionFailed, ready_for_spec
+from sluice_api.notification import Receiver
+from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import condition, github_headers, make_secret, push_payload
-from sluice_runtime.kube.client import JSON
-from sluice_runtime.kube.resources import SECRET
+from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.errors import KubeError
+from sluice_runtime.kube.resources import NAMESPACE, SECRET
 
 from .conftest import (
     CONFIG_MAP,
@@ -25,6 +32,7 @@ from .conftest import (
     Platform,
     cached,
     config_map,
+    notification_alone,
     parked,
 )
 
@@ -36,12 +44,13 @@ def gitlab_headers(token: str, body: bytes) -> dict[str, str]:
 
 
 def generic_hmac_headers(
-    token: str, body: bytes, *, signed_at: float | None = None
+    token: str, body: bytes, *, signed_at: float | None = None, flux: bool = False
 ) -> dict[str, str]:
-    """Flux's X-Signature over the body; with `signed_at`, Sluice's timestamped mode."""
-    if signed_at is None:
+    """Sluice's timestamped mode (signed now unless `signed_at`), which the controller
+    requires by default; with `flux`, Flux's X-Signature over the body alone."""
+    if flux:
         return {"X-Signature": sign(token, body)}
-    stamp = str(int(signed_at))
+    stamp = str(int(time.time() if signed_at is None else signed_at))
     return {
         "X-Signature-Timestamp": stamp,
         "X-Signature-Timestamped": sign(token, timestamped_payload(stamp, body)),
@@ -193,7 +202,7 @@ async def test_a_burst_of_pushes_triggers_a_handful_of_reconciles(platform: Plat
         "burst", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "bursty"}]
     )
     body = b'{"n": 1}'
-    headers = generic_hmac_headers(TOKEN, body)
+    headers = generic_hmac_headers(TOKEN, body, signed_at=time.time())
     with capture_logs() as entries:
         answers = await asyncio.gather(*(p.answer(url, body, headers) for _ in range(50)))
     statuses = [status for status, _, _ in answers]
@@ -205,7 +214,10 @@ async def test_a_burst_of_pushes_triggers_a_handful_of_reconciles(platform: Plat
             assert int(answered["Retry-After"]) >= 1, "429 says when to come back"
     limited = [e for e in entries if e["event"] == "webhook rate limited"]
     assert len(limited) == statuses.count(429)
-    assert logged_secrets(entries, TOKEN, headers["X-Signature"].removeprefix("sha256=")) == []
+    assert (
+        logged_secrets(entries, TOKEN, headers["X-Signature-Timestamped"].removeprefix("sha256="))
+        == []
+    )
     await p.webhooks.settle()  # the trailing action, at the end of the debounce window
     assert 1 <= p.webhooks.actions <= 3, f"{p.webhooks.actions} actions for 50 pushes"
     assert requested_at(await p.kube.get(GITREPO, "bursty", p.namespace)) is not None
@@ -218,7 +230,7 @@ async def test_a_receiver_can_open_a_gate(platform: Platform) -> None:
         "approve", "generic-hmac", TOKEN, [{"kind": "Gate", "name": "release", "action": "open"}]
     )
     body = b'{"approved_by": "release-bot"}'
-    status, _ = await p.post(url, body, generic_hmac_headers(TOKEN, body))
+    status, _ = await p.post(url, body, generic_hmac_headers(TOKEN, body, signed_at=time.time()))
     assert status == 200
     gate = await p.kube.get(GATE, "release", p.namespace)
     annotations = gate["metadata"]["annotations"]
@@ -348,7 +360,9 @@ async def test_a_receiver_whose_token_secret_is_gone_answers_503(platform: Platf
     await cached(p.webhooks.receivers, f"{p.namespace}/ci", _not_ready)
     body = b'{"n": 1}'
     with capture_logs() as entries:
-        status, text = await p.post(url, body, generic_hmac_headers(TOKEN, body))
+        status, text = await p.post(
+            url, body, generic_hmac_headers(TOKEN, body, signed_at=time.time())
+        )
     assert (status, text) == (503, "receiver is not ready")
     assert [e["reason"] for e in entries if e["event"] == "webhook rejected"] == [text]
     assert requested_at(await p.kube.get(GITREPO, "orphaned", p.namespace)) is None
@@ -407,7 +421,7 @@ async def test_replay_protection_end_to_end(strict: Platform) -> None:
     now = time.time()
     rejected = [
         (
-            generic_hmac_headers(TOKEN, body),
+            generic_hmac_headers(TOKEN, body, flux=True),
             "missing X-Signature-Timestamp header (replay protection required)",
         ),
         (
@@ -430,3 +444,190 @@ async def test_replay_protection_end_to_end(strict: Platform) -> None:
     fresh = generic_hmac_headers(TOKEN, body, signed_at=time.time())
     assert await p.post(url, body, fresh) == (200, "ok")
     assert requested_at(await p.kube.get(GITREPO, "replayed", p.namespace)) is not None
+
+
+@contextlib.asynccontextmanager
+async def other_namespace(p: Platform) -> AsyncIterator[str]:
+    """A second tenant's namespace, removed afterwards."""
+    name = f"{p.namespace}-b"[:63]
+    await p.kube.create(
+        NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(KubeError):
+            await p.kube.delete(NAMESPACE, name)
+
+
+async def their_gate(p: Platform, namespace: str) -> JSON:
+    return await p.kube.create(
+        GATE,
+        {
+            "apiVersion": GATE.api_version,
+            "kind": "Gate",
+            "metadata": {"name": "release", "namespace": namespace},
+            "spec": {"interval": "1h", "default": "closed", "window": "1h"},
+        },
+        namespace=namespace,
+    )
+
+
+def gate_requests(obj: JSON) -> list[str]:
+    annotations = obj["metadata"].get("annotations") or {}
+    return sorted(k for k in annotations if k.endswith(".gate.fluxcd.io/requestedAt"))
+
+
+@pytest.mark.parametrize("action", ["open", "close"])
+async def test_a_receiver_cannot_act_on_another_namespaces_gate(
+    alone: Platform, action: str
+) -> None:
+    """Without --no-cross-namespace-refs, and still refused: the action would be
+    the controller's, not the tenant's."""
+    p = alone
+    async with other_namespace(p) as theirs:
+        await their_gate(p, theirs)
+        await make_secret(p.kube, p.namespace, "hijack-token", {"token": TOKEN})
+        await p.create(
+            RECEIVER,
+            "hijack",
+            {
+                "type": "generic",
+                "secretRef": {"name": "hijack-token"},
+                "resources": [
+                    {"kind": "Gate", "name": "release", "namespace": theirs, "action": action}
+                ],
+            },
+        )
+        obj = await p.observe.wait(
+            RECEIVER, "hijack", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
+        )
+        message = (
+            f"resource Gate/{theirs}/release: a Receiver can open or close Gates "
+            "in its own namespace only"
+        )
+        assert condition(obj, "Stalled")["message"] == message  # type: ignore[index]
+        assert (condition(obj, "Ready") or {}).get("status") == "False"
+        assert "webhookPath" not in obj["status"], "no path: no webhook can reach it"
+        assert gate_requests(await p.kube.get(GATE, "release", theirs)) == []
+
+
+async def test_a_ready_receiver_edited_to_reach_another_namespace_never_touches_it(
+    alone: Platform,
+) -> None:
+    p = alone
+    async with other_namespace(p) as theirs:
+        await their_gate(p, theirs)
+        await p.create(GATE, "release", {"interval": "1h", "default": "closed", "window": "1h"})
+        own = [{"kind": "Gate", "name": "release", "action": "open"}]
+        url = await p.receiver("approve", "generic", "unused", own)
+        foreign = [{"kind": "Gate", "name": "release", "namespace": theirs, "action": "open"}]
+        await p.kube.merge_patch(
+            RECEIVER, "approve", {"spec": {"resources": foreign}}, namespace=p.namespace
+        )
+        # Whatever the cache holds meanwhile, the webhook never reaches their Gate.
+        await p.post(url, b"{}", {})
+        await p.observe.wait(
+            RECEIVER, "approve", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
+        )
+        await cached(p.webhooks.receivers, f"{p.namespace}/approve", _stalled)
+        assert await p.post(url, b"{}", {}) == (503, "receiver is not ready")
+        await p.webhooks.settle()
+        assert gate_requests(await p.kube.get(GATE, "release", theirs)) == []
+
+
+def _stalled(obj: JSON) -> bool:
+    return (condition(obj, "Stalled") or {}).get("status") == "True"
+
+
+async def test_the_webhook_refuses_a_cross_namespace_gate_action_on_its_own(
+    alone: Platform,
+) -> None:
+    """Defence in depth: even a Receiver the reconcile never saw (a stale cache)
+    cannot make the webhook server patch another namespace's Gate."""
+    p = alone
+    async with other_namespace(p) as theirs:
+        await their_gate(p, theirs)
+        receiver = Receiver.model_validate(
+            {
+                "apiVersion": RECEIVER.api_version,
+                "kind": "Receiver",
+                "metadata": {"name": "stale", "namespace": p.namespace},
+                "spec": {
+                    "type": "generic",
+                    "secretRef": {"name": "x"},
+                    "resources": [
+                        {"kind": "Gate", "name": "release", "namespace": theirs, "action": "open"}
+                    ],
+                },
+            }
+        )
+        with pytest.raises(ActionFailed) as failed:
+            await p.webhooks.act(receiver, datetime.now(UTC))
+        assert str(failed.value) == (
+            f"Gate/{theirs}/release: a Receiver can open or close Gates in its own namespace only"
+        )
+        assert gate_requests(await p.kube.get(GATE, "release", theirs)) == []
+
+
+async def test_generic_hmac_requires_a_fresh_timestamp_by_default(alone: Platform) -> None:
+    """Flux's body-only X-Signature verifies forever once captured: refused unless
+    the controller is told to accept Flux senders (`--replay-window=0`)."""
+    p = alone
+    await parked(p, "signed")
+    url = await p.receiver(
+        "ci", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "signed"}]
+    )
+    body = b'{"ref": "refs/heads/main"}'
+    assert await p.post(url, body, generic_hmac_headers(TOKEN, body, flux=True)) == (
+        400,
+        "missing X-Signature-Timestamp header (replay protection required)",
+    )
+    stale = generic_hmac_headers(TOKEN, body, signed_at=time.time() - 600)
+    assert await p.post(url, body, stale) == (
+        400,
+        "X-Signature-Timestamp outside the replay window of 0:05:00",
+    )
+    assert requested_at(await p.kube.get(GITREPO, "signed", p.namespace)) is None
+    fresh = generic_hmac_headers(TOKEN, body, signed_at=time.time())
+    assert await p.post(url, body, fresh) == (200, "ok")
+
+
+async def test_flux_senders_are_accepted_with_replay_window_zero(
+    cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer
+) -> None:
+    async with notification_alone(cluster, kube, namespace, git_http, "--replay-window", "0") as p:
+        await parked(p, "flux")
+        url = await p.receiver(
+            "ci", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "flux"}]
+        )
+        body = b'{"ref": "refs/heads/main"}'
+        flux = generic_hmac_headers(TOKEN, body, flux=True)
+        assert await p.post(url, body, flux) == (200, "ok")
+
+
+def _receiver(generation: int | None, observed: int | None, ready: str | None) -> JSON:
+    status: JSON = {}
+    if observed is not None:
+        status["observedGeneration"] = observed
+    if ready is not None:
+        status["conditions"] = [{"type": "Ready", "status": ready}]
+    metadata: JSON = (
+        {"name": "r"} if generation is None else {"name": "r", "generation": generation}
+    )
+    return {"metadata": metadata, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("obj", "trusted"),
+    [
+        pytest.param(_receiver(2, 2, "True"), True, id="ready-for-this-spec"),
+        pytest.param(_receiver(3, 2, "True"), False, id="spec-changed-not-reconciled"),
+        pytest.param(_receiver(2, None, "True"), False, id="never-observed"),
+        pytest.param(_receiver(None, 1, "True"), False, id="no-generation"),
+        pytest.param(_receiver(2, 2, "False"), False, id="not-ready"),
+        pytest.param(_receiver(2, 2, None), False, id="no-ready-condition"),
+    ],
+)
+def test_the_webhook_trusts_ready_only_for_the_current_generation(obj: JSON, trusted: bool) -> None:
+    assert ready_for_spec(obj) is trusted

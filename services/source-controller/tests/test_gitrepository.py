@@ -885,6 +885,6 @@ async def test_credentials_in_the_url_never_reach_status_events_or_logs(
         obj = await sc.wait_failed(GITREPO, "inline", "GitOperationFailed")
         events = await sc.wait_events("inline", bool)
     ready = condition(obj, "Ready")
-    assert ready is not None and "***@127.0.0.1" in ready["message"], ready
+    assert ready is not None and "redacted@127.0.0.1" in ready["message"], ready
     for text in (json.dumps(obj["status"]), json.dumps(events), json.dumps(entries, default=str)):
         assert git_http_auth.password not in text

@@ -36,7 +36,7 @@ async def test_stuck_registry_calls_leave_the_default_executor_free() -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        pytest.param("oci://u:tok@reg/app", "'oci://***@reg/app' is not valid: credentials", id="userinfo"),
+        pytest.param("oci://u:tok@reg/app", "'oci://redacted@reg/app' is not valid: credentials", id="userinfo"),
         pytest.param("oci://reg", "expected oci://<host>/<repository>", id="no-repository"),
         pytest.param("oci://reg/app:v1", "the tag goes in spec.ref", id="tag-in-url"),
     ],

@@ -394,7 +394,7 @@ async def test_credentials_in_an_oci_url_are_refused_without_echoing_them(
     obj = await sc.wait_failed(OCIREPO, "inline", "URLInvalid")
     ready = condition(obj, "Ready")
     assert ready is not None and "credentials go in spec.secretRef" in ready["message"]
-    assert "oci://***@127.0.0.1:5000/app" in ready["message"]
+    assert "oci://redacted@127.0.0.1:5000/app" in ready["message"]
     assert "s3cret-token" not in json.dumps(obj["status"])
     events = await sc.wait_events("inline", bool)
     assert "s3cret-token" not in json.dumps(events)

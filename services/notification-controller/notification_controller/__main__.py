@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--event-queue-bytes",
-        type=int,
+        type=app.size,
         default=hub_module.DEFAULT_QUEUE_BYTES,
         help="bytes of events queued or awaiting delivery before new ones are refused (503)",
     )

@@ -40,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = Limits()
     parser.add_argument(
         "--artifact-max-size",
-        type=int,
+        type=app.size,
         default=defaults.artifact_max_size,
-        help="largest artifact stored, in bytes (also bounds OCI layers and their content)",
+        help="largest artifact stored, e.g. 512Mi (also bounds OCI layers and their content)",
     )
     parser.add_argument(
         "--artifact-max-files",
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--git-checkout-max-size",
-        type=int,
+        type=app.size,
         default=defaults.checkout_max_size,
         help="largest Git checkout (files, submodules included) and fetched pack, in bytes",
     )

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,7 +64,7 @@ class Connection:
     insecure: bool = False
     ca_file: str | None = None
     creds: str | None = None
-    """`user:password` (or a bare token as the password of user `flux`), as Flux's --creds."""
+    """`user[:password]`, as Flux's --creds; else the Docker config file's."""
     docker_config: Path | None = None
     timeout: float = 60.0
 
@@ -77,11 +78,9 @@ def docker_config_path() -> Path:
 def connect(ref: Reference, conn: Connection) -> Registry:
     username = password = None
     if conn.creds:
-        user, colon, secret = conn.creds.partition(":")
-        # Flux takes a lone token as the password of a placeholder user.
-        username, password = (user, secret) if colon else ("flux", user)
+        username, _, password = conn.creds.partition(":")
     else:
-        username, password = _docker_credentials(conn.docker_config or docker_config_path(), ref)
+        username, password = docker_credentials(conn.docker_config or docker_config_path(), ref)
     if conn.ca_file is not None and not Path(conn.ca_file).is_file():
         raise ArtifactCommandError(f"CA file '{conn.ca_file}' does not exist")
     return Registry(
@@ -95,17 +94,52 @@ def connect(ref: Reference, conn: Connection) -> Registry:
     )
 
 
-def _docker_credentials(path: Path, ref: Reference) -> tuple[str | None, str | None]:
+def docker_credentials(path: Path, ref: Reference) -> tuple[str | None, str | None]:
+    """What `docker login` left for the registry: inline in the file, else from its helper.
+
+    None, None (anonymous) when the file or an entry for the host is absent,
+    so public registries work without a login.
+    """
     try:
         text = path.read_text()
+        config = json.loads(text)
     except FileNotFoundError:
         return None, None
-    except OSError as error:
+    except (OSError, ValueError) as error:
         raise ArtifactCommandError(f"cannot read Docker config {path}: {error}") from None
     try:
-        return credentials_for(text, ref.url.host)
+        username, password = credentials_for(text, ref.url.host)
     except (ValueError, UnicodeError) as error:
         raise ArtifactCommandError(f"Docker config {path}: {error}") from None
+    if username is not None:
+        return username, password
+    helpers = config.get("credHelpers") or {}
+    helper = helpers.get(ref.url.host) or config.get("credsStore")
+    return _from_helper(str(helper), ref.url.host) if helper else (None, None)
+
+
+def _from_helper(helper: str, host: str) -> tuple[str | None, str | None]:
+    """Ask `docker-credential-<helper> get`, docker's credential helper protocol."""
+    program = f"docker-credential-{helper}"
+    try:
+        done = subprocess.run(
+            [program, "get"], input=host, capture_output=True, text=True, timeout=30, check=False
+        )
+    except FileNotFoundError:
+        raise ArtifactCommandError(
+            f"the Docker config names credential helper '{helper}' but {program} is not on PATH"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ArtifactCommandError(f"{program} did not answer within 30s") from None
+    if done.returncode != 0:
+        if "credentials not found" in done.stdout + done.stderr:
+            return None, None
+        raise ArtifactCommandError(f"{program} failed with exit code {done.returncode}")
+    try:
+        answer = json.loads(done.stdout)
+        return str(answer["Username"]), str(answer["Secret"])
+    except (ValueError, KeyError, TypeError):
+        raise ArtifactCommandError(f"{program} answered something other than credentials") from None
 
 
 def pack(path: Path, *, ignore_paths: Sequence[str]) -> bytes:

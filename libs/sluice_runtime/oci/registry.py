@@ -108,6 +108,8 @@ class Reference:
             raise ValueError(
                 f"'{shown}' is not an OCI reference: expected oci://<host>/<repository>"
             )
+        if "@" in text.removeprefix("oci://").split("/", 1)[0]:
+            raise ValueError(f"'{shown}' is not valid: credentials do not go in the URL")
         head, _, last = text.rpartition("/")
         tag = digest = None
         if "@" in last:

@@ -53,6 +53,7 @@ def test_references(
         pytest.param("oci://reg/app@sha256:12", "not a sha256 digest", id="short-digest"),
         pytest.param("oci://reg/app:-v1", "'-v1' is not a tag", id="bad-tag"),
         pytest.param("oci://reg:5000", "expected oci://<host>/<repository>", id="no-repository"),
+        pytest.param("oci://u:tok@reg/app:v1", "'oci://***@reg/app:v1' is not valid: credentials do not go in the URL", id="userinfo"),
     ],
 )  # fmt: skip
 def test_invalid_references(text: str, message: str) -> None:

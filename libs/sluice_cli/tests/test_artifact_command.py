@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 import secrets
@@ -91,9 +92,10 @@ def test_push_writes_fluxs_layout(
     assert notes["team"] == "payments"
     assert notes[CREATED_ANNOTATION].endswith("Z") and notes[CREATED_ANNOTATION] > "2024"
 
-    pulled = oci_registry.pull(repository, "v1", outdir=tmp_path / "oras")
-    blobs = [p for p in pulled if p.is_file()] or list((tmp_path / "oras").rglob("*"))
-    with tarfile.open(next(p for p in blobs if p.is_file())) as archive:
+    # A third-party client (oras) reads it: the layer is a tarball of the tree.
+    (pulled,) = oci_registry.pull(repository, "v1", outdir=tmp_path / "oras")
+    assert "sha256:" + hashlib.sha256(pulled.read_bytes()).hexdigest() == layer["digest"]
+    with tarfile.open(pulled) as archive:
         assert sorted(m.name for m in archive.getmembers() if m.isfile()) == sorted(MANIFESTS)
 
 
@@ -378,3 +380,34 @@ def test_a_digest_that_does_not_exist_is_not_pulled(
         == f"sluice pull artifact: artifact '{oci_registry.host}/{repository}:{missing}' not found"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_pull_refuses_an_unsafe_layer_and_a_used_directory(
+    oci_registry: OciRegistry, repository: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as archive:
+        evil = tarfile.TarInfo("../escaped.yaml")
+        evil.size = 2
+        archive.addfile(evil, io.BytesIO(b"x\n"))
+    oci_registry.push_artifact(repository, "evil", layer=raw.getvalue())
+    url = f"{oci_registry.oci_url(repository)}:evil"
+    out_dir = tmp_path / "out" / "here"
+    code, _, err = sluice(
+        capsys, "pull", "artifact", url, "--output", str(out_dir), "--insecure-registry"
+    )
+    assert code == 1
+    assert err.startswith("sluice pull artifact: unsafe archive member '../escaped.yaml'"), err
+    assert not (tmp_path / "out" / "escaped.yaml").exists()
+    assert not out_dir.exists()
+
+    out_dir.mkdir(parents=True)
+    (out_dir / "kept.yaml").write_text("mine\n")
+    oci_registry.push_artifact(repository, "good", files={"a.yaml": "a\n"})
+    code, _, err = sluice(
+        capsys, "pull", "artifact", f"{oci_registry.oci_url(repository)}:good",
+        "--output", str(out_dir), "--insecure-registry",
+    )  # fmt: skip
+    assert code == 1
+    assert err.strip() == f"sluice pull artifact: output '{out_dir}' is not an empty directory"
+    assert [p.name for p in out_dir.iterdir()] == ["kept.yaml"]

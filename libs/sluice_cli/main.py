@@ -1,4 +1,4 @@
-"""`sluice`: the command-line tool (local development environment, CRDs)."""
+"""`sluice`: the command-line tool (local development environment, CRDs, gates, artifacts)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sluice_cli import crds_command, dev, gate_command
+from sluice_cli import artifact_command, crds_command, dev, gate_command
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -15,6 +15,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     dev.register(commands)
     crds_command.register(commands)
     gate_command.register(commands)
+    artifact_command.register(commands)
     args = parser.parse_args(argv)
     sys.exit(args.run(args))
 

@@ -35,9 +35,10 @@ from sluice_envtest.certificates import make_serving_pki
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.debian import fetch_packages
 from sluice_envtest.processes import ChildServer, spawn
+from sluice_runtime.oci.artifacts import CONFIG_MEDIA_TYPE, CONTENT_MEDIA_TYPE
 
-FLUX_CONTENT_MEDIA_TYPE = "application/vnd.cncf.flux.content.v1.tar+gzip"
-FLUX_CONFIG_MEDIA_TYPE = "application/vnd.cncf.flux.config.v1+json"
+FLUX_CONTENT_MEDIA_TYPE = CONTENT_MEDIA_TYPE
+FLUX_CONFIG_MEDIA_TYPE = CONFIG_MEDIA_TYPE
 REGISTRY_PACKAGE = "docker-registry"
 
 

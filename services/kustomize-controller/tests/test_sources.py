@@ -3,7 +3,12 @@ artifact, a source in another namespace."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +21,7 @@ from .conftest import (
     GITREPO,
     KUSTOMIZATION,
     NAMESPACE,
+    OCIREPO,
     Delivery,
     Flags,
     config_map,
@@ -76,6 +82,49 @@ async def test_an_oci_artifact_is_delivered(delivery: Delivery, oci_registry: Oc
     assert status["lastAppliedOriginRevision"] == "main@sha1:0123abc"
     assert [e["id"] for e in status["inventory"]["entries"]] == [f"{ns}_from-oci__ConfigMap"]
     assert (await d.kube.get(CONFIG_MAP, "from-oci", ns))["data"] == {"v": "1"}
+
+
+async def test_an_artifact_pushed_by_sluice_is_delivered(
+    delivery: Delivery, oci_registry: OciRegistry, tmp_path: Path
+) -> None:
+    """CI's half and the cluster's: `sluice push artifact` from a directory, as a
+    pipeline runs it, then an OCIRepository pulls it and a Kustomization applies it."""
+    d = delivery
+    ns = d.namespace
+    src = tmp_path / "app"
+    (src / "base").mkdir(parents=True)
+    (src / "base" / "cm.yaml").write_text(config_map("pushed", ns, v="1"))
+    (src / "kustomization.yaml").write_text("resources: [base/cm.yaml]\n")
+    (src / "notes.md").write_text("left out by .sourceignore\n")
+    (src / ".sourceignore").write_text("*.md\n")
+    repository = f"{ns}/app"
+    push = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "sluice_cli", "push", "artifact",
+        f"{oci_registry.oci_url(repository)}:app-v1", "--path", str(src),
+        "--source", "https://git.example/mono.git", "--revision", "main@sha1:4b825dc6",
+        "--insecure-registry", "--output", "json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "DOCKER_CONFIG": str(tmp_path / "docker")},
+    )  # fmt: skip
+    out, err = await push.communicate()
+    assert push.returncode == 0, err.decode()
+    digest = json.loads(out)["digest"]
+
+    await d.oci_repository(
+        "app", url=oci_registry.oci_url(repository), insecure=True, ref={"tag": "app-v1"}
+    )
+    await d.kustomization(
+        "app", source="app", sourceRef={"kind": "OCIRepository", "name": "app"}, path="./"
+    )
+    obj = await d.observe.wait_ready(KUSTOMIZATION, "app")
+    status = obj["status"]
+    assert status["lastAppliedRevision"] == f"app-v1@{digest}"
+    assert status["lastAppliedOriginRevision"] == "main@sha1:4b825dc6"
+    assert [e["id"] for e in status["inventory"]["entries"]] == [f"{ns}_pushed__ConfigMap"]
+    assert (await d.kube.get(CONFIG_MAP, "pushed", ns))["data"] == {"v": "1"}
+    source = await d.kube.get(OCIREPO, "app", ns)
+    metadata = source["status"]["artifact"]["metadata"]
+    assert metadata["org.opencontainers.image.source"] == "https://git.example/mono.git"
 
 
 @pytest.mark.parametrize("delivery", [Flags(cluster_wide=True)], indirect=True)

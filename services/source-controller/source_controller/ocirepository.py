@@ -24,11 +24,11 @@ from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
+from sluice_runtime.oci import registry as oci
 from sluice_runtime.patterns import InvalidPattern, compile_pattern
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
-from source_controller import oci
 from source_controller.refs import InvalidRef, RefNotFound, highest_matching_tag
 from source_controller.sources import (
     NEGATIVE_CONDITIONS,
@@ -46,6 +46,10 @@ from source_controller.sources import (
 )
 
 DEFAULT_TAG = "latest"
+HINTS = oci.Hints(
+    tls="a plain-HTTP registry needs spec.insecure: true, a private CA spec.certSecretRef",
+    credentials="spec.secretRef",
+)
 
 _REGISTRY_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="oci-registry")
 """Blocking registry calls run here, not in asyncio's default executor: a
@@ -166,6 +170,7 @@ async def _registry(ctx: OCIRepositoryContext, url: oci.OCIURL) -> oci.Registry:
         username=username,
         password=password,
         timeout=parse_duration(spec.timeout).total_seconds(),
+        hints=HINTS,
     )
 
 

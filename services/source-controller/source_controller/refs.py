@@ -7,16 +7,12 @@ Flux RFC-0005 and semver range matching are unit-tested without a server.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-import semantic_version
-
 from sluice_api.source import GitRepositoryRef
+from sluice_runtime.versions import InvalidRange, parse_range, parse_version
 
 DEFAULT_BRANCH = "master"
-_SEMVER_TAG = re.compile(r"^v?(\d+)(\.\d+)?(\.\d+)?(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
-_OPERATOR_SPACE = re.compile(r"(>=|<=|!=|>|<|=|~|\^)\s+")
 
 
 class RefNotFound(Exception):
@@ -99,64 +95,11 @@ def tags_of(refs: dict[str, str]) -> list[str]:
     return [name.removeprefix("refs/tags/") for name in refs if name.startswith("refs/tags/")]
 
 
-@dataclass(frozen=True)
-class VersionRange:
-    """A Masterminds-style constraint, as Flux evaluates semver ranges.
-
-    `||` separates alternatives; within one, comparators separated by commas
-    or spaces must all hold. Plain comparators (`>=1.0.0-0`) follow
-    Masterminds: once the range names a prerelease, prereleases of any
-    version may match. Caret, tilde and x-ranges follow npm's rules, which
-    agree with Masterminds for releases.
-    """
-
-    text: str
-    alternatives: tuple[tuple[semantic_version.BaseSpec, ...], ...]
-    allows_prerelease: bool
-
-    def match(self, version: semantic_version.Version) -> bool:
-        if version.prerelease and not self.allows_prerelease:
-            return False
-        return any(all(c.match(version) for c in clauses) for clauses in self.alternatives)
-
-
-_PLAIN = re.compile(r"^(>=|<=|!=|>|<|=|==)?v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
-
-
-def parse_range(text: str) -> VersionRange:
-    """Parse `>= 1.0, < 2.0`, `~1.2`, `^1.2.0`, `1.x`, `*`, `a || b`."""
-    alternatives = []
-    try:
-        for alternative in text.split("||"):
-            normalized = _OPERATOR_SPACE.sub(r"\1", alternative.strip()).replace(",", " ")
-            tokens = normalized.split() or ["*"]
-            clauses: list[semantic_version.BaseSpec] = []
-            for token in tokens:
-                if _PLAIN.match(token):
-                    operator = re.match(r"^[<>=!]*", token).group(0)  # type: ignore[union-attr]
-                    version = token[len(operator) :].removeprefix("v")
-                    clauses.append(semantic_version.SimpleSpec(f"{operator or '=='}{version}"))
-                else:
-                    clauses.append(semantic_version.NpmSpec(token))
-            alternatives.append(tuple(clauses))
-    except ValueError as error:
-        raise InvalidRef(f"semver range '{text}' is not valid: {error}") from None
-    allows_prerelease = bool(re.search(r"\d-[0-9A-Za-z]", text))
-    return VersionRange(text, tuple(alternatives), allows_prerelease)
-
-
-def parse_version(tag: str) -> semantic_version.Version | None:
-    """The version a tag names (`v1.2.3`, `1.2`), or None for other tags."""
-    if not _SEMVER_TAG.match(tag):
-        return None
-    try:
-        return semantic_version.Version.coerce(tag.removeprefix("v"))
-    except ValueError:
-        return None
-
-
 def highest_matching_tag(constraint: str, tags: list[str]) -> str:
-    spec = parse_range(constraint)
+    try:
+        spec = parse_range(constraint)
+    except InvalidRange as error:
+        raise InvalidRef(str(error)) from None
     candidates = []
     for tag in tags:
         version = parse_version(tag)

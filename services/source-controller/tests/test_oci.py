@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-import pytest
-
-from source_controller import oci, ocirepository
+from sluice_runtime.oci import registry as oci
+from source_controller import ocirepository
 
 
 async def test_registry_calls_run_in_their_own_pool() -> None:
@@ -31,18 +30,3 @@ async def test_stuck_registry_calls_leave_the_default_executor_free() -> None:
         assert await asyncio.wait_for(asyncio.to_thread(lambda: 42), 1) == 42
     finally:
         release.set()
-
-
-@pytest.mark.parametrize(
-    ("url", "message"),
-    [
-        pytest.param("oci://u:tok@reg/app", "'oci://redacted@reg/app' is not valid: credentials", id="userinfo"),
-        pytest.param("oci://reg", "expected oci://<host>/<repository>", id="no-repository"),
-        pytest.param("oci://reg/app:v1", "the tag goes in spec.ref", id="tag-in-url"),
-    ],
-)  # fmt: skip
-def test_invalid_oci_urls(url: str, message: str) -> None:
-    with pytest.raises(ValueError, match="URL") as raised:
-        oci.OCIURL.parse(url)
-    assert message in str(raised.value)
-    assert "tok" not in str(raised.value)

@@ -1,14 +1,18 @@
-"""Pulling OCI artifacts with oras, bounded and typed for a controller.
+"""Talking to an OCI registry with oras, bounded and typed.
 
-oras-py speaks the distribution API and negotiates registry auth (basic or
-bearer-token challenges); what it lacks for a controller is bounded waits
-(its requests have no timeout and retry for minutes) and failures a status
-condition can name. `Registry` keeps oras's protocol and auth code and
-replaces only its request loop: one timeout-bounded request, one
-authentication round, then a typed error. Every body is read with a bound
-(a manifest as registries bound them, 4 MiB; a page of the tag list
-likewise, and the whole list by its number of tags): a registry is not
+The source-controller pulls with it and the `sluice` command pushes, pulls,
+tags and lists with it; both need the same two things oras-py lacks on its
+own: bounded waits (its requests have no timeout and retry for minutes) and
+failures that can be named in one line (a status condition, a CLI error).
+`Registry` keeps oras's protocol and auth code (basic or bearer-token
+challenges) and replaces only its request loop: one timeout-bounded
+request, one authentication round, then a typed error. Every body is read
+with a bound (a manifest as registries bound them, 4 MiB; a page of the tag
+list likewise, and the whole list by its number of tags): a registry is not
 trusted to send only what was asked for.
+
+What a failure message suggests (a field of the object, a flag of the
+command) is the caller's `Hints`: the client does not know who uses it.
 """
 
 from __future__ import annotations
@@ -27,19 +31,17 @@ import oras.container
 import oras.provider
 import requests
 
+from sluice_runtime.oci.artifacts import MANIFEST_TYPES
 from sluice_runtime.redacting import redact_url
 
-MANIFEST_TYPES = (
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-)
-FLUX_CONTENT_TYPE = "application/vnd.cncf.flux.content.v1.tar+gzip"
 MAX_MANIFEST_SIZE = 4 << 20
 """What distribution and most registries accept for a manifest."""
 MAX_TAGS_PAGE_SIZE = 4 << 20
 MAX_TAGS = 100_000
 _NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+"""The distribution spec's tag grammar."""
 
 
 class RegistryError(Exception):
@@ -49,6 +51,16 @@ class RegistryError(Exception):
         super().__init__(message)
         self.auth = auth
         self.not_found = not_found
+
+
+@dataclass(frozen=True)
+class Hints:
+    """Where a user fixes a TLS or credentials failure, in their own terms."""
+
+    tls: str
+    """For a failed TLS handshake, e.g. "a plain-HTTP registry needs spec.insecure: true"."""
+    credentials: str
+    """Where credentials go, e.g. "spec.secretRef"."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +86,51 @@ class OCIURL:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """`oci://host/repository[:tag|@digest]`, as the `sluice` command takes it."""
+
+    url: OCIURL
+    tag: str | None = None
+    digest: str | None = None
+
+    @property
+    def name(self) -> str:
+        """`host/repository:tag` or `host/repository@digest`, as docker writes it."""
+        base = f"{self.url.host}/{self.url.repository}"
+        if self.digest:
+            return f"{base}@{self.digest}"
+        return f"{base}:{self.tag}" if self.tag else base
+
+    @classmethod
+    def parse(cls, text: str) -> Reference:
+        shown = redact_url(text)
+        if not text.startswith("oci://"):
+            raise ValueError(
+                f"'{shown}' is not an OCI reference: expected oci://<host>/<repository>"
+            )
+        if "@" in text.removeprefix("oci://").split("/", 1)[0]:
+            raise ValueError(f"'{shown}' is not valid: credentials do not go in the URL")
+        head, _, last = text.rpartition("/")
+        tag = digest = None
+        if "@" in last:
+            last, _, digest = last.partition("@")
+            if not _DIGEST.match(digest):
+                raise ValueError(f"'{shown}' is not valid: '{digest}' is not a sha256 digest")
+        elif ":" in last:
+            last, _, tag = last.partition(":")
+            if not _TAG.fullmatch(tag):
+                raise ValueError(f"'{shown}' is not valid: '{tag}' is not a tag")
+        url = OCIURL.parse(f"{head}/{last}")
+        return cls(url, tag, digest)
+
+
+@dataclass(frozen=True)
 class Manifest:
     digest: str
     body: dict[str, Any]
+    raw: bytes = b""
+    """The bytes the digest is of, to copy the manifest under another tag unchanged."""
+    media_type: str = ""
 
     def layers(self) -> list[dict[str, Any]]:
         return list(self.body.get("layers") or [])
@@ -92,12 +146,14 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
         username: str | None,
         password: str | None,
         timeout: float,
+        hints: Hints,
     ) -> None:
         super().__init__(
             hostname=url.host, insecure=insecure, tls_verify=ca_file if ca_file else True
         )
         self.url = url
         self.timeout = timeout
+        self.hints = hints
         self.container = oras.container.Container(f"{url.host}/{url.repository}")
         self._basic: str | None = None
         self._basic_preemptive = False
@@ -137,11 +193,12 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                 return answer
             except requests.exceptions.SSLError as error:
                 raise RegistryError(
-                    f"TLS handshake with {self.url.host} failed ({error}); a plain-HTTP "
-                    "registry needs spec.insecure: true, a private CA spec.certSecretRef"
+                    f"TLS handshake with {self.url.host} failed ({error}); {self.hints.tls}"
                 ) from None
             except requests.exceptions.RequestException as error:
-                raise RegistryError(f"cannot reach registry {self.url.host}: {error}") from None
+                raise RegistryError(
+                    f"cannot reach registry {self.url.host}: {_reason(error)}"
+                ) from None
 
         response = send()
         if response.status_code in (401, 403):
@@ -151,7 +208,7 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                 # challenge ourselves; oras only speaks the token flow.
                 if self._basic is None:
                     raise RegistryError(
-                        f"registry {self.url.host} requires credentials (spec.secretRef)",
+                        f"registry {self.url.host} requires credentials ({self.hints.credentials})",
                         auth=True,
                     )
                 headers["Authorization"] = self._basic
@@ -216,7 +273,15 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
             body = json.loads(raw)
         except ValueError:
             raise RegistryError(f"manifest '{reference}' is not JSON") from None
-        return Manifest(digest=digest, body=body)
+        if not isinstance(body, dict):
+            raise RegistryError(f"manifest '{reference}' is not a JSON object")
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        return Manifest(
+            digest=digest,
+            body=body,
+            raw=raw,
+            media_type=str(body.get("mediaType") or media_type or MANIFEST_TYPES[0]),
+        )
 
     def download(self, digest: str, dest: Path, *, max_size: int) -> None:
         """Stream a blob to `dest`, refusing a size above `max_size` or a wrong digest."""
@@ -243,6 +308,63 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
         if actual != digest:
             raise RegistryError(f"layer digest mismatch: expected {digest}, got {actual}")
 
+    def has_blob(self, digest: str) -> bool:
+        target = f"{self.prefix}://{self.container.get_blob_url(digest)}"
+        response = self.do_request(target, "HEAD")
+        with response:
+            return response.status_code == 200
+
+    def upload_blob(self, data: bytes, digest: str) -> None:
+        """Upload `data` under `digest` in one request, unless the registry has it already.
+
+        One monolithic PUT after the upload session's POST: the layers a CI
+        pipeline pushes are manifests, small enough to hold in memory, and
+        a body that is bytes can be sent again after an authentication round.
+        """
+        if self.has_blob(digest):
+            return
+        start = f"{self.prefix}://{self.container.upload_blob_url()}"
+        response = self.do_request(start, "POST")
+        with response:
+            location = response.headers.get("Location", "")
+            if response.status_code != 202 or not location:
+                raise self._answered(response, f"starting the upload of blob {digest}")
+        target = urljoin(start, location)
+        target += ("&" if "?" in target else "?") + f"digest={digest}"
+        response = self.do_request(
+            target,
+            "PUT",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        with response:
+            if response.status_code != 201:
+                raise self._answered(response, f"uploading blob {digest}")
+
+    def put_manifest(self, reference: str, raw: bytes, media_type: str) -> str:
+        """Store `raw` as the manifest under `reference` (a tag); its digest."""
+        target = f"{self.prefix}://{self.container.manifest_url(reference)}"
+        response = self.do_request(target, "PUT", data=raw, headers={"Content-Type": media_type})
+        with response:
+            if response.status_code != 201:
+                raise self._answered(response, f"storing manifest '{reference}'")
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def _answered(self, response: requests.Response, doing: str) -> RegistryError:
+        # The registry's own error text (distribution's `errors[].message`)
+        # names the problem better than the status code alone.
+        detail = ""
+        try:
+            errors = response.json().get("errors") or []
+            detail = "; ".join(str(e.get("message", "")) for e in errors if isinstance(e, dict))
+        except (ValueError, AttributeError):
+            pass
+        shown = f"HTTP {response.status_code}" + (f" ({detail})" if detail else "")
+        return RegistryError(
+            f"registry {self.url.host} answered {shown} {doing}",
+            not_found=response.status_code == 404,
+        )
+
 
 def _read_bounded(response: requests.Response, limit: int, *, what: str) -> bytes:
     """The body of a streamed `response`, refusing more than `limit` bytes."""
@@ -255,6 +377,19 @@ def _read_bounded(response: requests.Response, limit: int, *, what: str) -> byte
         if len(body) > limit:
             raise RegistryError(f"{what} is larger than the limit of {limit} bytes")
     return bytes(body)
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")]+")
+
+
+def _reason(error: requests.exceptions.RequestException) -> str:
+    """The operating system's reason (`[Errno 111] Connection refused`) when there is one.
+
+    requests wraps it in two layers of pool and retry text that make the
+    line long without saying more.
+    """
+    found = _ERRNO.search(str(error))
+    return found.group(0).strip() if found else str(error)
 
 
 def _status_error(text: str, url: OCIURL, *, not_found: bool = False) -> RegistryError:

@@ -100,10 +100,9 @@ async def test_the_webapp_example_goes_ready_in_dependency_order(delivery: Deliv
     ready_at: dict[str, float] = {}
     waited_on_dependency: set[str] = set()
 
-    # Nothing rolls a Deployment out until we say so: istio waits on istiod.
-    await asyncio.sleep(1.0)
-    frontend = await d.observe.get(KUSTOMIZATION, "webapp-frontend")
-    assert (condition(frontend, "Ready") or {}).get("reason") == "DependencyNotReady"
+    # Nothing rolls a Deployment out until we say so: istio waits on istiod,
+    # so once the source is fetched the frontend waits on its dependency.
+    await d.observe.wait_reason(KUSTOMIZATION, "webapp-frontend", "DependencyNotReady")
     assert not await exists(d, DEPLOYMENT, "frontend", app_ns)
 
     async with simulated_rollouts(d.kube):

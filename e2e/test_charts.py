@@ -235,7 +235,7 @@ def test_a_disabled_controller_is_not_deployed(name: str) -> None:
         for deployment in of_kind(objects, "Deployment").values():
             assert not any(a.startswith("--events-addr") for a in container(deployment)["args"])
         assert "allow-webhooks" not in of_kind(objects, "NetworkPolicy")
-    elif name != "notification-controller":
+    else:
         notification = options(of_kind(objects, "Deployment")["notification-controller"])
         assert name not in notification.events_service_accounts.split(",")
 

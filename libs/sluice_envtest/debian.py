@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -163,7 +164,7 @@ def fetch_packages(
     say = log or _stderr
     base = cache_root() / "debian"
     names = sorted(set(packages))
-    memo = base / "resolved" / f"{'+'.join(names)}.json"
+    memo = base / "resolved" / f"{_short('+'.join(names))}.json"
     cached = _cached(base, memo, binaries)
     if cached is not None:
         return cached
@@ -195,6 +196,32 @@ def fetch_packages(
             partial.write_text(json.dumps({"stamp": _lists_stamp(base), "versions": versions}))
             os.replace(partial, memo)
             return unpacked
+
+
+def closure(packages: Sequence[str], *, log: Log | None = None) -> list[str]:
+    """`packages` and everything they depend on (Depends, Pre-Depends), by name.
+
+    For a root filesystem assembled with `dpkg -x` (the image build): no
+    maintainer script runs there, so only what the files need is followed.
+    """
+    base = cache_root() / "debian"
+    with locked(base / "apt.lock"):
+        apt = PrivateApt(base / "apt", source_packages=False, options=_LEAN)
+        if not _lists_stamp(base):
+            (log or _stderr)("fetching Debian package lists (once)")
+            _update(apt, base)
+        output = apt.cache(
+            "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+            "--no-breaks", "--no-replaces", "--no-enhances", *packages,
+        )  # fmt: skip
+    # Unindented lines are the packages reached; `<name>` ones are virtual,
+    # provided by a real package that is listed too.
+    names = {
+        line.strip()
+        for line in output.splitlines()
+        if line and not line[0].isspace() and not line.startswith("<")
+    }
+    return sorted(names)
 
 
 def missing_libraries(binary: Path, *, library_dir: Path | None = None) -> list[str]:
@@ -236,7 +263,14 @@ def _lists_stamp(base: Path) -> str:
 
 def _key(versions: Mapping[str, str]) -> str:
     # Epochs carry a colon, which LD_LIBRARY_PATH cannot hold; apt escapes it so too.
-    return ",".join(f"{n}={v}" for n, v in sorted(versions.items())).replace(":", "%3a")
+    return _short(",".join(f"{n}={v}" for n, v in sorted(versions.items())).replace(":", "%3a"))
+
+
+def _short(name: str) -> str:
+    # A file name holds 255 bytes; a root filesystem's worth of packages does not fit.
+    if len(name) <= 200:
+        return name
+    return f"{name[:100]}...{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
 def _cached(base: Path, memo: Path, binaries: Sequence[str]) -> Unpacked | None:

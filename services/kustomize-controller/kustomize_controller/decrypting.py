@@ -216,7 +216,9 @@ class Decryptor:
             if self.confine:
                 try:
                     preexec = stack.enter_context(
-                        confining.confined(_confinement(self.sops, path, home, pgp=bool(self.keys.pgp)))
+                        confining.confined(
+                            _confinement(self.sops, path, home, pgp=bool(self.keys.pgp))
+                        )
                     )
                 except confining.ConfinementError as error:
                     raise DecryptionError(

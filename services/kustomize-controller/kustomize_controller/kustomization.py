@@ -45,8 +45,8 @@ from sluice_runtime.kube.applying import (
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import UnknownKind
 from sluice_runtime.kube.errors import KubeError
-from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.kube.health import Health, Target, wait_for_health
+from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, step

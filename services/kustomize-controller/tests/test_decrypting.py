@@ -151,7 +151,7 @@ async def test_sops_cannot_reach_a_key_service(tmp_path: Path) -> None:
             "    hc_vault:\n"
             f"        - vault_address: http://127.0.0.1:{port}\n"
             "          engine_path: sops\n          key_name: k\n"
-            "          created_at: \"2024-01-01T00:00:00Z\"\n          enc: vault:v1:abc\n"
+            '          created_at: "2024-01-01T00:00:00Z"\n          enc: vault:v1:abc\n'
         )
         (tmp_path / "s.yaml").write_text(encrypted.replace("sops:\n", "sops:\n" + vault, 1))
         decryptor = Decryptor(keys=Keys(), sops=find_sops(), confine=True)

@@ -272,10 +272,27 @@ def _select_layer(ctx: OCIRepositoryContext) -> dict[str, Any]:
     )
 
 
+@step()
+async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
+    """Refuse spec.verify until signatures can be checked: unsigned content must never
+    look verified."""
+    verify = ctx.repo.spec.verify
+    if verify is None:
+        ctx.conditions.delete(SourceCondition.SOURCE_VERIFIED)
+        return None
+    raise Stalling(
+        SourceReason.VERIFICATION_ERROR,
+        f"spec.verify (provider {verify.provider}) is not supported by this version of "
+        "Sluice: signatures cannot be checked, so no artifact is produced",
+        condition=SourceCondition.SOURCE_VERIFIED,
+    )
+
+
 STEPS = (
     reconcile_storage,
     reconcile_unsupported,
     reconcile_gates,
+    reconcile_verify,
     reconcile_source,
     reconcile_artifact,
 )

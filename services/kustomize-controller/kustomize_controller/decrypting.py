@@ -18,7 +18,9 @@ Vault URLs); sops would try each of them. So sops runs confined like the
 build (`sluice_runtime.confining`): it may read the one file and its keys,
 with no TCP at all, and cloud and Vault keys fail without a connection
 being attempted. Where the kernel offers no Landlock, every proxy variable
-points at a closed port instead.
+points at a closed port instead (cloud KMS endpoints are refused there), and a
+file naming a Vault or Key Vault address, which may be a loopback one that no
+proxy setting covers, is refused.
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ _MAX_FILE = 16 << 20
 
 _FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".env": "dotenv", ".ini": "ini"}
 """sops's format for each extension, as sops and Flux pick it; others are `binary`."""
+
+
+_KEY_SERVICE_ADDRESS = re.compile(rb"vault_(?:address|url)")
+"""sops metadata whose URL comes from the file itself (hc_vault, azure_kv). Unconfined,
+sops would connect there; a loopback address is not sent through the refusing proxy."""
 
 
 class DecryptionError(Exception):
@@ -199,6 +206,12 @@ class Decryptor:
                 continue  # no generator or manifest of that size is a sops file worth trying
             data = await asyncio.to_thread(path.read_bytes)
             if is_encrypted(path, data):
+                if not self.confine and _KEY_SERVICE_ADDRESS.search(data):
+                    raise DecryptionError(
+                        f"failed to decrypt '{name}': it names a Vault or Key Vault address, "
+                        "which sops would connect to; refused because this kernel cannot "
+                        f"confine sops (Landlock ABI {confining.MIN_ABI})"
+                    )
                 todo.append((path, name))
         if not todo:
             return []

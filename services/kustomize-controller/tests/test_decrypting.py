@@ -135,9 +135,20 @@ async def test_failures_name_the_file_and_reason(
     assert path.read_text() == encrypted, "a file that fails stays as it was"
 
 
-@pytest.mark.skipif(not CONFINE, reason="no Landlock ABI 4 on this kernel")
-async def test_sops_cannot_reach_a_key_service(tmp_path: Path) -> None:
-    """A file naming a Vault key on loopback: confined sops fails without connecting."""
+@pytest.mark.parametrize(
+    "confine",
+    [
+        pytest.param(
+            True,
+            id="confined",
+            marks=pytest.mark.skipif(not CONFINE, reason="no Landlock ABI 4 on this kernel"),
+        ),
+        pytest.param(False, id="unconfined-refused"),
+    ],
+)
+async def test_sops_cannot_reach_a_key_service(tmp_path: Path, confine: bool) -> None:
+    """A file naming a Vault key on loopback: sops fails without connecting (unconfined,
+    sops would connect: that file is refused before sops runs)."""
     import socket
 
     key = age_key()
@@ -154,8 +165,10 @@ async def test_sops_cannot_reach_a_key_service(tmp_path: Path) -> None:
             '          created_at: "2024-01-01T00:00:00Z"\n          enc: vault:v1:abc\n'
         )
         (tmp_path / "s.yaml").write_text(encrypted.replace("sops:\n", "sops:\n" + vault, 1))
-        decryptor = Decryptor(keys=Keys(), sops=find_sops(), confine=True)
-        with pytest.raises(decrypting.DecryptionError):
+        decryptor = Decryptor(keys=Keys(), sops=find_sops(), confine=confine)
+        with pytest.raises(decrypting.DecryptionError) as raised:
             await decryptor.decrypt_files(tmp_path, [tmp_path / "s.yaml"])
+        if not confine:
+            assert "names a Vault or Key Vault address" in str(raised.value)
         with pytest.raises(BlockingIOError):
             server.accept()

@@ -1,9 +1,10 @@
 """Kustomization: from a source's artifact to healthy, pruned cluster state.
 
 STEPS, in the order of the contract: source → dependencies → artifact →
-build → substitution → validation → apply (a server-side dry-run of everything,
-then the staged apply) → prune → health. Nothing of a revision is applied unless
-every object of it passed validation and dry-run. Steps 7 to 10 talk to the
+build (SOPS decryption first, in the build's private copy) → substitution →
+validation → apply (a server-side dry-run of everything, then the staged
+apply) → prune → health. Nothing of a revision is applied unless every object
+of it passed validation and dry-run. Steps 7 to 10 talk to the
 cluster through the *target* client: the tenant's impersonated identity
 (`serviceAccountName`) and/or a remote cluster (`kubeConfig`).
 """

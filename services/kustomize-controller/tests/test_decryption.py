@@ -100,7 +100,7 @@ async def test_openpgp_encrypted_secret_is_applied_decrypted(delivery: Delivery)
     with pgp_key() as key:
         encrypted = encrypt(secret_manifest("db", password=PASSWORD), pgp=key,
                             encrypted_regex=REGEX)  # fmt: skip
-        private = key.armored_private
+        private = key.private
     repo = d.repo("pgp")
     repo.commit("encrypted", files={"secret.yaml": encrypted, "ok.yaml": config_map("ok")})
     repo.push()

@@ -32,9 +32,7 @@ async def test_an_unsigned_commit_is_never_applied_and_a_signed_one_is(
                 "stringData": {"author.asc": key.public},
             },
         )
-        await d.git_repository(
-            "signed", verify={"mode": "HEAD", "secretRef": {"name": "trusted"}}
-        )
+        await d.git_repository("signed", verify={"mode": "HEAD", "secretRef": {"name": "trusted"}})
         await d.kustomization("signed", source="signed", targetNamespace=d.namespace)
         source = await d.observe.wait(
             GITREPO,

@@ -62,6 +62,10 @@ _KEY_SERVICE_ADDRESS = re.compile(rb"vault_(?:address|url)")
 sops would connect there; a loopback address is not sent through the refusing proxy."""
 
 
+_CLOUD_ENTRIES = ("sops.vault-token", "sops.aws-kms", "sops.azure-kv", "sops.gcp-kms")
+"""Flux's Secret entries for Vault and cloud KMS credentials."""
+
+
 class DecryptionError(Exception):
     """A file could not be decrypted; the message names it and says why (never its content)."""
 
@@ -78,9 +82,13 @@ class Keys:
     """age identities (`AGE-SECRET-KEY-1...`)."""
     pgp: tuple[str, ...] = ()
     """Armored OpenPGP private keys."""
+    unused: tuple[str, ...] = ()
+    """Entries Flux reads as KMS or Vault credentials, which Sluice does not use."""
 
     def __add__(self, other: Keys) -> Keys:
-        return Keys(age=self.age + other.age, pgp=self.pgp + other.pgp)
+        return Keys(
+            age=self.age + other.age, pgp=self.pgp + other.pgp, unused=self.unused + other.unused
+        )
 
     def __bool__(self) -> bool:
         return bool(self.age or self.pgp)
@@ -91,10 +99,12 @@ def keys_from_entries(entries: Mapping[str, str]) -> Keys:
 
     `<name>.agekey` holds age identities (one per line; comments, as
     `age-keygen` writes them, are skipped), `<name>.asc` an armored OpenPGP
-    private key. Other entries (KMS and Vault credentials) are not used.
+    private key. Flux's KMS and Vault credential entries are not used; they
+    are named when decryption fails.
     """
     age: list[str] = []
     pgp: list[str] = []
+    unused: list[str] = []
     for name in sorted(entries):
         value = entries[name]
         if name.endswith(AGE_KEY_SUFFIX):
@@ -103,7 +113,9 @@ def keys_from_entries(entries: Mapping[str, str]) -> Keys:
             )
         elif name.endswith(PGP_KEY_SUFFIX):
             pgp.append(value)
-    return Keys(age=tuple(age), pgp=tuple(pgp))
+        elif name in _CLOUD_ENTRIES:
+            unused.append(name)
+    return Keys(age=tuple(age), pgp=tuple(pgp), unused=tuple(unused))
 
 
 def keys_from_directory(directory: Path) -> Keys:
@@ -261,6 +273,12 @@ class Decryptor:
                     await process.wait()
         if process.returncode != 0:
             reason = _sops_message(stderr.decode(errors="replace"), path, name)
+            if self.keys.unused:
+                listed = ", ".join(f"'{n}'" for n in self.keys.unused)
+                reason += (
+                    f" (the secret's {listed}: Vault and cloud KMS credentials are not "
+                    "supported, only age and OpenPGP keys)"
+                )
             raise DecryptionError(f"failed to decrypt '{name}': {reason}")
         return stdout
 

@@ -29,7 +29,7 @@ CONFINE = building.default_sandbox() is building.Sandbox.LANDLOCK
         ),
         pytest.param(
             {"sops.vault-token": "t", "identity": "AGE-SECRET-KEY-1A"},
-            Keys(),
+            Keys(unused=("sops.vault-token",)),
             id="other-entries-unused",
         ),
     ],
@@ -106,6 +106,12 @@ def _wrong(_: str) -> Keys:
     [
         pytest.param(_wrong, None, "Failed to get the data key", id="wrong-key"),
         pytest.param(lambda _: Keys(), None, "Failed to get the data key", id="no-key"),
+        pytest.param(
+            lambda _: Keys(unused=("sops.aws-kms",)),
+            None,
+            "the secret's 'sops.aws-kms': Vault and cloud KMS credentials are not supported",
+            id="kms-credentials-named",
+        ),
         pytest.param(
             lambda identity: Keys(age=(identity,)),
             ("name: db", "name: other"),

@@ -71,8 +71,8 @@ class GitRepositoryContext(SourceContext):
     workdir: Path | None = None
     resolved: ResolvedRef | None = None
     checkout_message: str = ""
-    commit: str = ""
-    """The commit checked out (set unless the fetch was a no-op)."""
+    checkout: gitclient.Checkout | None = None
+    """The commit checked out, with its signatures (None after a no-op fetch)."""
     noop: bool = False
     includes: list[tuple[GitRepositoryInclude, Artifact]] = field(default_factory=list)
     content_checksum: str = ""
@@ -136,11 +136,12 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
             timeout=timeout,
             max_size=ctx.limits.checkout_max_size,
             max_files=ctx.limits.artifact_max_files,
+            tag=_tag_name(ctx) if spec.verify is not None else None,
         )
     except gitclient.GitError as error:
         raise _git_failure(error, spec.url) from None
     ctx.checkout_message = checked_out.message
-    ctx.commit = checked_out.commit
+    ctx.checkout = checked_out
     ctx.log.info(
         "fetched",
         revision=resolved.revision,
@@ -264,7 +265,7 @@ async def reconcile_verify(ctx: GitRepositoryContext) -> Result | None:
         return None
     if ctx.noop:
         return None
-    assert ctx.workdir is not None and ctx.resolved is not None
+    assert ctx.checkout is not None and ctx.resolved is not None
     mode = "HEAD" if verify.mode.lower() == "head" else verify.mode
     tag = _tag_name(ctx)
     if mode != "HEAD" and tag is None:
@@ -285,25 +286,24 @@ async def reconcile_verify(ctx: GitRepositoryContext) -> Result | None:
             f"verification keys: secret '{namespace}/{verify.secret_ref.name}' holds no "
             "OpenPGP (armored) or SSH public keys"
         )
-    checks: list[tuple[str, str]] = []
+    checkout = ctx.checkout
+    checks: list[tuple[str, str, bytes | None, bytes]] = []
     if mode in ("Tag", "TagAndHEAD"):
         assert tag is not None
-        checks.append(("tag", tag))
+        # A lightweight tag is only a name for a commit: nothing signed it.
+        payload, signature = verifying.split_signed_tag(checkout.tag_object or b"")
+        checks.append(("tag", tag, signature, payload))
     if mode in ("HEAD", "TagAndHEAD"):
-        checks.append(("commit", ctx.commit))
+        checks.append(("commit", checkout.commit, checkout.signature, checkout.signed_payload))
     verified = []
-    for what, name in checks:
-        signature, payload = await asyncio.to_thread(_signed_object, ctx.workdir, what, name)
+    for what, name, signature, payload in checks:
+        failed = f"signature verification of {what} '{name}' failed"
         if signature is None:
-            raise _unverified(
-                f"signature verification of {what} '{name}' failed: {what} is not signed"
-            )
+            raise _unverified(f"{failed}: {what} is not signed")
         try:
             key = await asyncio.to_thread(verifying.verify, signature, payload, keys)
         except verifying.VerificationError as error:
-            raise _unverified(
-                f"signature verification of {what} '{name}' failed: {error}"
-            ) from None
+            raise _unverified(f"{failed}: {error}") from None
         verified.append(f"{what} '{name}' with key '{key}'")
     ctx.conditions.mark_true(
         SourceCondition.SOURCE_VERIFIED,
@@ -328,26 +328,6 @@ def _tag_name(ctx: GitRepositoryContext) -> str | None:
     if ref.semver and ctx.resolved is not None:
         return ctx.resolved.revision.split("@sha1:", 1)[0]
     return None
-
-
-def _signed_object(workdir: Path, what: str, name: str) -> tuple[bytes | None, bytes]:
-    """The signature and the signed bytes of a commit (by id) or a tag (by name)."""
-    import pygit2
-
-    repo = pygit2.Repository(str(workdir))
-    if what == "commit":
-        commit = repo.get(name)
-        assert isinstance(commit, pygit2.Commit)
-        signature, payload = commit.gpg_signature
-        return signature, payload or b""
-    reference = repo.references.get(f"refs/tags/{name}")
-    target = repo.get(reference.target) if reference is not None else None
-    if not isinstance(target, pygit2.Tag):
-        # A lightweight tag is only a name for a commit: nothing to sign.
-        return None, b""
-    _, raw = repo.odb.read(target.id)
-    payload, signature = verifying.split_signed_tag(bytes(raw))
-    return signature, payload
 
 
 # -- step 4 ------------------------------------------------------------------

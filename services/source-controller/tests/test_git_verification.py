@@ -124,14 +124,15 @@ async def test_an_unverified_head_produces_no_artifact(
 
 
 @pytest.mark.parametrize(
-    ("mode", "sign_commit", "sign_tag", "expect_status", "expect"),
+    ("mode", "sign_commit", "sign_tag", "expect_status", "expect", "signer"),
     [
-        pytest.param("Tag", False, True, "True", "tag 'v1.0.0' with key", id="tag-signed"),
-        pytest.param("Tag", True, False, "False", "tag 'v1.0.0' failed", id="tag-unsigned"),
-        pytest.param("TagAndHEAD", True, True, "True", "commit '", id="both-signed"),
+        pytest.param("Tag", False, True, "True", "tag 'v1.0.0' with key", "pgp", id="tag-signed"),
+        pytest.param("Tag", True, False, "False", "tag 'v1.0.0' failed", "pgp", id="tag-unsigned"),
+        pytest.param("TagAndHEAD", True, True, "True", "commit '", "pgp", id="both-signed"),
         pytest.param(
-            "TagAndHEAD", False, True, "False", "commit is not signed", id="head-unsigned"
+            "TagAndHEAD", False, True, "False", "commit is not signed", "pgp", id="head-unsigned"
         ),
+        pytest.param("TagAndHEAD", True, True, "True", "with key 'SHA256:", "ssh", id="ssh-both"),
     ],
 )
 async def test_tag_modes(
@@ -143,9 +144,10 @@ async def test_tag_modes(
     sign_tag: bool,
     expect_status: str,
     expect: str,
+    signer: str,
 ) -> None:
     sc = source_controller
-    key = keys["pgp"]
+    key = keys[signer]
     work = repo(git_http, sc, "tagged")
     work.commit("c", files={"app.yaml": MANIFEST}, sign=key if sign_commit else None)
     work.tag("v1.0.0", message="release", sign=key if sign_tag else None)

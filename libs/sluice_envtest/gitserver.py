@@ -43,6 +43,7 @@ from sluice_envtest.certificates import make_serving_pki
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.lifecycle import Startable
 from sluice_envtest.processes import ServerError, log_tail
+from sluice_envtest.signing import SigningKey
 
 AUTHOR_NAME = "Sluice Test"
 AUTHOR_EMAIL = "test@sluice.invalid"
@@ -168,8 +169,11 @@ class WorkRepo:
             repo.git("checkout", "--quiet", "-B", branch, f"origin/{branch}")
         return repo
 
-    def git(self, *args: str, input: bytes | None = None) -> str:
+    def git(
+        self, *args: str, input: bytes | None = None, extra_env: Mapping[str, str] | None = None
+    ) -> str:
         env = git_environ(home=self.home)
+        env.update(extra_env or {})
         when = f"{EPOCH + 60 * self._tick} +0000"
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = when
         return run_git(*args, cwd=self.path, env=env, input=input)
@@ -197,23 +201,40 @@ class WorkRepo:
         *,
         files: Mapping[str, str | bytes] | None = None,
         remove: Iterable[str] = (),
+        sign: SigningKey | None = None,
     ) -> str:
-        """Write `files`, delete `remove`, commit everything; the new commit's id."""
+        """Write `files`, delete `remove`, commit everything (signed with `sign`); the new
+        commit's id."""
         self.write(files or {})
         self.remove(*remove)
         self._tick += 1
         self.git("add", "--all")
-        self.git("commit", "--quiet", "--allow-empty", "--message", message)
+        if sign is None:
+            self.git("commit", "--quiet", "--allow-empty", "--message", message)
+        else:
+            self.git(*sign.git_config(), "commit", "--quiet", "--allow-empty", "-S",
+                     "--message", message, extra_env=sign.env())  # fmt: skip
         return self.head
 
     def checkout(self, ref: str, *, create: bool = False) -> None:
         """Switch to `ref`; with `create`, a new branch starting at the current commit."""
         self.git("checkout", "--quiet", *(["-b"] if create else []), ref)
 
-    def tag(self, name: str, *, message: str | None = None, ref: str = "HEAD") -> str:
-        """A lightweight tag, or an annotated one with `message`; the tagged commit's id."""
+    def tag(
+        self,
+        name: str,
+        *,
+        message: str | None = None,
+        ref: str = "HEAD",
+        sign: SigningKey | None = None,
+    ) -> str:
+        """A lightweight tag, or an annotated one with `message` (signed with `sign`); the
+        tagged commit's id."""
         self._tick += 1
-        if message is None:
+        if sign is not None:
+            self.git(*sign.git_config(), "tag", "--sign", "--message", message or name, name,
+                     ref, extra_env=sign.env())  # fmt: skip
+        elif message is None:
             self.git("tag", name, ref)
         else:
             self.git("tag", "--annotate", "--message", message, name, ref)

@@ -15,7 +15,9 @@ from __future__ import annotations
 import base64
 import ctypes
 import gzip
+import hashlib
 import io
+import json
 import re
 import secrets
 import ssl
@@ -27,6 +29,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import oras.client
 import yaml
@@ -174,6 +177,60 @@ class OciRegistry(ChildServer):
         if not digest:
             raise RuntimeError(f"the registry returned no digest for {repository}:{tag}")
         return str(digest)
+
+    def push_cosign_signature(
+        self, repository: str, digest: str, *, payloads: list[tuple[bytes, str]]
+    ) -> None:
+        """Store signatures of manifest `digest` as cosign does: the manifest tagged
+        `sha256-<hex>.sig`, one simple-signing layer per (payload, base64 signature)."""
+        config = b"{}"
+        layers = []
+        for payload, signature in payloads:
+            layers.append(
+                {
+                    "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                    "size": len(payload),
+                    "digest": self._upload_blob(repository, payload),
+                    "annotations": {"dev.cosignproject.cosign/signature": signature},
+                }
+            )
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "size": len(config),
+                "digest": self._upload_blob(repository, config),
+            },
+            "layers": layers,
+        }
+        tag = digest.replace(":", "-") + ".sig"
+        answer = self.client().do_request(
+            f"{self.url}/v2/{repository}/manifests/{tag}",
+            "PUT",
+            data=json.dumps(manifest).encode(),
+            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+        )
+        if answer.status_code != 201:
+            raise RuntimeError(f"pushing {repository}:{tag}: {answer.status_code} {answer.text}")
+
+    def _upload_blob(self, repository: str, data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        client = self.client()
+        started = client.do_request(f"{self.url}/v2/{repository}/blobs/uploads/", "POST")
+        if started.status_code != 202:
+            raise RuntimeError(f"starting a blob upload to {repository}: {started.status_code}")
+        location = urljoin(f"{self.url}/", started.headers["Location"])
+        separator = "&" if "?" in location else "?"
+        done = client.do_request(
+            f"{location}{separator}digest={digest}",
+            "PUT",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        if done.status_code != 201:
+            raise RuntimeError(f"uploading a blob to {repository}: {done.status_code}")
+        return digest
 
     def tags(self, repository: str) -> list[str]:
         return list(self.client().get_tags(self.reference(repository)))

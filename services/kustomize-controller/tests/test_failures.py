@@ -96,12 +96,6 @@ BAD_YAML = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: broken\n data: [
             "ConfigMap",
             id="malformed-substitution",
         ),
-        pytest.param(
-            {"ok.yaml": config_map("ok")},
-            {"decryption": {"provider": "sops", "secretRef": {"name": "keys"}}},
-            "spec.decryption (provider sops) is not supported",
-            id="decryption-refused",
-        ),
     ],
 )
 async def test_build_failures(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import base64
 import contextlib
 import json
 import shutil
@@ -63,6 +64,12 @@ class Checkout:
     message: str
     received_bytes: int
     received_objects: int
+    signature: bytes | None = None
+    """The commit's signature; None when unsigned."""
+    signed_payload: bytes = b""
+    """What the commit's signature covers."""
+    tag_object: bytes | None = None
+    """The raw annotated tag object of the `tag` asked for; None when lightweight or unasked."""
 
 
 class _WarmWorkers:
@@ -217,6 +224,7 @@ async def checkout(
     timeout: float,
     max_size: int | None = None,
     max_files: int | None = None,
+    tag: str | None = None,
 ) -> Checkout:
     answer = await _run(
         {
@@ -231,6 +239,7 @@ async def checkout(
             "recurse_submodules": recurse_submodules,
             "max_size": max_size,
             "max_files": max_files,
+            "tag": tag,
         },
         timeout=timeout,
     )
@@ -239,4 +248,11 @@ async def checkout(
         message=answer["message"],
         received_bytes=int(answer["received_bytes"]),
         received_objects=int(answer["received_objects"]),
+        signature=_unb64(answer.get("signature")),
+        signed_payload=_unb64(answer.get("signed_payload")) or b"",
+        tag_object=_unb64(answer.get("tag_object")),
     )
+
+
+def _unb64(value: str | None) -> bytes | None:
+    return base64.b64decode(value) if value else None

@@ -50,6 +50,12 @@ class CheckoutResult:
     message: str
     received_bytes: int
     received_objects: int
+    signature: str | None = None
+    """The commit's signature (gpgsig header), base64; None when unsigned."""
+    signed_payload: str = ""
+    """The bytes the commit's signature covers, base64."""
+    tag_object: str | None = None
+    """The raw annotated tag object of request["tag"], base64; None for a lightweight tag."""
 
 
 class WorkerError(Exception):
@@ -221,12 +227,37 @@ def checkout(request: dict[str, Any], scratch: Path) -> CheckoutResult:
     repo.set_head(commit.id)
     if request.get("recurse_submodules"):
         _update_submodules(repo, request, parent_url=request["url"], budget=budget)
+    # Signatures are read here, like everything libgit2 parses from the
+    # remote's objects, so that spec.verify never parses them in the controller.
+    signature, payload = commit.gpg_signature
     return CheckoutResult(
         commit=str(commit.id),
         message=commit.message.strip().splitlines()[0] if commit.message.strip() else "",
         received_bytes=progress.received_bytes,
         received_objects=progress.received_objects,
+        signature=_b64(signature) if signature else None,
+        signed_payload=_b64(payload or b""),
+        tag_object=_tag_object(repo, request.get("tag")),
     )
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def _tag_object(repo: Any, tag: str | None) -> str | None:
+    import pygit2
+
+    if not tag:
+        return None
+    reference = repo.references.get(f"refs/tags/{tag}")
+    target = repo.get(reference.target) if reference is not None else None
+    if not isinstance(target, pygit2.Tag):
+        return None
+    _, raw = repo.odb.read(target.id)
+    return _b64(bytes(raw))
 
 
 def _spend(repo: Any, tree: Any, budget: _Budget) -> None:

@@ -1,6 +1,6 @@
 """OCIRepository: one layer of an OCI artifact, stored as a digest-checked tarball.
 
-STEPS: storage → source → artifact. The source step resolves the ref to a
+STEPS: storage → source → verify → artifact. The source step resolves the ref to a
 manifest digest first (one small request); when that digest is the one
 already stored, the file is still there and the layer selection and ignore
 rules are unchanged, the layer is not downloaded again.
@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from sluice_api.meta import parse_duration
-from sluice_api.source import OCIRepository, SourceCondition, SourceReason
+from sluice_api.source import (
+    OCIRepository,
+    OCIRepositoryVerification,
+    SourceCondition,
+    SourceReason,
+)
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.informing.watching import Store
@@ -29,6 +34,7 @@ from sluice_runtime.patterns import InvalidPattern, compile_pattern
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
+from source_controller import cosigning
 from source_controller.refs import InvalidRef, RefNotFound, highest_matching_tag
 from source_controller.sources import (
     NEGATIVE_CONDITIONS,
@@ -191,11 +197,14 @@ def _registry_failure(error: oci.RegistryError) -> StepError:
 def _content_checksum(ctx: OCIRepositoryContext) -> str:
     spec = ctx.repo.spec
     selector = spec.layer_selector
-    config = {
+    config: dict[str, Any] = {
         "ignore": spec.ignore,
         "mediaType": selector.media_type if selector else None,
         "operation": (selector.operation if selector else None) or "extract",
     }
+    if spec.verify is not None:
+        # New keys or a new provider mean checking again, so the digest is pulled again.
+        config["verify"] = spec.verify.model_dump(by_alias=True, exclude_none=True)
     encoded = json.dumps(config, sort_keys=True).encode()
     return "sha256:" + hashlib.sha256(encoded).hexdigest()
 
@@ -277,11 +286,94 @@ def _select_layer(ctx: OCIRepositoryContext) -> dict[str, Any]:
     )
 
 
+@step()
+async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
+    """Check the cosign signature of the resolved digest; a failure keeps the last artifact.
+
+    SourceVerified is set here rather than owned by the step, so that a
+    no-op pull (the stored digest was verified when it was stored) keeps it.
+    """
+    verify = ctx.repo.spec.verify
+    if verify is None:
+        ctx.conditions.delete(SourceCondition.SOURCE_VERIFIED)
+        return None
+    _refuse_unsupported(verify)
+    if ctx.noop:
+        return None
+    assert ctx.manifest is not None and ctx.registry is not None and verify.secret_ref is not None
+    secret = f"{ctx.namespace}/{verify.secret_ref.name}"
+    try:
+        data = await secret_data(ctx.client, ctx.namespace, verify.secret_ref.name)
+        keys = cosigning.public_keys(data)
+    except (SecretError, cosigning.CosignError) as error:
+        raise _unverified(f"verification keys: {error}") from None
+    if not keys:
+        raise _unverified(f"verification keys: secret '{secret}' holds no '*.pub' public key")
+    digest = ctx.manifest.digest
+    registry = ctx.registry
+    timeout = parse_duration(ctx.repo.spec.timeout).total_seconds()
+    failed = f"failed to verify the signature of '{ctx.revision}' using provider 'cosign'"
+    try:
+        signatures = await _bounded(
+            registry.manifest, cosigning.signature_tag(digest), timeout=timeout
+        )
+        verified = await _bounded(
+            functools.partial(
+                cosigning.verify_signatures,
+                signatures.body,
+                digest=digest,
+                keys=keys,
+                read_blob=functools.partial(
+                    registry.read_blob, max_size=cosigning.MAX_PAYLOAD_SIZE
+                ),
+            ),
+            timeout=timeout,
+        )
+    except oci.RegistryError as error:
+        if error.not_found:
+            raise _unverified(f"{failed}: no signature found for '{digest}'") from None
+        raise _unverified(f"{failed}: {error}") from None
+    except cosigning.CosignError as error:
+        raise _unverified(f"{failed}: {error}") from None
+    ctx.conditions.mark_true(
+        SourceCondition.SOURCE_VERIFIED,
+        SourceReason.SUCCEEDED,
+        f"verified signature of revision {ctx.revision} with key '{verified.key}'",
+    )
+    return None
+
+
+def _refuse_unsupported(verify: OCIRepositoryVerification) -> None:
+    unsupported = None
+    if verify.provider == "notation":
+        unsupported = "spec.verify.provider 'notation'"
+    elif verify.match_oidc_identity:
+        unsupported = "keyless cosign verification (spec.verify.matchOIDCIdentity)"
+    elif verify.trusted_root_secret_ref is not None:
+        unsupported = "spec.verify.trustedRootSecretRef (a self-hosted Sigstore)"
+    elif verify.secret_ref is None:
+        unsupported = "keyless cosign verification (spec.verify without secretRef)"
+    if unsupported is not None:
+        raise Stalling(
+            SourceReason.VERIFICATION_ERROR,
+            f"{unsupported} is not supported by this version of Sluice; verify with cosign "
+            "public keys in spec.verify.secretRef. No artifact is produced",
+            condition=SourceCondition.SOURCE_VERIFIED,
+        )
+
+
+def _unverified(message: str) -> StepError:
+    return StepError(
+        SourceReason.VERIFICATION_ERROR, message, condition=SourceCondition.SOURCE_VERIFIED
+    )
+
+
 STEPS = (
     reconcile_storage,
     reconcile_unsupported,
     reconcile_gates,
     reconcile_source,
+    reconcile_verify,
     reconcile_artifact,
 )
 

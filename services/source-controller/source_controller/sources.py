@@ -94,27 +94,15 @@ async def reconcile_gates(ctx: SourceContext) -> Result | None:
     return done()
 
 
-@step(SourceCondition.SOURCE_VERIFIED)
+@step()
 async def reconcile_unsupported(ctx: SourceContext) -> Result | None:
     """Refuse fields this version accepts in the API but does not implement.
 
-    Ignoring them would be worse than failing: `spec.verify` ignored makes
-    unsigned content Ready as if it had been verified, and `proxySecretRef`
-    ignored sends traffic the network policy meant for the proxy straight
-    out. As the kustomize-controller does with `spec.decryption`, the source
-    stalls until the field is removed, and no artifact is produced.
+    Ignoring them would be worse than failing: `proxySecretRef` ignored
+    sends traffic the network policy meant for the proxy straight out. The
+    source stalls until the field is removed, and no artifact is produced.
     """
     spec = ctx.obj.spec
-    verify = getattr(spec, "verify", None)
-    if verify is not None:
-        provider = getattr(verify, "provider", None) or "pgp/ssh"
-        raise Stalling(
-            SourceReason.VERIFICATION_ERROR,
-            f"spec.verify (provider {provider}) is not supported by this version of Sluice: "
-            "signatures cannot be checked, so no artifact is produced; remove spec.verify "
-            "to accept unverified content",
-            condition=SourceCondition.SOURCE_VERIFIED,
-        )
     if getattr(spec, "proxy_secret_ref", None) is not None:
         raise Stalling(
             SourceReason.FAILED,

@@ -53,7 +53,7 @@ VERIFY = {
 }
 
 
-@pytest.mark.parametrize("kind", ["GitRepository", "OCIRepository"])
+@pytest.mark.parametrize("kind", ["OCIRepository"])
 async def test_a_source_to_verify_stalls_and_stores_nothing(
     source_controller: SourceController,
     git_http: GitHttpServer,

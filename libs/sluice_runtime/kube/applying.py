@@ -388,7 +388,14 @@ def _comparable(obj: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def has_drifted(existing: Mapping[str, Any], dry_run: Mapping[str, Any]) -> bool:
-    """Would applying change the live object? (labels, annotations, all but metadata/status)."""
+    """Would applying change the live object?
+
+    Only what an apply owns counts: labels, annotations and everything outside
+    metadata and status. Status, managedFields, resourceVersion, generation,
+    uid and timestamps are the server's and other controllers'; what servers
+    put there differs between versions, so comparing them would make the
+    answer depend on the server.
+    """
     return _comparable(existing) != _comparable(dry_run)
 
 
@@ -877,6 +884,10 @@ class ResourceManager:
         if existing is None:
             reason = "recreated: immutable field changed" if check.recreate else ""
             return entry(Action.CREATED, reason, live=applied)
+        # Taking over kubectl's fields rewrites managedFields only: whether the
+        # object was configured is what the apply changed of its content.
+        if not has_drifted(existing, applied):
+            return entry(Action.UNCHANGED, live=applied)
         return entry(Action.CONFIGURED, live=applied)
 
     async def _delete_and_wait(self, plan: _Plan, existing: JSON, *, timeout: float) -> None:
@@ -1132,9 +1143,13 @@ def take_over_managed_fields(
 
     def matches(entry: Mapping[str, Any]) -> bool:
         name = str(entry.get("manager") or "")
-        return not entry.get("subresource") and any(
-            name.startswith(prefix) and entry.get("operation") == operation
-            for prefix, operation in TAKEOVER_MANAGERS
+        return (
+            not entry.get("subresource")
+            and bool(_owned_fields(entry))
+            and any(
+                name.startswith(prefix) and entry.get("operation") == operation
+                for prefix, operation in TAKEOVER_MANAGERS
+            )
         )
 
     if not any(matches(e) for e in entries):
@@ -1154,13 +1169,29 @@ def take_over_managed_fields(
         if not matches(entry):
             continue
         if ours is None:
-            ours = {**copy.deepcopy(dict(entry)), "manager": manager, "operation": "Apply"}
+            ours = {
+                **copy.deepcopy(dict(entry)),
+                "manager": manager,
+                "operation": "Apply",
+                "fieldsV1": _owned_fields(entry),
+            }
         else:
-            ours["fieldsV1"] = _merge_fields(
-                ours.get("fieldsV1") or {}, entry.get("fieldsV1") or {}
-            )
+            ours["fieldsV1"] = _merge_fields(ours.get("fieldsV1") or {}, _owned_fields(entry))
     assert ours is not None
     return [ours, *kept]
+
+
+def _owned_fields(entry: Mapping[str, Any]) -> JSON:
+    """An entry's fields an apply can own: all but status.
+
+    Servers before 1.22 record a write to the status subresource as an
+    Update of the object itself (no `subresource` in the entry); status is
+    never applied, so such fields are neither ours to take nor drift.
+    """
+    fields = entry.get("fieldsV1")
+    if not isinstance(fields, Mapping):
+        return {}
+    return {k: copy.deepcopy(v) for k, v in fields.items() if k != "f:status"}
 
 
 def _merge_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> JSON:

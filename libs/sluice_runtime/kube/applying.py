@@ -48,6 +48,7 @@ from sluice_runtime.kube.errors import (
     Invalid,
     KubeError,
     NotFound,
+    is_transient,
     one_line,
 )
 from sluice_runtime.kube.health import (
@@ -273,6 +274,8 @@ class ApplyFailed(ApplyError):
         self.subject = subject
         self.message = message
         self.status = status
+        self.transient = False
+        """The API failed, not the object (unreachable, overloaded): retry soon."""
         self.failures: list[ApplyFailed] = list(failures) or [self]
         self.changeset = changeset or ChangeSet()
         self.dry_run = False
@@ -292,18 +295,23 @@ class ApplyFailed(ApplyError):
     @classmethod
     def of(cls, subject: str, what: str, error: BaseException) -> ApplyFailed:
         status = error.status if isinstance(error, ApiError) else None
-        return cls(subject, f"{what}: {one_line(error)}", status=status)
+        failed = cls(subject, f"{what}: {one_line(error)}", status=status)
+        failed.transient = is_transient(error)
+        return failed
 
     @classmethod
     def combine(cls, failures: Sequence[ApplyFailed], changeset: ChangeSet) -> ApplyFailed:
         first = failures[0]
-        return cls(
+        combined = cls(
             first.subject,
             first.message,
             status=first.status,
             failures=failures,
             changeset=changeset,
         )
+        # One object the API refused is enough to wait for the retry interval.
+        combined.transient = all(f.transient for f in failures)
+        return combined
 
 
 # -- immutability -------------------------------------------------------------------

@@ -107,6 +107,15 @@ def error_from_status_object(status_obj: dict[str, Any]) -> ApiError:
     )
 
 
+def is_transient(error: BaseException) -> bool:
+    """A failure of the API itself, not of what was asked: unreachable, overloaded,
+    a lost write race. Retried with backoff; anything else waits the object's
+    retry interval, because asking again sooner gets the same answer."""
+    if isinstance(error, ApiUnavailable | Conflict | TooManyRequests):
+        return True
+    return isinstance(error, ApiError) and error.status >= 500
+
+
 def one_line(error: BaseException) -> str:
     """An error as one line for a person: the API status if any, whitespace folded."""
     prefix = f"{error.status} " if isinstance(error, ApiError) and error.status else ""

@@ -44,7 +44,7 @@ from sluice_runtime.kube.applying import (
 )
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import UnknownKind
-from sluice_runtime.kube.errors import KubeError
+from sluice_runtime.kube.errors import KubeError, is_transient
 from sluice_runtime.kube.health import Health, Target, wait_for_health
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
@@ -97,13 +97,31 @@ class KustomizationContext(ReconcileContext):
     def namespace(self) -> str:
         return self.ks.metadata.namespace or "default"
 
-    def retry_after(self) -> float | None:
-        """The spec's retryInterval, which replaces exponential backoff when set."""
-        interval = self.ks.spec.retry_interval
-        return parse_duration(interval).total_seconds() if interval else None
+    def retry_after(self) -> float:
+        """When a failure is retried: `retryInterval`, else `interval`, as in Flux.
 
-    def failed(self, reason: str, message: str, *, condition: str | None = None) -> StepError:
-        return StepError(reason, message, condition=condition, requeue_after=self.retry_after())
+        Asking again sooner (exponential backoff from under a second) would
+        rebuild and dry-run a broken revision many times for the same answer.
+        """
+        interval = self.ks.spec.retry_interval or self.ks.spec.interval
+        return max(parse_duration(interval).total_seconds(), 1.0)
+
+    def failed(
+        self,
+        reason: str,
+        message: str,
+        *,
+        condition: str | None = None,
+        transient: bool = False,
+    ) -> StepError:
+        """The step's failure; a `transient` one (the API, not the object, failed) is
+        retried with exponential backoff instead of after the retry interval."""
+        return StepError(
+            reason,
+            message,
+            condition=condition,
+            requeue_after=None if transient else self.retry_after(),
+        )
 
 
 def owner_labels(ks: Kustomization) -> dict[str, str]:
@@ -308,9 +326,11 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
         # refused, say) stays in the inventory, so a later prune can find it.
         _merge_inventory(ctx, error.changeset)
         what = "dry-run failed" if error.dry_run else "apply failed"
-        raise ctx.failed(reason, f"{what}: {error}") from None
+        raise ctx.failed(reason, f"{what}: {error}", transient=error.transient) from None
     except (UnknownKind, KubeError) as error:
-        raise ctx.failed(Reason.RECONCILIATION_FAILED, f"apply failed: {error}") from None
+        raise ctx.failed(
+            Reason.RECONCILIATION_FAILED, f"apply failed: {error}", transient=is_transient(error)
+        ) from None
     # Every object's outcome, unchanged ones too, is logged; events carry only changes.
     ctx.log.info(
         "server-side apply completed",
@@ -361,10 +381,12 @@ async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
         except ApplyFailed as error:
             _keep_unpruned(ctx, new, stale, error.changeset)
             reason = Reason.ACCESS_DENIED if error.forbidden else Reason.PRUNE_FAILED
-            raise ctx.failed(reason, f"prune failed: {error}") from None
+            raise ctx.failed(reason, f"prune failed: {error}", transient=error.transient) from None
         except KubeError as error:
             _keep_unpruned(ctx, new, stale, ChangeSet())
-            raise ctx.failed(Reason.PRUNE_FAILED, f"prune failed: {error}") from None
+            raise ctx.failed(
+                Reason.PRUNE_FAILED, f"prune failed: {error}", transient=is_transient(error)
+            ) from None
         if pruned.changed:
             ctx.events.normal(
                 Reason.PROGRESSING, pruned.summary(only_changes=True), metadata=ctx.event_metadata

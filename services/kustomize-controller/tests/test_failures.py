@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +179,9 @@ async def test_a_prune_the_tenant_may_not_do_keeps_the_object_in_the_inventory(
     repo.commit("v1", files={"a.yaml": config_map("a", ns), "b.yaml": config_map("b", ns)})
     repo.push()
     await d.git_repository("noprune")
-    await d.kustomization("noprune", source="noprune", serviceAccountName="tenant")
+    await d.kustomization(
+        "noprune", source="noprune", serviceAccountName="tenant", retryInterval="1s"
+    )
     first = await d.observe.wait_ready(KUSTOMIZATION, "noprune")
     v1 = first["status"]["lastAppliedRevision"]
 
@@ -288,3 +292,45 @@ async def test_a_tampered_artifact_is_refused(delivery: Delivery) -> None:
     obj = await d.observe.wait_reason(KUSTOMIZATION, "tamper", "ArtifactFailed")
     assert "digest mismatch" in condition(obj, "Ready")["message"]  # type: ignore[index]
     assert await absent(d, "ok")
+
+
+V9 = "apiVersion: v9\nkind: ConfigMap\nmetadata:\n  name: future\n"
+
+
+@pytest.mark.parametrize(
+    "delivery", [Flags(kustomize=("--requeue-dependency", "30s"))], indirect=True
+)
+@pytest.mark.parametrize(
+    ("spec", "retry"),
+    [
+        pytest.param({"interval": "10m", "retryInterval": "2m"}, 120, id="retryInterval"),
+        pytest.param({"interval": "10m"}, 600, id="interval-when-unset"),
+    ],
+)
+async def test_a_failure_is_retried_after_the_retry_interval(
+    delivery: Delivery, spec: dict[str, str], retry: float
+) -> None:
+    d = delivery
+    name = "retry"
+    # Waiting for a source that does not exist yet schedules a look in 30s...
+    await d.kustomization(name, source=name, targetNamespace=d.namespace, **spec)
+    await d.observe.wait_reason(KUSTOMIZATION, name, "ArtifactFailed")
+    # ...then the source arrives, with a revision the API refuses.
+    repo = d.repo(name)
+    repo.commit("c", files={"future.yaml": V9})
+    repo.push()
+    await d.git_repository(name)
+    obj = await d.observe.wait_reason(KUSTOMIZATION, name, "ReconciliationFailed")
+    assert "v9" in condition(obj, "Ready")["message"]  # type: ignore[index]
+
+    # The next attempt is due after the retry interval by the queue's own clock:
+    # not at the stale 30s dependency timer, not at a sub-second backoff.
+    controller = d.controller()
+    key = f"{d.namespace}/{name}"
+    deadline = time.monotonic() + 5
+    due = controller.queue.due_in(key)
+    while not (due is not None and retry - 10 < due <= retry) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        due = controller.queue.due_in(key)
+    assert due is not None and retry - 10 < due <= retry, due
+    assert controller.last_outcome[key].requeue_after == retry

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sluice_runtime.describing import explain
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.discovery import RestMapper, UnknownKind, split_api_version
 from sluice_runtime.kube.errors import (
@@ -49,7 +50,6 @@ from sluice_runtime.kube.errors import (
     KubeError,
     NotFound,
     is_transient,
-    one_line,
 )
 from sluice_runtime.kube.health import (
     Health,
@@ -273,6 +273,8 @@ class ApplyFailed(ApplyError):
     ) -> None:
         self.subject = subject
         self.message = message
+        self.hint = ""
+        """What to do about it (from the kind of refusal), said once for the set."""
         self.status = status
         self.transient = False
         """The API failed, not the object (unreachable, overloaded): retry soon."""
@@ -282,10 +284,17 @@ class ApplyFailed(ApplyError):
         """True when a dry-run refused the set: nothing of it was applied, except
         the earlier stages in `changeset` (Namespaces and CRDs of the set, which
         must exist before the objects in them can be dry-run)."""
-        super().__init__(
-            "\n".join(f"{f.subject}: {f.message}" for f in self.failures)
-            if failures
-            else f"{subject}: {message}"
+        super().__init__()
+
+    def __str__(self) -> str:
+        lines = [f"{f.subject}: {f.message}" for f in self.failures]
+        hints = {f.hint for f in self.failures}
+        if len(hints) == 1 and "" not in hints:
+            # Every object was refused alike: say what to do once, at the end.
+            return "\n".join(lines) + f"; {hints.pop()}"
+        return "\n".join(
+            f"{line}; {f.hint}" if f.hint else line
+            for line, f in zip(lines, self.failures, strict=True)
         )
 
     @property
@@ -293,9 +302,13 @@ class ApplyFailed(ApplyError):
         return any(f.status == 403 for f in self.failures)
 
     @classmethod
-    def of(cls, subject: str, what: str, error: BaseException) -> ApplyFailed:
+    def of(cls, subject: str, what: str | None, error: BaseException) -> ApplyFailed:
+        """`error` against `subject`; `what` names the operation when the caller's
+        own message (dry-run failed, apply failed, prune failed) does not."""
         status = error.status if isinstance(error, ApiError) else None
-        failed = cls(subject, f"{what}: {one_line(error)}", status=status)
+        message, hint = explain(error)
+        failed = cls(subject, f"{what}: {message}" if what else message, status=status)
+        failed.hint = hint
         failed.transient = is_transient(error)
         return failed
 
@@ -790,7 +803,7 @@ class ResourceManager:
         except NotFound:
             return None
         except (ApiError, ApiUnavailable) as error:
-            raise ApplyFailed.of(plan.id.display, "read failed", error) from None
+            raise ApplyFailed.of(plan.id.display, "cannot read it", error) from None
 
     def _skip(self, plan: _Plan, existing: JSON | None) -> str:
         """Why this object is not applied, or "" when it is."""
@@ -842,7 +855,7 @@ class ResourceManager:
         except NotFound as error:
             if deferrable and plan.id.namespace in (namespaces or ()):
                 return Deferred(oid, f"its Namespace {plan.id.namespace} is in the set")
-            raise ApplyFailed.of(plan.id.display, "dry-run failed", error) from None
+            raise ApplyFailed.of(plan.id.display, None, error) from None
         except (ApiError, ApiUnavailable) as error:
             if (
                 existing is not None
@@ -850,7 +863,7 @@ class ResourceManager:
                 and is_immutable_error(error)
             ):
                 return _Checked(plan, existing, recreate=True)
-            raise ApplyFailed.of(plan.id.display, "dry-run failed", error) from None
+            raise ApplyFailed.of(plan.id.display, None, error) from None
         return _Checked(plan, existing, dry_run=dry_run)
 
     async def _apply_checked(self, check: _Checked, *, wait_timeout: float) -> ChangeSetEntry:
@@ -888,7 +901,7 @@ class ResourceManager:
                 plan.rt, plan.obj, field_manager=self.field_manager, force=True
             )
         except (ApiError, ApiUnavailable) as error:
-            raise ApplyFailed.of(subject, "apply failed", error) from None
+            raise ApplyFailed.of(subject, None, error) from None
         if existing is None:
             reason = "recreated: immutable field changed" if check.recreate else ""
             return entry(Action.CREATED, reason, live=applied)
@@ -1100,7 +1113,7 @@ class ResourceManager:
             # The uid precondition failed: a new object took the name; not ours to judge.
             return entry(Action.SKIPPED, "replaced by another object before deletion")
         except (ApiError, ApiUnavailable) as error:
-            raise ApplyFailed.of(subject, "delete failed", error) from None
+            raise ApplyFailed.of(subject, None, error) from None
         return entry(Action.DELETED)
 
     # -- health ------------------------------------------------------------------

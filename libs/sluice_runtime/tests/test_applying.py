@@ -598,7 +598,8 @@ async def test_immutable_job_is_recreated_when_annotated(
     await manager.apply_all_staged([job("migrate", namespace, "echo one")])
     uid = (await kube.get(JOB, "migrate", namespace))["metadata"]["uid"]
     with pytest.raises(
-        ApplyFailed, match=f"Job/{namespace}/migrate: dry-run failed: 422 .*field is immutable"
+        ApplyFailed,
+        match=f'^Job/{namespace}/migrate: Job.batch "migrate" is invalid: .*field is immutable',
     ):
         await manager.apply_all_staged([job("migrate", namespace, "echo two")])
 
@@ -624,8 +625,12 @@ async def test_dry_run_rejection_applies_nothing(
         await manager.apply_all_staged(objects)
     error = caught.value
     assert error.subject == f"Service/{namespace}/bad"
-    assert "dry-run failed: 422" in error.message
+    assert error.dry_run
+    # The API's own words, the object once, what to do; no status code, no doubled prefix.
+    assert str(error).startswith(f'Service/{namespace}/bad: Service "bad" is invalid: ')
     assert "spec.ports[0].port: Invalid value: 70000" in error.message
+    assert str(error).endswith("; fix the object in its source")
+    assert "422" not in str(error) and "dry-run failed" not in str(error)
     assert [f.subject for f in error.failures] == [f"Service/{namespace}/bad"]
     assert not error.changeset.entries
     for rt, name in ((CONFIG_MAP, "good"), (DEPLOYMENT, "web")):
@@ -689,7 +694,8 @@ async def test_unknown_kind_fails_naming_the_object(
     with pytest.raises(ApplyFailed) as caught:
         await manager.apply_all_staged([configmap("c", namespace), thing])
     assert str(caught.value) == (
-        f"Thing/{namespace}/t: no kind 'Thing' in 'nowhere.example.com/v1': is its CRD installed?"
+        f"Thing/{namespace}/t: the API server serves no kind 'Thing' in 'nowhere.example.com/v1'; "
+        "install its CustomResourceDefinition first, or add it to the same set"
     )
 
 
@@ -861,7 +867,6 @@ async def test_impersonated_apply_is_limited_by_rbac(
     with pytest.raises(ApplyFailed) as denied:
         await tenant.delete_all([ObjectId("", "ConfigMap", other_namespace, "theirs")])
     assert denied.value.forbidden
-
 
 
 async def _patch_as_other(

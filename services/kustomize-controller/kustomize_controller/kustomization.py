@@ -34,6 +34,7 @@ from sluice_api.kustomize import (
 from sluice_api.meta import Artifact, format_duration, parse_duration
 from sluice_runtime import gates
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
+from sluice_runtime.describing import describe
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube.applying import (
     ApplyFailed,
@@ -294,7 +295,9 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     try:
         ctx.target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
     except TargetRefused as error:
-        raise Stalling(Reason.ACCESS_DENIED, str(error)) from None
+        # Flux retries a kubeconfig it cannot use, with ReconciliationFailed; retrying
+        # cannot help here (docs/reasons.md), but the reason stays Flux's.
+        raise Stalling(Reason.RECONCILIATION_FAILED, str(error)) from None
     except TargetError as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, str(error)) from None
     ctx.manager = ResourceManager(
@@ -321,15 +324,19 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
             ctx.objects, force=ctx.ks.spec.force, dry_run_first=True, wait_timeout=_timeout(ctx)
         )
     except ApplyFailed as error:
-        reason = Reason.ACCESS_DENIED if error.forbidden else Reason.RECONCILIATION_FAILED
         # What did get applied (a Namespace whose objects the dry-run then
         # refused, say) stays in the inventory, so a later prune can find it.
         _merge_inventory(ctx, error.changeset)
         what = "dry-run failed" if error.dry_run else "apply failed"
-        raise ctx.failed(reason, f"{what}: {error}", transient=error.transient) from None
+        # Flux's reason for any refusal of the apply, RBAC's included: alerts match on it.
+        raise ctx.failed(
+            Reason.RECONCILIATION_FAILED, f"{what}: {error}", transient=error.transient
+        ) from None
     except (UnknownKind, KubeError) as error:
         raise ctx.failed(
-            Reason.RECONCILIATION_FAILED, f"apply failed: {error}", transient=is_transient(error)
+            Reason.RECONCILIATION_FAILED,
+            f"apply failed: {describe(error)}",
+            transient=is_transient(error),
         ) from None
     # Every object's outcome, unchanged ones too, is logged; events carry only changes.
     ctx.log.info(
@@ -380,12 +387,15 @@ async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
             pruned = await ctx.manager.delete_all([ObjectId.from_inventory_id(i) for i in stale])
         except ApplyFailed as error:
             _keep_unpruned(ctx, new, stale, error.changeset)
-            reason = Reason.ACCESS_DENIED if error.forbidden else Reason.PRUNE_FAILED
-            raise ctx.failed(reason, f"prune failed: {error}", transient=error.transient) from None
+            raise ctx.failed(
+                Reason.PRUNE_FAILED, f"prune failed: {error}", transient=error.transient
+            ) from None
         except KubeError as error:
             _keep_unpruned(ctx, new, stale, ChangeSet())
             raise ctx.failed(
-                Reason.PRUNE_FAILED, f"prune failed: {error}", transient=is_transient(error)
+                Reason.PRUNE_FAILED,
+                f"prune failed: {describe(error)}",
+                transient=is_transient(error),
             ) from None
         if pruned.changed:
             ctx.events.normal(

@@ -27,6 +27,7 @@ import oras.container
 import oras.provider
 import requests
 
+from sluice_runtime.describing import describe_http_status, describe_transport
 from sluice_runtime.redacting import redact_url
 
 MANIFEST_TYPES = (
@@ -137,11 +138,14 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                 return answer
             except requests.exceptions.SSLError as error:
                 raise RegistryError(
-                    f"TLS handshake with {self.url.host} failed ({error}); a plain-HTTP "
+                    f"TLS handshake with {self.url.host} failed ({describe_transport(error)}); "
+                    "a plain-HTTP "
                     "registry needs spec.insecure: true, a private CA spec.certSecretRef"
                 ) from None
             except requests.exceptions.RequestException as error:
-                raise RegistryError(f"cannot reach registry {self.url.host}: {error}") from None
+                raise RegistryError(
+                    f"cannot reach registry {self.url.host}: {describe_transport(error)}"
+                ) from None
 
         response = send()
         if response.status_code in (401, 403):
@@ -161,12 +165,15 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                     headers, _ = self.auth.authenticate_request(response, headers)
                 except Exception as error:  # oras raises plain exceptions on failed token requests
                     raise RegistryError(
-                        f"authentication to {self.url.host} failed: {error}", auth=True
+                        f"authentication to {self.url.host} failed: {describe_transport(error)}",
+                        auth=True,
                     ) from None
             response = send()
         if response.status_code in (401, 403):
             raise RegistryError(
-                f"authentication to {self.url.host} failed: HTTP {response.status_code}", auth=True
+                f"authentication to {self.url.host} failed: "
+                f"{describe_http_status(response.status_code)}",
+                auth=True,
             )
         return response
 
@@ -178,7 +185,7 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
             response = self.do_request(target, "GET", stream=True)
             with response:
                 if response.status_code != 200:
-                    text = f"HTTP {response.status_code}"
+                    text = describe_http_status(response.status_code)
                     raise _status_error(text, self.url, not_found=response.status_code == 404)
                 raw = _read_bounded(response, MAX_TAGS_PAGE_SIZE, what="tag list page")
                 link = _NEXT_LINK.search(response.headers.get("Link", ""))
@@ -205,8 +212,8 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                 )
             if response.status_code != 200:
                 raise RegistryError(
-                    f"registry {self.url.host} answered {response.status_code} "
-                    f"for manifest '{reference}'"
+                    f"manifest '{reference}' from {self.url.host}: "
+                    f"{describe_http_status(response.status_code)}"
                 )
             raw = _read_bounded(response, MAX_MANIFEST_SIZE, what=f"manifest '{reference}'")
         digest = "sha256:" + hashlib.sha256(raw).hexdigest()
@@ -227,7 +234,8 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
         with response:
             if response.status_code != 200:
                 raise RegistryError(
-                    f"registry {self.url.host} answered {response.status_code} for blob {digest}",
+                    f"blob {digest} from {self.url.host}: "
+                    f"{describe_http_status(response.status_code)}",
                     not_found=response.status_code == 404,
                 )
             hasher = hashlib.sha256()

@@ -68,6 +68,9 @@ async def test_the_webapp_example_goes_ready_in_dependency_order(delivery: Deliv
     )
     repo.push()
     await d.git_repository("fleet")
+    # The artifact first: on a loaded machine fetching can take longer than the
+    # one second below, and the dependency order is what this test is about.
+    await d.observe.wait_ready(GITREPO, "fleet")
     await d.kustomization(
         "istio",
         source="fleet",

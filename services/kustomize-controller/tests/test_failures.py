@@ -327,6 +327,10 @@ async def test_a_failure_is_retried_after_the_retry_interval(
     await d.git_repository(name)
     obj = await d.observe.wait_reason(KUSTOMIZATION, name, "ReconciliationFailed")
     assert "v9" in condition(obj, "Ready")["message"]  # type: ignore[index]
+    # Reconciling says when, instead of repeating Ready's message.
+    when = {120: "2m0s", 600: "10m0s"}[int(retry)]
+    reconciling = condition(obj, "Reconciling") or {}
+    assert reconciling.get("message") == f"reconciliation failed, retrying in {when}"
 
     # The next attempt is due after the retry interval by the queue's own clock:
     # not at the stale 30s dependency timer, not at a sub-second backoff.

@@ -35,21 +35,22 @@ class UnknownKind(KubeError):
 
 
 def _unknown_kind_message(api_version: str, kind: str, served: Sequence[str]) -> str:
+    # What to do goes in parentheses: callers join several failures with "; ".
     if served:
         return (
-            f"the API server does not serve {kind} in '{api_version}'; "
-            f"use a version it serves: {', '.join(served)}"
+            f"the API server does not serve {kind} in '{api_version}' "
+            f"(use a version it serves: {', '.join(served)})"
         )
     group, _ = split_api_version(api_version)
     # Groups without a dot are Kubernetes' own (core, apps, batch...): no CRD
     # can add to them, so "install its CRD" would send the reader astray.
     if "." not in group:
         return (
-            f"the API server serves no kind '{kind}' in '{api_version}'; check kind and apiVersion"
+            f"the API server serves no kind '{kind}' in '{api_version}' (check kind and apiVersion)"
         )
     return (
-        f"the API server serves no kind '{kind}' in '{api_version}'; "
-        "install its CustomResourceDefinition first, or add it to the same set"
+        f"the API server serves no kind '{kind}' in '{api_version}' "
+        "(install its CustomResourceDefinition first, or add it to the same set)"
     )
 
 

@@ -694,8 +694,8 @@ async def test_unknown_kind_fails_naming_the_object(
     with pytest.raises(ApplyFailed) as caught:
         await manager.apply_all_staged([configmap("c", namespace), thing])
     assert str(caught.value) == (
-        f"Thing/{namespace}/t: the API server serves no kind 'Thing' in 'nowhere.example.com/v1'; "
-        "install its CustomResourceDefinition first, or add it to the same set"
+        f"Thing/{namespace}/t: the API server serves no kind 'Thing' in 'nowhere.example.com/v1' "
+        "(install its CustomResourceDefinition first, or add it to the same set)"
     )
 
 

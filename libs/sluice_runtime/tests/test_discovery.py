@@ -124,28 +124,28 @@ async def test_group_versions_are_cached(kube: KubeClient) -> None:
         pytest.param(
             "v1",
             "Foo",
-            "the API server serves no kind 'Foo' in 'v1'; check kind and apiVersion",
+            "the API server serves no kind 'Foo' in 'v1' (check kind and apiVersion)",
             id="unknown-built-in-kind",
         ),
         pytest.param(
             "example.com/v1",
             "Foo",
-            "the API server serves no kind 'Foo' in 'example.com/v1'; "
-            "install its CustomResourceDefinition first, or add it to the same set",
+            "the API server serves no kind 'Foo' in 'example.com/v1' "
+            "(install its CustomResourceDefinition first, or add it to the same set)",
             id="unknown-group",
         ),
         # A built-in kind in a version the server does not serve: no CRD to install.
         pytest.param(
             "apps/v9",
             "Deployment",
-            "the API server does not serve Deployment in 'apps/v9'; "
-            "use a version it serves: apps/v1",
+            "the API server does not serve Deployment in 'apps/v9' "
+            "(use a version it serves: apps/v1)",
             id="unserved-version",
         ),
         pytest.param(
             "v9",
             "ConfigMap",
-            "the API server does not serve ConfigMap in 'v9'; use a version it serves: v1",
+            "the API server does not serve ConfigMap in 'v9' (use a version it serves: v1)",
             id="unserved-core-version",
         ),
     ],

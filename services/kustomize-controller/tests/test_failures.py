@@ -362,7 +362,7 @@ async def test_a_refused_set_is_described_once_per_object_without_codes(
     # codes, no second "dry-run failed", no CRD hint for a built-in kind.
     assert message == (
         f"dry-run failed: ConfigMap/{ns}/future: the API server does not serve ConfigMap "
-        "in 'v9'; use a version it serves: v1\n"
+        "in 'v9' (use a version it serves: v1)\n"
         f'Service/{ns}/bad: Service "bad" is invalid: [spec.ports[0].port: Invalid value: '
         "70000: must be between 1 and 65535, inclusive, spec.ports[0].targetPort: Invalid "
         "value: 70000: must be between 1 and 65535, inclusive]; fix the object in its source"

@@ -85,6 +85,7 @@ class SourceReason(StrEnum):
     ARCHIVE_OPERATION_FAILED = "ArchiveOperationFailed"
     SYMLINK_UPDATE_FAILED = "SymlinkUpdateFailed"
     CACHE_OPERATION_FAILED = "CacheOperationFailed"
+    COPY_FAILED = "CopyFailed"
     GATE_CLOSED = "GateClosed"
 
 

@@ -201,10 +201,14 @@ class Controller(Generic[C]):
                 self.reconciles[key] += 1
                 self.last_duration[key] = time.perf_counter() - started
             self.last_outcome[key] = outcome
+            # The outcome decides when the key is next due; what an earlier
+            # outcome scheduled is replaced, never left to fire early.
             if outcome.backoff:
                 self.queue.add_rate_limited(key)
             else:
                 self.queue.forget(key)
                 if outcome.requeue_after is not None:
-                    self.queue.add_after(key, outcome.requeue_after)
+                    self.queue.requeue_after(key, outcome.requeue_after)
+                else:
+                    self.queue.cancel_delayed(key)
             self.queue.done(key)

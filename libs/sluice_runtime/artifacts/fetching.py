@@ -39,6 +39,8 @@ from typing import IO, Protocol
 
 import aiohttp
 
+from sluice_runtime.describing import describe_http_status
+
 MiB = 1 << 20
 DEFAULT_MAX_SIZE = 100 * MiB
 DEFAULT_MAX_MEMBERS = 100_000
@@ -153,7 +155,7 @@ async def _download(
         ) as response:
             if response.status != 200:
                 raise ArtifactFetchError(
-                    url, f"HTTP {response.status} {response.reason or ''}".strip(),
+                    url, describe_http_status(response.status),
                     status=response.status,
                 )  # fmt: skip
             if response.content_length is not None and response.content_length > max_size:

@@ -7,8 +7,10 @@ controller both prompt and calm:
   no-op, so a burst of 50 updates becomes one reconcile;
 - a key being processed is never handed to a second worker; if it is added
   meanwhile it is marked dirty and queued again when the first worker is done;
-- `add_after` schedules a key for later (requeue after `interval`), keeping
-  the earliest time when scheduled twice;
+- `add_after` schedules a key for later, keeping the earliest time when
+  scheduled twice; `requeue_after` replaces the schedule instead, because a
+  reconcile's outcome says when the next one is due, and a timer left by an
+  earlier outcome (a 30 s dependency wait) must not cut a `retryInterval` short;
 - `add_rate_limited` backs a failing key off exponentially, per key, so one
   broken object never slows the others; `forget` resets its backoff.
 """
@@ -138,12 +140,22 @@ class WorkQueue:
         heapq.heappush(self._delayed, (when, next(self._seq), key))
         self._timer_wakeup.set()
 
+    def requeue_after(self, key: str, delay: float) -> None:
+        """Schedule `key` after `delay`, replacing whatever was scheduled for it."""
+        self.cancel_delayed(key)
+        self.add_after(key, delay)
+
     def add_rate_limited(self, key: str) -> float:
-        """Requeue a failed key after its backoff; returns the delay chosen."""
+        """Requeue a failed key after its backoff, replacing its schedule; returns the delay."""
         self._observer.retried()
         delay = self._backoff.next_delay(key)
-        self.add_after(key, delay)
+        self.requeue_after(key, delay)
         return delay
+
+    def due_in(self, key: str) -> float | None:
+        """Seconds, by the queue's clock, until `key` is due; None when not scheduled."""
+        when = self._delayed_at.get(key)
+        return None if when is None else max(0.0, when - self._clock())
 
     def failures(self, key: str) -> int:
         return self._backoff.failures(key)

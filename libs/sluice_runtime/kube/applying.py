@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sluice_runtime.describing import explain
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.discovery import RestMapper, UnknownKind, split_api_version
 from sluice_runtime.kube.errors import (
@@ -48,7 +49,7 @@ from sluice_runtime.kube.errors import (
     Invalid,
     KubeError,
     NotFound,
-    one_line,
+    is_transient,
 )
 from sluice_runtime.kube.health import (
     Health,
@@ -272,17 +273,28 @@ class ApplyFailed(ApplyError):
     ) -> None:
         self.subject = subject
         self.message = message
+        self.hint = ""
+        """What to do about it (from the kind of refusal), said once for the set."""
         self.status = status
+        self.transient = False
+        """The API failed, not the object (unreachable, overloaded): retry soon."""
         self.failures: list[ApplyFailed] = list(failures) or [self]
         self.changeset = changeset or ChangeSet()
         self.dry_run = False
         """True when a dry-run refused the set: nothing of it was applied, except
         the earlier stages in `changeset` (Namespaces and CRDs of the set, which
         must exist before the objects in them can be dry-run)."""
-        super().__init__(
-            "\n".join(f"{f.subject}: {f.message}" for f in self.failures)
-            if failures
-            else f"{subject}: {message}"
+        super().__init__()
+
+    def __str__(self) -> str:
+        lines = [f"{f.subject}: {f.message}" for f in self.failures]
+        hints = {f.hint for f in self.failures}
+        if len(hints) == 1 and "" not in hints:
+            # Every object was refused alike: say what to do once, at the end.
+            return "\n".join(lines) + f"; {hints.pop()}"
+        return "\n".join(
+            f"{line}; {f.hint}" if f.hint else line
+            for line, f in zip(lines, self.failures, strict=True)
         )
 
     @property
@@ -290,20 +302,29 @@ class ApplyFailed(ApplyError):
         return any(f.status == 403 for f in self.failures)
 
     @classmethod
-    def of(cls, subject: str, what: str, error: BaseException) -> ApplyFailed:
+    def of(cls, subject: str, what: str | None, error: BaseException) -> ApplyFailed:
+        """`error` against `subject`; `what` names the operation when the caller's
+        own message (dry-run failed, apply failed, prune failed) does not."""
         status = error.status if isinstance(error, ApiError) else None
-        return cls(subject, f"{what}: {one_line(error)}", status=status)
+        message, hint = explain(error)
+        failed = cls(subject, f"{what}: {message}" if what else message, status=status)
+        failed.hint = hint
+        failed.transient = is_transient(error)
+        return failed
 
     @classmethod
     def combine(cls, failures: Sequence[ApplyFailed], changeset: ChangeSet) -> ApplyFailed:
         first = failures[0]
-        return cls(
+        combined = cls(
             first.subject,
             first.message,
             status=first.status,
             failures=failures,
             changeset=changeset,
         )
+        # One object the API refused is enough to wait for the retry interval.
+        combined.transient = all(f.transient for f in failures)
+        return combined
 
 
 # -- immutability -------------------------------------------------------------------
@@ -388,7 +409,14 @@ def _comparable(obj: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def has_drifted(existing: Mapping[str, Any], dry_run: Mapping[str, Any]) -> bool:
-    """Would applying change the live object? (labels, annotations, all but metadata/status)."""
+    """Would applying change the live object?
+
+    Only what an apply owns counts: labels, annotations and everything outside
+    metadata and status. Status, managedFields, resourceVersion, generation,
+    uid and timestamps are the server's and other controllers'; what servers
+    put there differs between versions, so comparing them would make the
+    answer depend on the server.
+    """
     return _comparable(existing) != _comparable(dry_run)
 
 
@@ -775,7 +803,7 @@ class ResourceManager:
         except NotFound:
             return None
         except (ApiError, ApiUnavailable) as error:
-            raise ApplyFailed.of(plan.id.display, "read failed", error) from None
+            raise ApplyFailed.of(plan.id.display, "cannot read it", error) from None
 
     def _skip(self, plan: _Plan, existing: JSON | None) -> str:
         """Why this object is not applied, or "" when it is."""
@@ -827,7 +855,7 @@ class ResourceManager:
         except NotFound as error:
             if deferrable and plan.id.namespace in (namespaces or ()):
                 return Deferred(oid, f"its Namespace {plan.id.namespace} is in the set")
-            raise ApplyFailed.of(plan.id.display, "dry-run failed", error) from None
+            raise ApplyFailed.of(plan.id.display, None, error) from None
         except (ApiError, ApiUnavailable) as error:
             if (
                 existing is not None
@@ -835,7 +863,7 @@ class ResourceManager:
                 and is_immutable_error(error)
             ):
                 return _Checked(plan, existing, recreate=True)
-            raise ApplyFailed.of(plan.id.display, "dry-run failed", error) from None
+            raise ApplyFailed.of(plan.id.display, None, error) from None
         return _Checked(plan, existing, dry_run=dry_run)
 
     async def _apply_checked(self, check: _Checked, *, wait_timeout: float) -> ChangeSetEntry:
@@ -873,10 +901,14 @@ class ResourceManager:
                 plan.rt, plan.obj, field_manager=self.field_manager, force=True
             )
         except (ApiError, ApiUnavailable) as error:
-            raise ApplyFailed.of(subject, "apply failed", error) from None
+            raise ApplyFailed.of(subject, None, error) from None
         if existing is None:
             reason = "recreated: immutable field changed" if check.recreate else ""
             return entry(Action.CREATED, reason, live=applied)
+        # Taking over kubectl's fields rewrites managedFields only: whether the
+        # object was configured is what the apply changed of its content.
+        if not has_drifted(existing, applied):
+            return entry(Action.UNCHANGED, live=applied)
         return entry(Action.CONFIGURED, live=applied)
 
     async def _delete_and_wait(self, plan: _Plan, existing: JSON, *, timeout: float) -> None:
@@ -1081,7 +1113,7 @@ class ResourceManager:
             # The uid precondition failed: a new object took the name; not ours to judge.
             return entry(Action.SKIPPED, "replaced by another object before deletion")
         except (ApiError, ApiUnavailable) as error:
-            raise ApplyFailed.of(subject, "delete failed", error) from None
+            raise ApplyFailed.of(subject, None, error) from None
         return entry(Action.DELETED)
 
     # -- health ------------------------------------------------------------------
@@ -1132,9 +1164,13 @@ def take_over_managed_fields(
 
     def matches(entry: Mapping[str, Any]) -> bool:
         name = str(entry.get("manager") or "")
-        return not entry.get("subresource") and any(
-            name.startswith(prefix) and entry.get("operation") == operation
-            for prefix, operation in TAKEOVER_MANAGERS
+        return (
+            not entry.get("subresource")
+            and bool(_owned_fields(entry))
+            and any(
+                name.startswith(prefix) and entry.get("operation") == operation
+                for prefix, operation in TAKEOVER_MANAGERS
+            )
         )
 
     if not any(matches(e) for e in entries):
@@ -1154,13 +1190,29 @@ def take_over_managed_fields(
         if not matches(entry):
             continue
         if ours is None:
-            ours = {**copy.deepcopy(dict(entry)), "manager": manager, "operation": "Apply"}
+            ours = {
+                **copy.deepcopy(dict(entry)),
+                "manager": manager,
+                "operation": "Apply",
+                "fieldsV1": _owned_fields(entry),
+            }
         else:
-            ours["fieldsV1"] = _merge_fields(
-                ours.get("fieldsV1") or {}, entry.get("fieldsV1") or {}
-            )
+            ours["fieldsV1"] = _merge_fields(ours.get("fieldsV1") or {}, _owned_fields(entry))
     assert ours is not None
     return [ours, *kept]
+
+
+def _owned_fields(entry: Mapping[str, Any]) -> JSON:
+    """An entry's fields an apply can own: all but status.
+
+    Servers before 1.22 record a write to the status subresource as an
+    Update of the object itself (no `subresource` in the entry); status is
+    never applied, so such fields are neither ours to take nor drift.
+    """
+    fields = entry.get("fieldsV1")
+    if not isinstance(fields, Mapping):
+        return {}
+    return {k: copy.deepcopy(v) for k, v in fields.items() if k != "f:status"}
 
 
 def _merge_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> JSON:

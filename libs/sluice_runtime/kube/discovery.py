@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from sluice_runtime.kube.client import KubeClient
@@ -21,12 +21,37 @@ from sluice_runtime.kube.resources import ResourceType
 
 
 class UnknownKind(KubeError):
-    """The API server serves no such kind in that group-version (yet)."""
+    """The API server serves no such kind in that group-version (yet).
 
-    def __init__(self, api_version: str, kind: str) -> None:
+    `served` lists the apiVersions in which the server does serve the kind:
+    then the manifest's version is the problem, not a missing CRD.
+    """
+
+    def __init__(self, api_version: str, kind: str, *, served: Sequence[str] = ()) -> None:
         self.api_version = api_version
         self.kind = kind
-        super().__init__(f"no kind '{kind}' in '{api_version}': is its CRD installed?")
+        self.served = list(served)
+        super().__init__(_unknown_kind_message(api_version, kind, self.served))
+
+
+def _unknown_kind_message(api_version: str, kind: str, served: Sequence[str]) -> str:
+    # What to do goes in parentheses: callers join several failures with "; ".
+    if served:
+        return (
+            f"the API server does not serve {kind} in '{api_version}' "
+            f"(use a version it serves: {', '.join(served)})"
+        )
+    group, _ = split_api_version(api_version)
+    # Groups without a dot are Kubernetes' own (core, apps, batch...): no CRD
+    # can add to them, so "install its CRD" would send the reader astray.
+    if "." not in group:
+        return (
+            f"the API server serves no kind '{kind}' in '{api_version}' (check kind and apiVersion)"
+        )
+    return (
+        f"the API server serves no kind '{kind}' in '{api_version}' "
+        "(install its CustomResourceDefinition first, or add it to the same set)"
+    )
 
 
 def split_api_version(api_version: str) -> tuple[str, str]:
@@ -66,8 +91,26 @@ class RestMapper:
         await self._refresh(api_version, self._fetch_group_version)
         found = self._kinds.get(api_version, {}).get(kind)
         if found is None:
-            raise UnknownKind(api_version, kind)
+            raise UnknownKind(api_version, kind, served=await self._served_in(api_version, kind))
         return found
+
+    async def _served_in(self, api_version: str, kind: str) -> list[str]:
+        """The other apiVersions of the group that serve `kind` (asked on a miss only)."""
+        group, _ = split_api_version(api_version)
+        try:
+            await self._refresh(f"group:{group}", self._fetch_group)
+            served = []
+            for version in self._versions.get(group) or []:
+                other = f"{group}/{version}" if group else version
+                if other == api_version:
+                    continue
+                if other not in self._kinds:
+                    await self._refresh(other, self._fetch_group_version)
+                if kind in self._kinds.get(other, {}):
+                    served.append(other)
+        except KubeError:
+            return []  # only a better message was at stake
+        return served
 
     async def resource_for_kind(self, group: str, kind: str) -> ResourceType:
         """The resource serving `kind` in any version of `group`, preferred version first.

@@ -31,7 +31,7 @@ class ApiError(KubeError):
         self.body = body
 
     def __str__(self) -> str:
-        return self.message or f"{self.status} {self.reason}"
+        return self.message or self.reason or "the API server refused the request"
 
 
 class BadRequest(ApiError):
@@ -89,7 +89,9 @@ def error_from_response(status: int, text: str) -> ApiError:
         body = None
     if isinstance(body, dict):
         reason = str(body.get("reason") or "")
-        message = str(body.get("message") or message)
+        # A Status without a message has only its reason to say; the raw JSON
+        # body would say it worse.
+        message = str(body.get("message") or "")
         status = int(body.get("code") or status)
     return _BY_STATUS.get(status, ApiError)(
         status=status, reason=reason, message=message, body=body
@@ -107,7 +109,16 @@ def error_from_status_object(status_obj: dict[str, Any]) -> ApiError:
     )
 
 
+def is_transient(error: BaseException) -> bool:
+    """A failure of the API itself, not of what was asked: unreachable, overloaded,
+    a lost write race. Retried with backoff; anything else waits the object's
+    retry interval, because asking again sooner gets the same answer."""
+    if isinstance(error, ApiUnavailable | Conflict | TooManyRequests):
+        return True
+    return isinstance(error, ApiError) and error.status >= 500
+
+
 def one_line(error: BaseException) -> str:
-    """An error as one line for a person: the API status if any, whitespace folded."""
-    prefix = f"{error.status} " if isinstance(error, ApiError) and error.status else ""
-    return prefix + " ".join(str(error).split())
+    """An error as one line, whitespace folded (for the CLI; conditions and events use
+    `sluice_runtime.describing.describe`)."""
+    return " ".join(str(error).split())

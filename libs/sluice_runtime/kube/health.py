@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeGuard
 
+from sluice_runtime.describing import describe
 from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound, one_line
+from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound
 from sluice_runtime.kube.resources import ResourceType
 
 Status = Literal["Current", "InProgress", "Failed", "Terminating", "NotFound", "Unknown"]
@@ -471,7 +472,7 @@ async def read_health(client: KubeClient, target: Target) -> ObjectHealth:
         return ObjectHealth(subject, Health("NotFound", f"{rt.kind} not found"))
     except (ApiError, ApiUnavailable) as error:
         # A 403 or a blip is not a verdict on the object; keep polling.
-        return ObjectHealth(subject, Health("Unknown", f"cannot read {rt.kind}: {one_line(error)}"))
+        return ObjectHealth(subject, Health("Unknown", f"cannot read {rt.kind}: {describe(error)}"))
     obj.setdefault("kind", rt.kind)
     obj.setdefault("apiVersion", rt.api_version)
     return ObjectHealth(subject, compute_status(obj))

@@ -32,6 +32,7 @@ import oras.container
 import oras.provider
 import requests
 
+from sluice_runtime.describing import describe_http_status, describe_transport
 from sluice_runtime.oci.artifacts import MANIFEST_TYPES
 from sluice_runtime.redacting import redact_url
 
@@ -194,11 +195,12 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                 return answer
             except requests.exceptions.SSLError as error:
                 raise RegistryError(
-                    f"TLS handshake with {self.url.host} failed ({error}); {self.hints.tls}"
+                    f"TLS handshake with {self.url.host} failed ({describe_transport(error)}); "
+                    f"{self.hints.tls}"
                 ) from None
             except requests.exceptions.RequestException as error:
                 raise RegistryError(
-                    f"cannot reach registry {self.url.host}: {_reason(error)}"
+                    f"cannot reach registry {self.url.host}: {describe_transport(error)}"
                 ) from None
 
         response = send()
@@ -219,12 +221,15 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                     headers, _ = self.auth.authenticate_request(response, headers)
                 except Exception as error:  # oras raises plain exceptions on failed token requests
                     raise RegistryError(
-                        f"authentication to {self.url.host} failed: {error}", auth=True
+                        f"authentication to {self.url.host} failed: {describe_transport(error)}",
+                        auth=True,
                     ) from None
             response = send()
         if response.status_code in (401, 403):
             raise RegistryError(
-                f"authentication to {self.url.host} failed: HTTP {response.status_code}", auth=True
+                f"authentication to {self.url.host} failed: "
+                f"{describe_http_status(response.status_code)}",
+                auth=True,
             )
         return response
 
@@ -236,7 +241,7 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
             response = self.do_request(target, "GET", stream=True)
             with response:
                 if response.status_code != 200:
-                    text = f"HTTP {response.status_code}"
+                    text = describe_http_status(response.status_code)
                     raise _status_error(text, self.url, not_found=response.status_code == 404)
                 raw = _read_bounded(response, MAX_TAGS_PAGE_SIZE, what="tag list page")
                 link = _NEXT_LINK.search(response.headers.get("Link", ""))
@@ -263,8 +268,8 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                 )
             if response.status_code != 200:
                 raise RegistryError(
-                    f"registry {self.url.host} answered {response.status_code} "
-                    f"for manifest '{reference}'"
+                    f"manifest '{reference}' from {self.url.host}: "
+                    f"{describe_http_status(response.status_code)}"
                 )
             raw = _read_bounded(response, MAX_MANIFEST_SIZE, what=f"manifest '{reference}'")
         digest = "sha256:" + hashlib.sha256(raw).hexdigest()
@@ -300,7 +305,8 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
         with response:
             if response.status_code != 200:
                 raise RegistryError(
-                    f"registry {self.url.host} answered {response.status_code} for blob {digest}",
+                    f"blob {digest} from {self.url.host}: "
+                    f"{describe_http_status(response.status_code)}",
                     not_found=response.status_code == 404,
                 )
             hasher = hashlib.sha256()
@@ -385,19 +391,6 @@ def _read_bounded(response: requests.Response, limit: int, *, what: str) -> byte
         if len(body) > limit:
             raise RegistryError(f"{what} is larger than the limit of {limit} bytes")
     return bytes(body)
-
-
-_ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")]+")
-
-
-def _reason(error: requests.exceptions.RequestException) -> str:
-    """The operating system's reason (`[Errno 111] Connection refused`) when there is one.
-
-    requests wraps it in two layers of pool and retry text that make the
-    line long without saying more.
-    """
-    found = _ERRNO.search(str(error))
-    return found.group(0).strip() if found else str(error)
 
 
 def _status_error(text: str, url: OCIURL, *, not_found: bool = False) -> RegistryError:

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Generic, Literal
 
 import pydantic
@@ -27,6 +28,7 @@ from sluice_api.meta import (
     Condition,
     ConditionType,
     Reason,
+    format_duration,
     parse_duration,
 )
 from sluice_runtime.conditions import Conditions
@@ -230,7 +232,7 @@ class Runner(Generic[C]):
             ctx.log.warning("stalled", reason=stalled.reason, error=stalled.message)
             return Outcome("stalled")
         except StepError as error:
-            self._mark_retrying(conditions, error.reason, error.message)
+            self._mark_retrying(conditions, error.reason, error.message, error.requeue_after)
             ctx.log.info("reconcile failed, retrying", reason=error.reason, error=error.message)
             if error.requeue_after is not None:
                 return Outcome("error", requeue_after=error.requeue_after)
@@ -271,9 +273,22 @@ class Runner(Generic[C]):
         return "False"
 
     @staticmethod
-    def _mark_retrying(conditions: Conditions, reason: str, message: str) -> None:
+    def _mark_retrying(
+        conditions: Conditions, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
         conditions.mark_false(ConditionType.READY, reason, message)
-        conditions.mark_true(ConditionType.RECONCILING, Reason.PROGRESSING_WITH_RETRY, message)
+        # Ready (and the step's own condition) carry the error; Reconciling says
+        # when it is tried again rather than repeating it a third time.
+        when = (
+            f"in {format_duration(timedelta(seconds=retry_after))}"
+            if retry_after is not None
+            else "with backoff"
+        )
+        conditions.mark_true(
+            ConditionType.RECONCILING,
+            Reason.PROGRESSING_WITH_RETRY,
+            f"reconciliation failed, retrying {when}",
+        )
         conditions.delete(ConditionType.STALLED)
 
     def _interval(self, obj: Any) -> float:

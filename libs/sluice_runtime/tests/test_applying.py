@@ -349,6 +349,13 @@ def test_take_over_merges_kubectl_fields_into_our_apply_entry() -> None:
     assert merged == [{**ours, "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}, other, status]
     renamed = take_over_managed_fields([edit], "flux")
     assert renamed == [{**edit, "manager": "flux", "operation": "Apply"}]
+    # Before 1.22 a status write is listed without `subresource`: status is not ours.
+    old_status = {**edit, "fieldsV1": {"f:status": {"f:replicas": {}}}}
+    assert take_over_managed_fields([ours, old_status], "flux") is None
+    both = {**edit, "fieldsV1": {"f:data": {"f:b": {}}, "f:status": {"f:replicas": {}}}}
+    assert take_over_managed_fields([both], "flux") == [
+        {**edit, "manager": "flux", "operation": "Apply"}
+    ]
 
 
 # -- apply ------------------------------------------------------------------------
@@ -591,7 +598,8 @@ async def test_immutable_job_is_recreated_when_annotated(
     await manager.apply_all_staged([job("migrate", namespace, "echo one")])
     uid = (await kube.get(JOB, "migrate", namespace))["metadata"]["uid"]
     with pytest.raises(
-        ApplyFailed, match=f"Job/{namespace}/migrate: dry-run failed: 422 .*field is immutable"
+        ApplyFailed,
+        match=f'^Job/{namespace}/migrate: Job.batch "migrate" is invalid: .*field is immutable',
     ):
         await manager.apply_all_staged([job("migrate", namespace, "echo two")])
 
@@ -617,8 +625,12 @@ async def test_dry_run_rejection_applies_nothing(
         await manager.apply_all_staged(objects)
     error = caught.value
     assert error.subject == f"Service/{namespace}/bad"
-    assert "dry-run failed: 422" in error.message
+    assert error.dry_run
+    # The API's own words, the object once, what to do; no status code, no doubled prefix.
+    assert str(error).startswith(f'Service/{namespace}/bad: Service "bad" is invalid: ')
     assert "spec.ports[0].port: Invalid value: 70000" in error.message
+    assert str(error).endswith("; fix the object in its source")
+    assert "422" not in str(error) and "dry-run failed" not in str(error)
     assert [f.subject for f in error.failures] == [f"Service/{namespace}/bad"]
     assert not error.changeset.entries
     for rt, name in ((CONFIG_MAP, "good"), (DEPLOYMENT, "web")):
@@ -682,7 +694,8 @@ async def test_unknown_kind_fails_naming_the_object(
     with pytest.raises(ApplyFailed) as caught:
         await manager.apply_all_staged([configmap("c", namespace), thing])
     assert str(caught.value) == (
-        f"Thing/{namespace}/t: no kind 'Thing' in 'nowhere.example.com/v1': is its CRD installed?"
+        f"Thing/{namespace}/t: the API server serves no kind 'Thing' in 'nowhere.example.com/v1' "
+        "(install its CustomResourceDefinition first, or add it to the same set)"
     )
 
 
@@ -854,3 +867,57 @@ async def test_impersonated_apply_is_limited_by_rbac(
     with pytest.raises(ApplyFailed) as denied:
         await tenant.delete_all([ObjectId("", "ConfigMap", other_namespace, "theirs")])
     assert denied.value.forbidden
+
+
+async def _patch_as_other(
+    client: KubeClient, name: str, namespace: str, patch: JSON, *, manager: str, status: bool
+) -> None:
+    path = DEPLOYMENT.path(namespace=namespace, name=name) + ("/status" if status else "")
+    await client.request(
+        "PATCH",
+        path,
+        query=[("fieldManager", manager)],
+        body=patch,
+        content_type="application/merge-patch+json",
+    )
+
+
+def _status(generation: int) -> JSON:
+    return {"status": {"observedGeneration": generation, "replicas": 2, "updatedReplicas": 1}}
+
+
+def _restarted(generation: int) -> JSON:
+    at = f"2026-01-0{generation}T00:00:00Z"
+    return {"spec": {"template": {"metadata": {"annotations": {"restartedAt": at}}}}}
+
+
+@pytest.mark.parametrize(
+    ("other", "status", "patch"),
+    [
+        # The deployment controller writes status on every rollout.
+        pytest.param("kube-controller-manager", True, _status, id="deployment-controller-status"),
+        # `kubectl patch --subresource=status` records itself as kubectl-patch, which
+        # servers before 1.22 list as an Update of the object, not of its status.
+        pytest.param("kubectl-patch", True, _status, id="kubectl-status"),
+        # Another controller sets a field the apply does not own.
+        pytest.param("rollout-restarter", False, _restarted, id="other-manager-field"),
+    ],
+)
+async def test_changes_the_apply_does_not_own_are_not_drift(
+    kube: KubeClient,
+    namespace: str,
+    manager: ResourceManager,
+    other: str,
+    status: bool,
+    patch: Any,
+) -> None:
+    await manager.apply_all_staged([deployment("web", namespace)])
+    for round_ in (1, 2):
+        await _patch_as_other(kube, "web", namespace, patch(round_), manager=other, status=status)
+        changed = await kube.get(DEPLOYMENT, "web", namespace)
+        again = await manager.apply_all_staged([deployment("web", namespace)])
+        assert actions(again) == {f"Deployment/{namespace}/web": "unchanged"}, round_
+        live = await kube.get(DEPLOYMENT, "web", namespace)
+        # Not written either, and what the other manager set stays.
+        assert live["metadata"]["resourceVersion"] == changed["metadata"]["resourceVersion"]
+        assert live["status" if status else "spec"] == changed["status" if status else "spec"]

@@ -139,6 +139,8 @@ async def test_a_failing_reconcile_backs_off_and_does_not_block_other_keys(
         assert ready_cond["message"] == "remote hung up"
         assert (fetch["status"], fetch["reason"]) == ("True", "GitOperationFailed")
         assert (reconciling["status"], reconciling["reason"]) == ("True", "ProgressingWithRetry")
+        # The error is said by Ready and FetchFailed; Reconciling says what happens next.
+        assert reconciling["message"] == "reconciliation failed, retrying with backoff"
 
         broken["on"] = False
         await eventually(lambda: ready(kube, namespace, "broken"), message="recovered")

@@ -103,3 +103,53 @@ async def test_each_idle_worker_gets_a_different_key() -> None:
         queue.add(key)
     got = await asyncio.wait_for(asyncio.gather(*waiters), 1)
     assert sorted(got) == ["a", "b", "c"]
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("schedule", "due"),
+    [
+        pytest.param([("add_after", 30)], 30, id="scheduled"),
+        pytest.param([("add_after", 30), ("add_after", 120)], 30, id="add-keeps-earliest"),
+        # A dependency wait of 30 s, then a failure with retryInterval 2m: 2m wins.
+        pytest.param([("add_after", 30), ("requeue_after", 120)], 120, id="requeue-replaces"),
+        pytest.param([("add_after", 300), ("requeue_after", 120)], 120, id="requeue-sooner"),
+        pytest.param([("add_after", 30), ("cancel_delayed", None)], None, id="cancelled"),
+        # Backoff replaces a pending interval too: 0.75 s is the first retry.
+        pytest.param([("add_after", 600), ("add_rate_limited", None)], 0.75, id="backoff"),
+    ],
+)
+def test_due_in_by_the_queues_clock(schedule: list[tuple[str, float | None]], due: float) -> None:
+    clock = ManualClock()
+    queue = WorkQueue(clock=clock)
+    for method, delay in schedule:
+        args = (delay,) if delay is not None else ()
+        getattr(queue, method)("ns/a", *args)
+    assert queue.due_in("ns/a") == due
+    if due is not None:
+        clock.now += 10
+        assert queue.due_in("ns/a") == max(0.0, due - 10)
+
+
+async def test_a_replaced_schedule_never_fires_early() -> None:
+    clock = ManualClock()
+    queue = WorkQueue(clock=clock)
+    queue.start()
+    queue.add_after("ns/a", 30)
+    queue.requeue_after("ns/a", 120)
+    clock.now += 31
+    queue.add_after("ns/b", 500)  # wakes the timer, which now reads 31 s later
+    await asyncio.sleep(0.05)
+    assert len(queue) == 0, "the replaced 30 s timer must not fire"
+    clock.now += 90
+    queue.add_after("ns/c", 500)
+    assert await asyncio.wait_for(queue.get(), 2) == "ns/a"
+    assert len(queue) == 0
+    queue.shutdown()

@@ -35,6 +35,7 @@ from sluice_api.kustomize import (
 from sluice_api.meta import Artifact, format_duration, parse_duration
 from sluice_runtime import gates
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
+from sluice_runtime.describing import describe
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube.applying import (
     ApplyFailed,
@@ -45,7 +46,7 @@ from sluice_runtime.kube.applying import (
 )
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import UnknownKind
-from sluice_runtime.kube.errors import KubeError
+from sluice_runtime.kube.errors import KubeError, is_transient
 from sluice_runtime.kube.health import Health, Target, wait_for_health
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
@@ -103,13 +104,31 @@ class KustomizationContext(ReconcileContext):
     def namespace(self) -> str:
         return self.ks.metadata.namespace or "default"
 
-    def retry_after(self) -> float | None:
-        """The spec's retryInterval, which replaces exponential backoff when set."""
-        interval = self.ks.spec.retry_interval
-        return parse_duration(interval).total_seconds() if interval else None
+    def retry_after(self) -> float:
+        """When a failure is retried: `retryInterval`, else `interval`, as in Flux.
 
-    def failed(self, reason: str, message: str, *, condition: str | None = None) -> StepError:
-        return StepError(reason, message, condition=condition, requeue_after=self.retry_after())
+        Asking again sooner (exponential backoff from under a second) would
+        rebuild and dry-run a broken revision many times for the same answer.
+        """
+        interval = self.ks.spec.retry_interval or self.ks.spec.interval
+        return max(parse_duration(interval).total_seconds(), 1.0)
+
+    def failed(
+        self,
+        reason: str,
+        message: str,
+        *,
+        condition: str | None = None,
+        transient: bool = False,
+    ) -> StepError:
+        """The step's failure; a `transient` one (the API, not the object, failed) is
+        retried with exponential backoff instead of after the retry interval."""
+        return StepError(
+            reason,
+            message,
+            condition=condition,
+            requeue_after=None if transient else self.retry_after(),
+        )
 
 
 def owner_labels(ks: Kustomization) -> dict[str, str]:
@@ -306,7 +325,9 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     try:
         ctx.target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
     except TargetRefused as error:
-        raise Stalling(Reason.ACCESS_DENIED, str(error)) from None
+        # Flux retries a kubeconfig it cannot use, with ReconciliationFailed; retrying
+        # cannot help here (docs/reasons.md), but the reason stays Flux's.
+        raise Stalling(Reason.RECONCILIATION_FAILED, str(error)) from None
     except TargetError as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, str(error)) from None
     ctx.manager = ResourceManager(
@@ -333,14 +354,20 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
             ctx.objects, force=ctx.ks.spec.force, dry_run_first=True, wait_timeout=_timeout(ctx)
         )
     except ApplyFailed as error:
-        reason = Reason.ACCESS_DENIED if error.forbidden else Reason.RECONCILIATION_FAILED
         # What did get applied (a Namespace whose objects the dry-run then
         # refused, say) stays in the inventory, so a later prune can find it.
         _merge_inventory(ctx, error.changeset)
         what = "dry-run failed" if error.dry_run else "apply failed"
-        raise ctx.failed(reason, f"{what}: {error}") from None
+        # Flux's reason for any refusal of the apply, RBAC's included: alerts match on it.
+        raise ctx.failed(
+            Reason.RECONCILIATION_FAILED, f"{what}: {error}", transient=error.transient
+        ) from None
     except (UnknownKind, KubeError) as error:
-        raise ctx.failed(Reason.RECONCILIATION_FAILED, f"apply failed: {error}") from None
+        raise ctx.failed(
+            Reason.RECONCILIATION_FAILED,
+            f"apply failed: {describe(error)}",
+            transient=is_transient(error),
+        ) from None
     # Every object's outcome, unchanged ones too, is logged; events carry only changes.
     ctx.log.info(
         "server-side apply completed",
@@ -390,11 +417,16 @@ async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
             pruned = await ctx.manager.delete_all([ObjectId.from_inventory_id(i) for i in stale])
         except ApplyFailed as error:
             _keep_unpruned(ctx, new, stale, error.changeset)
-            reason = Reason.ACCESS_DENIED if error.forbidden else Reason.PRUNE_FAILED
-            raise ctx.failed(reason, f"prune failed: {error}") from None
+            raise ctx.failed(
+                Reason.PRUNE_FAILED, f"prune failed: {error}", transient=error.transient
+            ) from None
         except KubeError as error:
             _keep_unpruned(ctx, new, stale, ChangeSet())
-            raise ctx.failed(Reason.PRUNE_FAILED, f"prune failed: {error}") from None
+            raise ctx.failed(
+                Reason.PRUNE_FAILED,
+                f"prune failed: {describe(error)}",
+                transient=is_transient(error),
+            ) from None
         if pruned.changed:
             ctx.events.normal(
                 Reason.PROGRESSING, pruned.summary(only_changes=True), metadata=ctx.event_metadata

@@ -68,6 +68,9 @@ async def test_the_webapp_example_goes_ready_in_dependency_order(delivery: Deliv
     )
     repo.push()
     await d.git_repository("fleet")
+    # The artifact first: on a loaded machine fetching can take longer than the
+    # one second below, and the dependency order is what this test is about.
+    await d.observe.wait_ready(GITREPO, "fleet")
     await d.kustomization(
         "istio",
         source="fleet",
@@ -491,3 +494,33 @@ async def test_events_only_when_something_changed(delivery: Delivery) -> None:
         (configured, 1),
         (f"ConfigMap/{ns}/a created\nConfigMap/{ns}/b created", 1),
     ]
+
+
+async def test_status_churn_is_not_reported_as_configured(delivery: Delivery) -> None:
+    """A Deployment's status written by a controller (here as `kubectl patch
+    --subresource=status` does, which servers before 1.22 list as an Update of the
+    object) is not drift: no `configured`, no Progressing event, no alert."""
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("churn")
+    repo.commit("v1", files={"web.yaml": deployment("web", ns)})
+    repo.push()
+    await d.git_repository("churn")
+    await d.kustomization("churn", source="churn")
+    await d.observe.wait_ready(KUSTOMIZATION, "churn")
+    for round_ in (1, 2):
+        await d.kube.request(
+            "PATCH",
+            DEPLOYMENT.path(namespace=ns, name="web") + "/status",
+            query=[("fieldManager", "kubectl-patch")],
+            body={
+                "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": round_ - 1}
+            },
+            content_type="application/merge-patch+json",
+        )
+        with capture_logs() as entries:
+            await d.observe.poke(KUSTOMIZATION, "churn", f"churn-{round_}")
+        applied = [e["output"] for e in entries if e["event"] == "server-side apply completed"]
+        assert applied[-1] == {f"Deployment/{ns}/web": "unchanged"}, round_
+    progressing = await d.events("churn", reason="Progressing")
+    assert [e.get("message", "") for e in progressing] == [f"Deployment/{ns}/web created"]

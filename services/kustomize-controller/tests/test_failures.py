@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -144,10 +146,14 @@ async def test_a_tenant_cannot_touch_other_namespaces(
         "mine.yaml": config_map("mine", ns),
         "theirs.yaml": config_map(f"intrusion-{ns}", "default"),
     }
-    _, message = await failing(d, "tenant", files, "AccessDenied", **identity)
+    # Flux's reason for an apply RBAC refuses (not Sluice's former AccessDenied).
+    _, message = await failing(d, "tenant", files, "ReconciliationFailed", **identity)
     assert f"ConfigMap/default/intrusion-{ns}" in message
     assert f"system:serviceaccount:{ns}:tenant" in message
     assert "forbidden" in message.lower()
+    # The API's words, the object, what to do: once, without the HTTP status.
+    assert message.count("dry-run failed") == 1 and "403" not in message
+    assert message.endswith("; grant that permission to the identity, or leave the object out")
     assert await absent(d, f"intrusion-{ns}", "default")
     assert await absent(d, "mine")
 
@@ -171,7 +177,9 @@ async def test_a_prune_the_tenant_may_not_do_keeps_the_object_in_the_inventory(
     repo.commit("v1", files={"a.yaml": config_map("a", ns), "b.yaml": config_map("b", ns)})
     repo.push()
     await d.git_repository("noprune")
-    await d.kustomization("noprune", source="noprune", serviceAccountName="tenant")
+    await d.kustomization(
+        "noprune", source="noprune", serviceAccountName="tenant", retryInterval="1s"
+    )
     first = await d.observe.wait_ready(KUSTOMIZATION, "noprune")
     v1 = first["status"]["lastAppliedRevision"]
 
@@ -179,10 +187,11 @@ async def test_a_prune_the_tenant_may_not_do_keeps_the_object_in_the_inventory(
     repo.commit("v2", files={"c.yaml": config_map("c", ns)}, remove=["b.yaml"])
     repo.push()
     await d.observe.poke(GITREPO, "noprune", "v2")
-    obj = await d.observe.wait_reason(KUSTOMIZATION, "noprune", "AccessDenied")
+    obj = await d.observe.wait_reason(KUSTOMIZATION, "noprune", "PruneFailed")
     message = condition(obj, "Ready")["message"]  # type: ignore[index]
-    assert message.startswith(f"prune failed: ConfigMap/{ns}/b: delete failed: ")
+    assert message.startswith(f"prune failed: ConfigMap/{ns}/b: ")
     assert "forbidden" in message
+    assert "403" not in message and "delete failed" not in message
     assert obj["status"]["lastAppliedRevision"] == v1
     assert obj["status"]["lastAttemptedRevision"] == f"main@sha1:{repo.head}"
     assert not await absent(d, "b")
@@ -282,3 +291,73 @@ async def test_a_tampered_artifact_is_refused(delivery: Delivery) -> None:
     obj = await d.observe.wait_reason(KUSTOMIZATION, "tamper", "ArtifactFailed")
     assert "digest mismatch" in condition(obj, "Ready")["message"]  # type: ignore[index]
     assert await absent(d, "ok")
+
+
+V9 = "apiVersion: v9\nkind: ConfigMap\nmetadata:\n  name: future\n"
+
+
+@pytest.mark.parametrize(
+    "delivery", [Flags(kustomize=("--requeue-dependency", "30s"))], indirect=True
+)
+@pytest.mark.parametrize(
+    ("spec", "retry"),
+    [
+        pytest.param({"interval": "10m", "retryInterval": "2m"}, 120, id="retryInterval"),
+        pytest.param({"interval": "10m"}, 600, id="interval-when-unset"),
+    ],
+)
+async def test_a_failure_is_retried_after_the_retry_interval(
+    delivery: Delivery, spec: dict[str, str], retry: float
+) -> None:
+    d = delivery
+    name = "retry"
+    # Waiting for a source that does not exist yet schedules a look in 30s...
+    await d.kustomization(name, source=name, targetNamespace=d.namespace, **spec)
+    await d.observe.wait_reason(KUSTOMIZATION, name, "ArtifactFailed")
+    # ...then the source arrives, with a revision the API refuses.
+    repo = d.repo(name)
+    repo.commit("c", files={"future.yaml": V9})
+    repo.push()
+    await d.git_repository(name)
+    obj = await d.observe.wait_reason(KUSTOMIZATION, name, "ReconciliationFailed")
+    assert "v9" in condition(obj, "Ready")["message"]  # type: ignore[index]
+    # Reconciling says when, instead of repeating Ready's message.
+    when = {120: "2m0s", 600: "10m0s"}[int(retry)]
+    reconciling = condition(obj, "Reconciling") or {}
+    assert reconciling.get("message") == f"reconciliation failed, retrying in {when}"
+
+    # The next attempt is due after the retry interval by the queue's own clock:
+    # not at the stale 30s dependency timer, not at a sub-second backoff.
+    controller = d.controller()
+    key = f"{d.namespace}/{name}"
+    deadline = time.monotonic() + 5
+    due = controller.queue.due_in(key)
+    while not (due is not None and retry - 10 < due <= retry) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        due = controller.queue.due_in(key)
+    assert due is not None and retry - 10 < due <= retry, due
+    assert controller.last_outcome[key].requeue_after == retry
+
+
+async def test_a_refused_set_is_described_once_per_object_without_codes(
+    delivery: Delivery,
+) -> None:
+    d = delivery
+    ns = d.namespace
+    bad = (
+        f"apiVersion: v1\nkind: Service\nmetadata:\n  name: bad\n  namespace: {ns}\n"
+        "spec:\n  ports:\n  - port: 70000\n"
+    )
+    future = f"apiVersion: v9\nkind: ConfigMap\nmetadata:\n  name: future\n  namespace: {ns}\n"
+    _, message = await failing(
+        d, "described", {"bad.yaml": bad, "future.yaml": future}, "ReconciliationFailed"
+    )
+    # Every refused object once, in the API's words, with what to do; no status
+    # codes, no second "dry-run failed", no CRD hint for a built-in kind.
+    assert message == (
+        f"dry-run failed: ConfigMap/{ns}/future: the API server does not serve ConfigMap "
+        "in 'v9' (use a version it serves: v1)\n"
+        f'Service/{ns}/bad: Service "bad" is invalid: [spec.ports[0].port: Invalid value: '
+        "70000: must be between 1 and 65535, inclusive, spec.ports[0].targetPort: Invalid "
+        "value: 70000: must be between 1 and 65535, inclusive]; fix the object in its source"
+    )

@@ -70,7 +70,8 @@ async def stalled(d: Delivery, name: str, *, harmed: Callable[[], bool]) -> JSON
     )
     assert not harmed()
     ready = condition(obj, "Ready") or {}
-    assert ready.get("status") == "False" and ready.get("reason") == "AccessDenied"
+    # Flux's reason for a kubeconfig it cannot use (docs/reasons.md: Sluice stalls).
+    assert ready.get("status") == "False" and ready.get("reason") == "ReconciliationFailed"
     return obj
 
 

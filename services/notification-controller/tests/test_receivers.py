@@ -335,7 +335,9 @@ async def test_a_failed_action_answers_500_naming_what_failed(platform: Platform
     failures = text.split("; ")
     assert len(failures) == 2, text
     assert failures[0].startswith(f"GitRepository/{ns}/missing: ")
-    assert failures[1].startswith(f"HelmRelease/{ns}/uninstalled: no kind 'HelmRelease'")
+    assert failures[1].startswith(
+        f"HelmRelease/{ns}/uninstalled: the API server serves no kind 'HelmRelease'"
+    )
     failed = [e for e in entries if e["event"] == "webhook action failed"]
     assert [(e["error"], e.get("trailing", False)) for e in failed] == [(text, False), (text, True)]
     # One resource that cannot be annotated does not hold back the others.

@@ -353,7 +353,7 @@ async def reconcile_include(ctx: GitRepositoryContext) -> Result | None:
             )
         except (ArtifactError, OSError) as error:
             raise StepError(
-                SourceReason.FAILED,
+                SourceReason.COPY_FAILED,
                 f"included artifact of '{name}' is unusable: {error}",
                 condition=SourceCondition.INCLUDE_UNAVAILABLE,
             ) from None
@@ -361,7 +361,7 @@ async def reconcile_include(ctx: GitRepositoryContext) -> Result | None:
         target = _inside(ctx.workdir, include.to_path or name, what="toPath")
         if not source.exists():
             raise Stalling(
-                SourceReason.FAILED,
+                SourceReason.COPY_FAILED,
                 f"include '{name}': fromPath '{include.from_path}' does not exist in its artifact",
             )
         await asyncio.to_thread(_copy_into, source, target)
@@ -371,7 +371,9 @@ async def reconcile_include(ctx: GitRepositoryContext) -> Result | None:
 def _inside(root: Path, rel: str, *, what: str) -> Path:
     path = (root / rel).resolve()
     if path != root.resolve() and root.resolve() not in path.parents:
-        raise Stalling(SourceReason.FAILED, f"include {what} '{rel}' points outside the artifact")
+        raise Stalling(
+            SourceReason.COPY_FAILED, f"include {what} '{rel}' points outside the artifact"
+        )
     return path
 
 

@@ -152,7 +152,7 @@ async def write_archive(
     except ArtifactTooLarge:
         raise _too_large(limit) from None
     except OSError as error:
-        raise _storage_failed(error) from None
+        raise _storage_failed(SourceReason.ARCHIVE_OPERATION_FAILED, error) from None
 
 
 async def write_file(ctx: SourceContext, filename: str, src: Path) -> ArtifactFile:
@@ -164,7 +164,7 @@ async def write_file(ctx: SourceContext, filename: str, src: Path) -> ArtifactFi
     except ArtifactTooLarge:
         raise _too_large(limit) from None
     except OSError as error:
-        raise _storage_failed(error) from None
+        raise _storage_failed(SourceReason.ARCHIVE_OPERATION_FAILED, error) from None
 
 
 def _too_large(limit: int) -> StepError:
@@ -178,9 +178,11 @@ def _too_large(limit: int) -> StepError:
     )
 
 
-def _storage_failed(error: OSError) -> StepError:
+def _storage_failed(reason: SourceReason, error: OSError) -> StepError:
+    # Flux's reasons for the same storage operations (ArchiveOperationFailed,
+    # SymlinkUpdateFailed): alerts and dashboards match on them.
     return StepError(
-        SourceReason.FAILED,
+        reason,
         f"failed to store artifact: {error}",
         condition=SourceCondition.STORAGE_OPERATION_FAILED,
     )
@@ -199,7 +201,7 @@ async def record_artifact(
     try:
         await asyncio.to_thread(storage.set_latest, written.path)
     except OSError as error:
-        raise _storage_failed(error) from None
+        raise _storage_failed(SourceReason.SYMLINK_UPDATE_FAILED, error) from None
     status: Any = ctx.obj.status
     previous = status.artifact
     status.artifact = Artifact(

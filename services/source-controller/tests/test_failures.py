@@ -172,7 +172,7 @@ async def delete_new_oci_layer(source: Source) -> Broken:
     registry.delete(source.repository, "blobs", layer)
     return Broken(
         "OCIArtifactPullFailed",
-        f"registry {registry.host} answered 404 for blob {layer}",
+        f"blob {layer} from {registry.host}: not found",
         new_revision=f"v1@{new}",
     )
 
@@ -184,7 +184,25 @@ async def rotate_oci_password(source: Source) -> Broken:
     entry = config["auths"][registry.host]
     entry.update(password="rotated-away", auth=base64.b64encode(b"sluice:rotated-away").decode())
     await replace_secret_data(source, ".dockerconfigjson", json.dumps(config))
-    return Broken("AuthenticationFailed", f"authentication to {registry.host} failed: HTTP 401")
+    return Broken(
+        "AuthenticationFailed",
+        f"authentication to {registry.host} failed: the credentials were refused",
+    )
+
+
+async def move_oci_to_an_unresolvable_host(source: Source) -> Broken:
+    # The name never resolves (RFC 6761): the message says so, without the HTTP
+    # library's reprs of its connection pools.
+    host = "registry.sluice-test.invalid"
+    await source.sc.client.merge_patch(
+        OCIREPO,
+        NAME,
+        {"spec": {"url": f"oci://{host}/{source.repository}", "timeout": "5s"}},
+        namespace=source.sc.namespace,
+    )
+    return Broken(
+        "OCIArtifactPullFailed", f"cannot reach registry {host}: host name not found (DNS)"
+    )
 
 
 Breaker = Callable[[Source], Awaitable[Broken]]
@@ -201,6 +219,7 @@ Breaker = Callable[[Source], Awaitable[Broken]]
         pytest.param("oci_registry", delete_oci_tag, id="oci-missing-tag"),
         pytest.param("oci_registry", delete_new_oci_layer, id="oci-layer-404"),
         pytest.param("oci_registry_auth", rotate_oci_password, id="oci-wrong-credentials"),
+        pytest.param("oci_registry", move_oci_to_an_unresolvable_host, id="oci-unresolvable-host"),
     ],
 )
 async def test_a_broken_source_keeps_serving_its_last_artifact(

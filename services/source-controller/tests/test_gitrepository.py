@@ -888,3 +888,50 @@ async def test_credentials_in_the_url_never_reach_status_events_or_logs(
     assert ready is not None and "redacted@127.0.0.1" in ready["message"], ready
     for text in (json.dumps(obj["status"]), json.dumps(events), json.dumps(entries, default=str)):
         assert git_http_auth.password not in text
+
+
+@pytest.mark.parametrize(
+    ("include", "message"),
+    [
+        pytest.param(
+            {"fromPath": "nope"},
+            "include 'lib': fromPath 'nope' does not exist in its artifact",
+            id="missing-fromPath",
+        ),
+        pytest.param(
+            {"toPath": "../../escape"},
+            "include toPath '../../escape' points outside the artifact",
+            id="toPath-escapes",
+        ),
+    ],
+)
+async def test_an_include_that_cannot_be_copied_stalls_with_flux_reason(
+    source_controller: SourceController,
+    git_http: GitHttpServer,
+    include: dict[str, str],
+    message: str,
+) -> None:
+    sc = source_controller
+    seeded(git_http, f"copy-main-{sc.namespace}")
+    lib = git_http.create_repo(f"copy-lib-{sc.namespace}")
+    lib.commit("lib", files={"base.yaml": "base: 1\n"})
+    lib.push()
+    await create(
+        sc, gitrepo("lib", git_http.url(f"copy-lib-{sc.namespace}"), ref={"branch": "main"})
+    )
+    await sc.wait_ready(GITREPO, "lib")
+    await create(
+        sc,
+        gitrepo(
+            "main",
+            git_http.url(f"copy-main-{sc.namespace}"),
+            ref={"branch": "main"},
+            include=[{"repository": {"name": "lib"}, **include}],
+        ),
+    )
+    # Flux's reason for an include it cannot copy is CopyFailed.
+    obj = await sc.wait_failed(GITREPO, "main", "CopyFailed")
+    ready = condition(obj, "Ready")
+    assert ready is not None and (ready["status"], ready["message"]) == ("False", message)
+    stalled = condition(obj, "Stalled")
+    assert stalled is not None and stalled["status"] == "True"

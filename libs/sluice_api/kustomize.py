@@ -3,12 +3,18 @@
 Flux's v1 schema field for field, plus Sluice's optional `spec.gates`. The
 labels and annotations the kustomize-controller reads on applied objects are
 part of that API too, so they are named here once.
+
+v1beta2 and v1beta1 are served too, with conversion `None`: the API server
+only rewrites `apiVersion`, so every version's schema is the same superset.
+The fields only the old versions had (`validation`, `patchesStrategicMerge`,
+`patchesJson6902`) are kept in it, which makes every round trip lossless, and
+the controller honours them whatever version an object was written in.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
 
@@ -45,6 +51,13 @@ SUBSTITUTE_ANNOTATION = f"{GROUP}/substitute"
 """`disabled`: skip `${var}` substitution in the object."""
 
 
+_PRESERVE = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+AnyJSON = Annotated[Any, _PRESERVE]
+"""Any JSON value, kept by the API server as it is."""
+AnyObject = Annotated[dict[str, Any], _PRESERVE]
+"""A JSON object of any shape, kept by the API server as it is."""
+
+
 class KustomizationCondition(StrEnum):
     """Condition types of a Kustomization."""
 
@@ -79,7 +92,7 @@ class CrossNamespaceSourceReference(KubeModel):
     api_version: str | None = None
     """API version of the referent."""
 
-    kind: Literal["OCIRepository", "GitRepository", "Bucket"]
+    kind: Literal["OCIRepository", "GitRepository", "Bucket", "ExternalArtifact"]
     """Kind of the referent."""
 
     name: str
@@ -151,6 +164,32 @@ class Image(KubeModel):
 
     digest: str | None = None
     """Replaces the tag with a digest; newTag is ignored when set."""
+
+
+class JSON6902Operation(KubeModel):
+    """One operation of a JSON 6902 patch."""
+
+    op: Literal["test", "remove", "add", "replace", "move", "copy"]
+    """The operation."""
+
+    path: str
+    """JSON pointer to the location the operation acts on."""
+
+    from_: str | None = Field(default=None, alias="from")
+    """JSON pointer to the source location of move and copy."""
+
+    value: AnyJSON = None
+    """The value of add, replace and test; any JSON."""
+
+
+class JSON6902Patch(KubeModel):
+    """(v1beta1, v1beta2) A JSON 6902 patch and the objects it applies to."""
+
+    patch: list[JSON6902Operation]
+    """The operations, in order."""
+
+    target: Selector
+    """The objects to patch."""
 
 
 class CustomHealthCheck(KubeModel):
@@ -254,8 +293,9 @@ class KustomizationSpec(KubeModel):
     timeout: Duration | None = None
     """Timeout for the apply and the health checks; the interval when not set."""
 
-    prune: bool
-    """Delete objects that are no longer in the built manifests."""
+    prune: bool = False
+    """Delete objects that are no longer in the built manifests. Flux v1 requires
+    it; v1beta1 manifests (the kustomize-controller design's own) leave it out."""
 
     deletion_policy: Literal["MirrorPrune", "Delete", "WaitForTermination", "Orphan"] | None = None
     """What happens to applied objects when the Kustomization is deleted;
@@ -321,6 +361,21 @@ class KustomizationSpec(KubeModel):
     gates: list[LocalObjectReference] | None = None
     """Sluice: Gates that must all be open before anything is applied."""
 
+    validation: Literal["none", "client", "server"] | None = None
+    """(v1beta1, v1beta2) When the built objects are validated: `server` (the
+    default) dry-runs the whole set on the API server before anything is applied;
+    `client` and `none` check each object locally, then dry-run and apply stage
+    by stage (CRDs and Namespaces first), so an earlier stage can be applied
+    before a later one is refused. The API server validates every object before
+    it is applied either way."""
+
+    patches_strategic_merge: list[AnyObject] | None = None
+    """(v1beta1, v1beta2) Strategic merge patches, each naming its target object;
+    applied like `patches` entries without a target."""
+
+    patches_json6902: list[JSON6902Patch] | None = None
+    """(v1beta1, v1beta2) JSON 6902 patches; applied like `patches` entries."""
+
 
 class ResourceRef(KubeModel):
     """An applied object."""
@@ -365,6 +420,7 @@ class Kustomization(Resource[KustomizationSpec, KustomizationStatus]):
     PLURAL: ClassVar[str] = "kustomizations"
     SINGULAR: ClassVar[str] = "kustomization"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("ks",)
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     CATEGORIES: ClassVar[tuple[str, ...]] = ("all", "fluxcd", "fluxcd-kustomizations")
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         AGE_COLUMN,

@@ -1,6 +1,8 @@
 """The notification.toolkit.fluxcd.io kinds: webhooks in, events out.
 
 Receiver is Flux's v1 schema; Alert and Provider are Flux's v1beta3 schema.
+v1beta2 and v1beta1 are served too, with conversion `None`: their fields are
+a subset of the newest version's, so the one superset schema serves all.
 Sluice adds an optional `action` to a Receiver's resources so that a
 webhook can open or close a Gate, and gives Alert and Provider an optional
 status (Flux's v1beta3 has none) so their controller can report readiness.
@@ -146,6 +148,7 @@ class Receiver(Resource[ReceiverSpec, ReceiverStatus]):
     GROUP: ClassVar[str] = GROUP
     VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "Receiver"
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PLURAL: ClassVar[str] = "receivers"
     SINGULAR: ClassVar[str] = "receiver"
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
@@ -196,6 +199,7 @@ class Alert(Resource[AlertSpec, ReconcileStatus]):
     GROUP: ClassVar[str] = GROUP
     VERSION: ClassVar[str] = "v1beta3"
     KIND: ClassVar[str] = "Alert"
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PLURAL: ClassVar[str] = "alerts"
     SINGULAR: ClassVar[str] = "alert"
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
@@ -289,6 +293,7 @@ class Provider(Resource[ProviderSpec, ReconcileStatus]):
     GROUP: ClassVar[str] = GROUP
     VERSION: ClassVar[str] = "v1beta3"
     KIND: ClassVar[str] = "Provider"
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PLURAL: ClassVar[str] = "providers"
     SINGULAR: ClassVar[str] = "provider"
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES

@@ -14,7 +14,14 @@ from sluice_api.crds import HEADER, check, crd_for, file_name, main, render_all,
 from sluice_api.gating import Gate
 from sluice_api.kustomize import Kustomization
 from sluice_api.notification import Alert, Provider, Receiver
-from sluice_api.source import Bucket, GitRepository, HelmChart, HelmRepository, OCIRepository
+from sluice_api.source import (
+    Bucket,
+    ExternalArtifact,
+    GitRepository,
+    HelmChart,
+    HelmRepository,
+    OCIRepository,
+)
 
 REPO_CRDS = Path(__file__).resolve().parents[3] / "crds"
 
@@ -127,16 +134,35 @@ def test_names_scope_and_versions(model: Any) -> None:
 @pytest.mark.parametrize(
     ("model", "group", "version", "extra_versions"),
     [
-        pytest.param(GitRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="git"),
+        pytest.param(
+            GitRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="git"
+        ),
         pytest.param(OCIRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="oci"),
-        pytest.param(HelmRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="helmrepo"),
-        pytest.param(HelmChart, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="helmchart"),
-        pytest.param(Bucket, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="bucket"),
-        pytest.param(Kustomization, "kustomize.toolkit.fluxcd.io", "v1", (), id="ks"),
+        pytest.param(
+            HelmRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="helmrepo"
+        ),
+        pytest.param(
+            HelmChart, "source.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="helmchart"
+        ),
+        pytest.param(Bucket, "source.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="bucket"),
+        pytest.param(ExternalArtifact, "source.toolkit.fluxcd.io", "v1", (), id="external"),
+        pytest.param(
+            Kustomization, "kustomize.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="ks"
+        ),
         pytest.param(Gate, "gating.toolkit.fluxcd.io", "v1alpha1", (), id="gate"),
-        pytest.param(Receiver, "notification.toolkit.fluxcd.io", "v1", (), id="receiver"),
-        pytest.param(Alert, "notification.toolkit.fluxcd.io", "v1beta3", (), id="alert"),
-        pytest.param(Provider, "notification.toolkit.fluxcd.io", "v1beta3", (), id="provider"),
+        pytest.param(
+            Receiver, "notification.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="receiver"
+        ),
+        pytest.param(
+            Alert, "notification.toolkit.fluxcd.io", "v1beta3", ("v1beta2", "v1beta1"), id="alert"
+        ),
+        pytest.param(
+            Provider,
+            "notification.toolkit.fluxcd.io",
+            "v1beta3",
+            ("v1beta2", "v1beta1"),
+            id="provider",
+        ),
     ],
 )
 def test_groups_and_versions_match_the_api_contract(
@@ -270,7 +296,7 @@ def test_defaults(model: Any, path: str, default: object) -> None:
             Kustomization,
             ".spec.sourceRef.kind",
             "enum",
-            ["OCIRepository", "GitRepository", "Bucket"],
+            ["OCIRepository", "GitRepository", "Bucket", "ExternalArtifact"],
             id="ks-source-kinds",
         ),
         pytest.param(Kustomization, ".spec.targetNamespace", "maxLength", 63, id="ks-target-ns"),
@@ -319,7 +345,10 @@ def test_validation_keywords(model: Any, path: str, keyword: str, value: object)
 
 def test_required_spec_fields() -> None:
     spec = storage_schema(Kustomization)["properties"]["spec"]
-    assert spec["required"] == ["sourceRef", "interval", "prune"]
+    # Flux v1 requires prune, but one schema serves v1beta1 too, whose manifests
+    # (the kustomize-controller design's own example) leave it out.
+    assert spec["required"] == ["sourceRef", "interval"]
+    assert spec["properties"]["prune"].get("default") is None
     receiver = storage_schema(Receiver)["properties"]["spec"]
     assert set(receiver["required"]) == {"type", "resources", "secretRef"}
 

@@ -367,7 +367,7 @@ def test_unknown_fields_are_ignored() -> None:
 
 
 def test_all_kinds_are_distinct() -> None:
-    assert len({(m.GROUP, m.KIND) for m in ALL_KINDS}) == len(ALL_KINDS) == 10
+    assert len({(m.GROUP, m.KIND) for m in ALL_KINDS}) == len(ALL_KINDS) == 11
     assert len({m.PLURAL for m in ALL_KINDS}) == len(ALL_KINDS)
 
 
@@ -409,7 +409,7 @@ CONDITION = {
         pytest.param(
             Kustomization, KUSTOMIZATION, "spec.sourceRef.kind", "HelmRepository", id="source-kind"
         ),
-        pytest.param(Kustomization, KUSTOMIZATION, "spec.prune", None, id="prune-required"),
+        pytest.param(Kustomization, KUSTOMIZATION, "spec.prune", "maybe", id="prune-bool"),
         pytest.param(
             Kustomization, KUSTOMIZATION, "spec.deletionPolicy", "Keep", id="deletion-policy"
         ),

@@ -52,7 +52,7 @@ from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
 
 FIELD_MANAGER = "kustomize-controller"
 MAX_ARTIFACT_SIZE = 512 * 1024 * 1024
-SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket")
+SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket", "ExternalArtifact")
 Condition = KustomizationCondition
 Reason = KustomizationReason
 
@@ -289,6 +289,12 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     return None
 
 
+def _dry_run_first(ks: Kustomization) -> bool:
+    """v1beta1's `validation`: `client` and `none` skip the up-front server-side
+    dry-run of the whole set; each stage is still dry-run before it is applied."""
+    return ks.spec.validation in (None, "server")
+
+
 # -- 8. apply --------------------------------------------------------------------------
 
 
@@ -300,7 +306,10 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
         # the revision is applied. The dry-run's answers also tell which
         # objects are unchanged, so those cost no further request.
         ctx.changeset = await ctx.manager.apply_all_staged(
-            ctx.objects, force=ctx.ks.spec.force, dry_run_first=True, wait_timeout=_timeout(ctx)
+            ctx.objects,
+            force=ctx.ks.spec.force,
+            dry_run_first=_dry_run_first(ctx.ks),
+            wait_timeout=_timeout(ctx),
         )
     except ApplyFailed as error:
         reason = Reason.ACCESS_DENIED if error.forbidden else Reason.RECONCILIATION_FAILED
@@ -441,8 +450,12 @@ async def _health_targets(ctx: KustomizationContext) -> tuple[list[Target], dict
     targets: list[Target] = []
     for check in ctx.ks.spec.health_checks or []:
         try:
-            api_version = check.api_version or "v1"
-            rt = await mapper.resource_for(api_version, check.kind)
+            # v1beta1 health checks may name only a kind (`kind: Deployment`).
+            rt = await (
+                mapper.resource_for(check.api_version, check.kind)
+                if check.api_version
+                else mapper.resource_for_any_group(check.kind)
+            )
         except UnknownKind as error:
             raise ctx.failed(Reason.HEALTH_CHECK_FAILED, str(error)) from None
         namespace = check.namespace or (ctx.namespace if rt.namespaced else None)

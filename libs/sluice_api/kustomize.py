@@ -253,6 +253,11 @@ class PostBuild(KubeModel):
     substitute_from: list[SubstituteReference] | None = None
     """ConfigMaps and Secrets whose data keys are variables, in order."""
 
+    substitute_strategy: Literal["WithVariables", "Always"] | None = None
+    """(Flux 2.9) `WithVariables` (the default) substitutes only when at least
+    one variable is defined; `Always` substitutes even without any, so
+    `${var:=default}` takes its default."""
+
 
 class Decryption(KubeModel):
     """How to decrypt encrypted Secrets before applying them."""
@@ -268,10 +273,16 @@ class Decryption(KubeModel):
 
 
 class KubeConfigReference(KubeModel):
-    """Where to find a kubeconfig for a remote cluster."""
+    """Where to find a kubeconfig for a remote cluster: a Secret, or (Flux 2.7) a
+    ConfigMap describing a cloud cluster reached with workload identity."""
 
-    secret_ref: SecretKeyReference
+    secret_ref: SecretKeyReference | None = None
     """Secret holding the kubeconfig; key `value` or `value.yaml` when not set."""
+
+    config_map_ref: LocalObjectReference | None = None
+    """(Flux 2.7) ConfigMap with `provider`, `cluster` and `address` of a cloud
+    cluster reached with workload identity. Sluice refuses it (Stalled): it has
+    no cloud identity providers yet."""
 
 
 class KustomizationSpec(KubeModel):
@@ -357,6 +368,18 @@ class KustomizationSpec(KubeModel):
 
     drift_ignore_rules: list[DriftIgnoreRule] | None = None
     """Fields to leave alone when correcting drift."""
+
+    ignore: list[DriftIgnoreRule] | None = None
+    """(Flux 2.9) JSON pointers the server-side apply neither sets nor corrects,
+    e.g. replicas an autoscaler owns. Sluice refuses it (Stalled) until its
+    apply can leave fields out."""
+
+    build_metadata: (
+        list[Literal["originAnnotations", "transformerAnnotations", "managedByLabel"]] | None
+    ) = None
+    """(Flux 2.8) kustomize `buildMetadata` options for the build, as if the
+    kustomization.yaml listed them: annotations naming each object's origin
+    and transformers."""
 
     gates: list[LocalObjectReference] | None = None
     """Sluice: Gates that must all be open before anything is applied."""

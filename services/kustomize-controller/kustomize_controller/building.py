@@ -486,6 +486,10 @@ def _merge(root: Path, directory: Path, kfile: Path, spec: KustomizationSpec) ->
     if spec.name_suffix:
         document["nameSuffix"] = spec.name_suffix
         changed = True
+    if spec.build_metadata:
+        options = _entries(document, "buildMetadata", where)
+        document["buildMetadata"] = options + [o for o in spec.build_metadata if o not in options]
+        changed = True
     spec_patches = _spec_patches(spec)
     if spec_patches:
         document["patches"] = _entries(document, "patches", where) + spec_patches

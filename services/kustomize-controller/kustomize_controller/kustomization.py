@@ -110,6 +110,39 @@ def owner_labels(ks: Kustomization) -> dict[str, str]:
     return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.metadata.namespace or "default"}
 
 
+# -- 0. spec ---------------------------------------------------------------------
+
+
+def unsupported(ks: Kustomization) -> str | None:
+    """Why this Kustomization's spec cannot be honoured, naming the field; None when
+    it can. Fields Sluice accepts (Flux manifests must apply) but has not built
+    are refused here rather than silently ignored, as are combinations Flux's CEL
+    rules forbid, which API servers before 1.25 cannot check."""
+    spec = ks.spec
+    if spec.ignore:
+        return (
+            "spec.ignore (field ignore rules for server-side apply) is not supported by this "
+            "version of Sluice; remove it"
+        )
+    if spec.kube_config is not None:
+        if spec.kube_config.config_map_ref is not None:
+            return (
+                "spec.kubeConfig.configMapRef (workload identity for remote clusters) is not "
+                "supported by this version of Sluice; use spec.kubeConfig.secretRef"
+            )
+        if spec.kube_config.secret_ref is None:
+            return "spec.kubeConfig must set either secretRef or configMapRef"
+    return None
+
+
+@step()
+async def reconcile_spec(ctx: KustomizationContext) -> Result | None:
+    problem = unsupported(ctx.ks)
+    if problem is not None:
+        raise Stalling(Reason.RECONCILIATION_FAILED, problem)
+    return None
+
+
 # -- 1. gates -------------------------------------------------------------------
 
 
@@ -261,7 +294,9 @@ async def reconcile_substitution(ctx: KustomizationContext) -> Result | None:
         return None
     try:
         variables = await substituting.collect(ctx.client, ctx.namespace, post_build)
-        ctx.objects = substituting.substitute(ctx.objects, variables)
+        ctx.objects = substituting.substitute(
+            ctx.objects, variables, always=post_build.substitute_strategy == "Always"
+        )
     except substituting.SubstitutionError as error:
         raise ctx.failed(Reason.BUILD_FAILED, f"post-build substitution failed: {error}") from None
     return None
@@ -506,6 +541,7 @@ async def reconcile_status(ctx: KustomizationContext) -> Result | None:
 
 
 STEPS = (
+    reconcile_spec,
     reconcile_gates,
     reconcile_source,
     reconcile_dependencies,

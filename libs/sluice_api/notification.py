@@ -61,6 +61,9 @@ ReferableKind = Literal[
     "OCIRepository",
     "ArtifactGenerator",
     "ExternalArtifact",
+    "FluxInstance",
+    "ResourceSet",
+    "ResourceSetInputProvider",
     "Gate",
 ]
 
@@ -89,12 +92,52 @@ class CrossNamespaceObjectReference(KubeModel):
 class ReceiverResource(CrossNamespaceObjectReference):
     """An object a Receiver acts on when its webhook is called."""
 
+    filter: str | None = None
+    """(Flux 2.9) CEL expression that must be true to act on this resource, ANDed
+    with spec.resourceFilter. Sluice refuses it (Stalled): it has no CEL yet."""
+
     action: Literal["open", "close"] | None = None
     """Sluice, for kind Gate only: open or close the gate instead of
     requesting a reconcile."""
 
 
 # Receiver ---------------------------------------------------------------------
+
+
+class OIDCVariable(KubeModel):
+    """A named CEL expression over the token's claims."""
+
+    name: str
+    """Name the expression's value is available under, as `vars.<name>`."""
+
+    expression: str
+    """CEL expression over `claims`."""
+
+
+class OIDCValidation(KubeModel):
+    """A CEL rule the token must satisfy."""
+
+    expression: str
+    """CEL expression that must be true."""
+
+    message: str | None = None
+    """Why the token is refused when the expression is false."""
+
+
+class OIDCProvider(KubeModel):
+    """An OIDC issuer a generic-oidc Receiver accepts tokens from."""
+
+    issuer_url: str = Field(alias="issuerURL")
+    """The issuer, e.g. `https://token.actions.githubusercontent.com`."""
+
+    audience: str | None = None
+    """The audience the token must be issued for."""
+
+    variables: list[OIDCVariable] | None = None
+    """Values computed from the claims, for the validations."""
+
+    validations: list[OIDCValidation] | None = None
+    """Rules the token must satisfy, all of them."""
 
 
 class ReceiverSpec(KubeModel):
@@ -113,6 +156,7 @@ class ReceiverSpec(KubeModel):
         "nexus",
         "acr",
         "cdevents",
+        "generic-oidc",
     ]
     """The webhook sender; decides how the payload is authenticated and parsed."""
 
@@ -126,10 +170,16 @@ class ReceiverSpec(KubeModel):
     """The objects to reconcile (or gates to open or close) on a webhook."""
 
     resource_filter: str | None = None
-    """CEL expression, evaluated per resource, that must be true to act on it."""
+    """CEL expression, evaluated per resource, that must be true to act on it.
+    Sluice refuses it (Stalled): it has no CEL evaluator yet."""
 
-    secret_ref: LocalObjectReference
-    """Secret with the `token` that authenticates the webhook."""
+    secret_ref: LocalObjectReference | None = None
+    """Secret with the `token` that authenticates the webhook; required by every
+    type except generic-oidc."""
+
+    oidc_providers: list[OIDCProvider] | None = Field(default=None, alias="oidcProviders")
+    """(Flux 2.8) For generic-oidc: the OIDC issuers whose tokens are accepted.
+    Sluice refuses generic-oidc (Stalled) until it verifies OIDC tokens."""
 
     suspend: bool = False
     """Stop handling webhooks; the endpoint answers 503."""
@@ -243,8 +293,17 @@ class ProviderSpec(KubeModel):
         "pagerduty",
         "datadog",
         "nats",
+        "otel",
+        "zulip",
+        "githubpullrequestcomment",
+        "gitlabmergerequestcomment",
+        "giteapullrequestcomment",
+        "incident.io",
+        "zoom",
     ]
-    """The kind of receiving service."""
+    """The kind of receiving service. Sluice delivers to generic, generic-hmac,
+    slack, discord, msteams, github and gitlab; a Provider of another type is
+    Stalled, naming the type, rather than accepted and never delivered to."""
 
     interval: Duration | None = None
     """Deprecated and unused in v1beta3."""

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import aiohttp
 
-from notification_controller import alerts, receivers
+from notification_controller import alerts, provider_objects, receivers
 from notification_controller.hub import EventHub
 from notification_controller.limiting import Dedup, WebhookLimiter
 from notification_controller.webhooks import WebhookServer
@@ -92,6 +92,7 @@ async def setup(runtime: app.Runtime) -> None:
     runtime.components["receiver_address"] = receiving.addresses[0]
 
     runtime.controller(alerts.reconciler())
+    runtime.controller(provider_objects.reconciler())
 
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)

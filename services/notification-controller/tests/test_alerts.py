@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from aiohttp import web
 
@@ -364,3 +365,31 @@ async def test_an_alert_with_an_invalid_pattern_stalls_naming_it(
     await parked(p, "src")
     await emit(p, event(ns, "src", message="a" * 50 + "b"))
     assert [d.event["message"] for d in peers.at("patterns")] == ["a" * 50 + "b"]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("zoom", id="zoom-flux-2-8"),
+        pytest.param("githubpullrequestcomment", id="github-pr-comment"),
+        pytest.param("telegram", id="telegram"),
+    ],
+)
+async def test_a_provider_of_an_unsupported_type_stalls_naming_it(
+    alone: Platform, peers: Peers, kind: str
+) -> None:
+    """Flux's types all apply; those Sluice cannot deliver to say so on the Provider."""
+    p = alone
+    await p.create(PROVIDER, "unsupported", {"type": kind, "address": f"{peers.base}/x"})
+    await p.create(PROVIDER, "supported", {"type": "generic", "address": f"{peers.base}/x"})
+    stalled = await p.observe.wait(
+        PROVIDER,
+        "unsupported",
+        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+        what="Stalled",
+    )
+    message = condition(stalled, "Stalled")["message"]  # type: ignore[index]
+    assert message.startswith(f"spec.type '{kind}' is not supported by this version of Sluice")
+    assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
+    ready = await p.observe.wait_ready(PROVIDER, "supported")
+    assert condition(ready, "Ready")["message"] == "Initialized"  # type: ignore[index]

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from notification_controller.receivers import unsupported
 from notification_controller.signatures import sign, timestamped_payload
+from sluice_api.notification import Receiver
 from sluice_envtest.gitserver import WorkRepo
 from sluice_envtest.harness import condition, github_headers, make_secret, push_payload
 from sluice_runtime.kube.client import JSON
@@ -430,3 +432,84 @@ async def test_replay_protection_end_to_end(strict: Platform) -> None:
     fresh = generic_hmac_headers(TOKEN, body, signed_at=time.time())
     assert await p.post(url, body, fresh) == (200, "ok")
     assert requested_at(await p.kube.get(GITREPO, "replayed", p.namespace)) is not None
+
+
+def receiver_of(**spec: Any) -> Receiver:
+    base: dict[str, Any] = {
+        "type": "generic",
+        "secretRef": {"name": "token"},
+        "resources": [{"kind": "GitRepository", "name": "app"}],
+    }
+    return Receiver.from_obj({"metadata": {"name": "r"}, "spec": {**base, **spec}})
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        pytest.param({}, None, id="generic"),
+        pytest.param(
+            {
+                "resources": [
+                    {"kind": "ResourceSetInputProvider", "name": "*", "matchLabels": {"a": "b"}}
+                ]
+            },
+            None,
+            id="flux-operator-kind",
+        ),
+        pytest.param(
+            {"type": "generic-oidc", "secretRef": None, "oidcProviders": [{"issuerURL": "x"}]},
+            "spec.type 'generic-oidc' is not supported by this version of Sluice",
+            id="generic-oidc",
+        ),
+        pytest.param(
+            {"oidcProviders": [{"issuerURL": "https://token.actions.githubusercontent.com"}]},
+            "spec.oidcProviders is only valid with spec.type 'generic-oidc'",
+            id="oidc-providers-without-oidc",
+        ),
+        pytest.param(
+            {"type": "github", "secretRef": None},
+            "spec.secretRef is required for spec.type 'github'",
+            id="no-secret-ref",
+        ),
+        pytest.param(
+            {"resourceFilter": "true"},
+            "spec.resourceFilter (CEL) is not supported by this version of Sluice",
+            id="resource-filter",
+        ),
+        pytest.param(
+            {"resources": [{"kind": "OCIRepository", "name": "a"}, {"kind": "GitRepository",
+                           "name": "b", "filter": "true"}]},
+            "spec.resources[1].filter (CEL) is not supported by this version of Sluice",
+            id="resource-level-filter",
+        ),
+    ],
+)  # fmt: skip
+def test_unsupported_receiver_specs_name_the_field(
+    spec: dict[str, Any], problem: str | None
+) -> None:
+    assert unsupported(receiver_of(**spec)) == problem
+
+
+async def test_a_generic_oidc_receiver_stalls_naming_the_type(platform: Platform) -> None:
+    """Flux 2.8's secret-less Receiver applies, and says why it will not act."""
+    p = platform
+    await p.create(
+        RECEIVER,
+        "oidc",
+        {
+            "type": "generic-oidc",
+            "oidcProviders": [
+                {
+                    "issuerURL": "https://token.actions.githubusercontent.com",
+                    "validations": [{"expression": "claims.repository == 'a/b'"}],
+                }
+            ],
+            "resources": [{"kind": "GitRepository", "name": "app", "filter": "true"}],
+        },
+    )
+    obj = await p.observe.wait(
+        RECEIVER, "oidc", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
+    )
+    message = condition(obj, "Stalled")["message"]  # type: ignore[index]
+    assert message == "spec.type 'generic-oidc' is not supported by this version of Sluice"
+    assert "webhookPath" not in obj["status"]

@@ -16,12 +16,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
 from sluice_api.meta import (
     AGE_COLUMN,
     READY_COLUMN,
     STATUS_COLUMN,
+    CELRule,
     Duration,
     KubeModel,
     LocalObjectReference,
@@ -30,6 +31,7 @@ from sluice_api.meta import (
     ReconcileStatus,
     Resource,
     SecretKeyReference,
+    cel_rules,
 )
 
 GROUP = "kustomize.toolkit.fluxcd.io"
@@ -272,9 +274,20 @@ class Decryption(KubeModel):
     """Secret with the private keys (age, OpenPGP) or KMS credentials."""
 
 
+KUBECONFIG_ONE_OF = (
+    "exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be specified"
+)
+KUBECONFIG_RULES = (
+    CELRule("has(self.configMapRef) || has(self.secretRef)", KUBECONFIG_ONE_OF),
+    CELRule("!has(self.configMapRef) || !has(self.secretRef)", KUBECONFIG_ONE_OF),
+)
+
+
 class KubeConfigReference(KubeModel):
     """Where to find a kubeconfig for a remote cluster: a Secret, or (Flux 2.7) a
     ConfigMap describing a cloud cluster reached with workload identity."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(*KUBECONFIG_RULES))
 
     secret_ref: SecretKeyReference | None = None
     """Secret holding the kubeconfig; key `value` or `value.yaml` when not set."""
@@ -374,9 +387,7 @@ class KustomizationSpec(KubeModel):
     e.g. replicas an autoscaler owns. Sluice refuses it (Stalled) until its
     apply can leave fields out."""
 
-    build_metadata: (
-        list[Literal["originAnnotations", "transformerAnnotations", "managedByLabel"]] | None
-    ) = None
+    build_metadata: list[Literal["originAnnotations", "transformerAnnotations"]] | None = None
     """(Flux 2.8) kustomize `buildMetadata` options for the build, as if the
     kustomization.yaml listed them: annotations naming each object's origin
     and transformers."""
@@ -444,7 +455,7 @@ class Kustomization(Resource[KustomizationSpec, KustomizationStatus]):
     SINGULAR: ClassVar[str] = "kustomization"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("ks",)
     EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
-    CATEGORIES: ClassVar[tuple[str, ...]] = ("all", "fluxcd", "fluxcd-kustomizations")
+    CATEGORIES: ClassVar[tuple[str, ...]] = ("all", "fluxcd", "fluxcd-appliers")
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         AGE_COLUMN,
         READY_COLUMN,

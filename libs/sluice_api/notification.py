@@ -13,12 +13,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
 from sluice_api.meta import (
     AGE_COLUMN,
     READY_COLUMN,
     STATUS_COLUMN,
+    CELRule,
     Duration,
     KubeModel,
     LocalObjectReference,
@@ -26,6 +27,7 @@ from sluice_api.meta import (
     ReconcileStatus,
     Resource,
     TimeoutDuration,
+    cel_rules,
 )
 
 GROUP = "notification.toolkit.fluxcd.io"
@@ -140,8 +142,16 @@ class OIDCProvider(KubeModel):
     """Rules the token must satisfy, all of them."""
 
 
+RECEIVER_SECRET_REQUIRED = "spec.secretRef is required unless spec.type is 'generic-oidc'"  # noqa: S105
+RECEIVER_RULES = (
+    CELRule("self.type == 'generic-oidc' || has(self.secretRef)", RECEIVER_SECRET_REQUIRED),
+)
+
+
 class ReceiverSpec(KubeModel):
     """How to authenticate a webhook and what it triggers."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(*RECEIVER_RULES))
 
     type: Literal[
         "generic",

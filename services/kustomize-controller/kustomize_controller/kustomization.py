@@ -24,6 +24,7 @@ import aiohttp
 from kustomize_controller import building, dependencies, substituting
 from kustomize_controller.targets import TargetError, TargetRefused, Targets
 from sluice_api.kustomize import (
+    KUBECONFIG_ONE_OF,
     NAME_LABEL,
     NAMESPACE_LABEL,
     Kustomization,
@@ -125,13 +126,14 @@ def unsupported(ks: Kustomization) -> str | None:
             "version of Sluice; remove it"
         )
     if spec.kube_config is not None:
+        refs = (spec.kube_config.config_map_ref, spec.kube_config.secret_ref)
+        if all(ref is None for ref in refs) or all(ref is not None for ref in refs):
+            return KUBECONFIG_ONE_OF  # Flux's CEL rule, for servers without CEL
         if spec.kube_config.config_map_ref is not None:
             return (
                 "spec.kubeConfig.configMapRef (workload identity for remote clusters) is not "
                 "supported by this version of Sluice; use spec.kubeConfig.secretRef"
             )
-        if spec.kube_config.secret_ref is None:
-            return "spec.kubeConfig must set either secretRef or configMapRef"
     return None
 
 

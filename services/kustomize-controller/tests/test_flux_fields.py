@@ -49,8 +49,15 @@ def ks(**spec: Any) -> Kustomization:
         ),
         pytest.param(
             {"kubeConfig": {}},
-            "spec.kubeConfig must set either secretRef or configMapRef",
+            "exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be "
+            "specified",
             id="kubeconfig-empty",
+        ),
+        pytest.param(
+            {"kubeConfig": {"configMapRef": {"name": "aks"}, "secretRef": {"name": "remote"}}},
+            "exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be "
+            "specified",
+            id="kubeconfig-both",
         ),
     ],
 )

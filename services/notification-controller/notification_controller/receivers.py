@@ -14,7 +14,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice_api.notification import WEBHOOK_PATH_PREFIX, NotificationReason, Receiver
+from sluice_api.notification import (
+    RECEIVER_SECRET_REQUIRED,
+    WEBHOOK_PATH_PREFIX,
+    NotificationReason,
+    Receiver,
+)
 from sluice_runtime.informing.watching import Change
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
@@ -75,7 +80,7 @@ def unsupported(receiver: Receiver) -> str | None:
     if spec.oidc_providers:
         return "spec.oidcProviders is only valid with spec.type 'generic-oidc'"
     if spec.secret_ref is None:
-        return f"spec.secretRef is required for spec.type '{spec.type}'"
+        return RECEIVER_SECRET_REQUIRED  # Flux's CEL rule, for servers without CEL
     if spec.resource_filter:
         return "spec.resourceFilter (CEL) is not supported by this version of Sluice"
     for index, resource in enumerate(spec.resources):

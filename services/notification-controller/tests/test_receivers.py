@@ -468,7 +468,7 @@ def receiver_of(**spec: Any) -> Receiver:
         ),
         pytest.param(
             {"type": "github", "secretRef": None},
-            "spec.secretRef is required for spec.type 'github'",
+            "spec.secretRef is required unless spec.type is 'generic-oidc'",
             id="no-secret-ref",
         ),
         pytest.param(

@@ -16,7 +16,8 @@ from sluice_api.notification import Receiver
 from sluice_envtest.gitserver import WorkRepo
 from sluice_envtest.harness import condition, github_headers, make_secret, push_payload
 from sluice_runtime.kube.client import JSON
-from sluice_runtime.kube.resources import SECRET
+from sluice_runtime.kube.installing import install_crds
+from sluice_runtime.kube.resources import SECRET, ResourceType
 
 from .conftest import (
     CONFIG_MAP,
@@ -513,3 +514,34 @@ async def test_a_generic_oidc_receiver_stalls_naming_the_type(platform: Platform
     message = condition(obj, "Stalled")["message"]  # type: ignore[index]
     assert message == "spec.type 'generic-oidc' is not supported by this version of Sluice"
     assert "webhookPath" not in obj["status"]
+
+
+async def test_a_receiver_reaches_a_flux_operator_resource(platform: Platform) -> None:
+    """Flux 2.7 Receivers name the Flux Operator's kinds, without an apiVersion too."""
+    p = platform
+    kind, plural = "ResourceSetInputProvider", "resourcesetinputproviders"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.fluxcd.controlplane.io"},
+        "spec": {
+            "group": "fluxcd.controlplane.io",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
+                      "listKind": f"{kind}List"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            }}],
+        },
+    }  # fmt: skip
+    await install_crds(p.kube, [crd])
+    rt = ResourceType("fluxcd.controlplane.io", "v1", plural, kind)
+    await p.kube.create(
+        rt,
+        {"apiVersion": "fluxcd.controlplane.io/v1", "kind": kind, "metadata": {"name": "inputs"}},
+        namespace=p.namespace,
+    )
+    url = await p.receiver("operator", "generic", "unused", [{"kind": kind, "name": "inputs"}])
+    status, _ = await p.post(url, b"{}", {})
+    assert status == 200
+    assert requested_at(await p.kube.get(rt, "inputs", p.namespace)) is not None

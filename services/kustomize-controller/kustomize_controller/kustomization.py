@@ -326,7 +326,7 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     return None
 
 
-def _dry_run_first(ks: Kustomization) -> bool:
+def dry_run_first_of(ks: Kustomization) -> bool:
     """v1beta1's `validation`: `client` and `none` skip the up-front server-side
     dry-run of the whole set; each stage is still dry-run before it is applied."""
     return ks.spec.validation in (None, "server")
@@ -345,7 +345,7 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
         ctx.changeset = await ctx.manager.apply_all_staged(
             ctx.objects,
             force=ctx.ks.spec.force,
-            dry_run_first=_dry_run_first(ctx.ks),
+            dry_run_first=dry_run_first_of(ctx.ks),
             wait_timeout=_timeout(ctx),
         )
     except ApplyFailed as error:

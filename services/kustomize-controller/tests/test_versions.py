@@ -13,8 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from kustomize_controller.kustomization import dry_run_first_of
+from sluice_api.kustomize import Kustomization
 from sluice_envtest.harness import condition, is_ready
 from sluice_envtest.workloads import simulated_rollouts
 from sluice_runtime.kube.errors import NotFound
@@ -245,3 +248,22 @@ async def test_v1beta1_patches_are_applied(delivery: Delivery) -> None:
     await d.observe.wait_ready(KUSTOMIZATION, "app")
     cm = await d.kube.get(CONFIG_MAP, "cm", ns)
     assert cm["data"] == {"k": "2", "smp": "yes"}
+
+
+@pytest.mark.parametrize(
+    ("validation", "dry_run_first"),
+    [
+        pytest.param(None, True, id="unset"),
+        pytest.param("server", True, id="server"),
+        pytest.param("client", False, id="client"),
+        pytest.param("none", False, id="none"),
+    ],
+)
+def test_validation_decides_the_up_front_dry_run(
+    validation: str | None, dry_run_first: bool
+) -> None:
+    spec: dict[str, Any] = {"interval": "1h", "sourceRef": {"kind": "GitRepository", "name": "a"}}
+    if validation is not None:
+        spec["validation"] = validation
+    ks = Kustomization.from_obj({"metadata": {"name": "a"}, "spec": spec})
+    assert dry_run_first_of(ks) is dry_run_first

@@ -22,7 +22,14 @@ from sluice_api.meta import (
     parse_duration,
 )
 from sluice_api.notification import Alert, Provider, Receiver
-from sluice_api.source import Bucket, GitRepository, HelmChart, HelmRepository, OCIRepository
+from sluice_api.source import (
+    Bucket,
+    ExternalArtifact,
+    GitRepository,
+    HelmChart,
+    HelmRepository,
+    OCIRepository,
+)
 
 ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
     GitRepository,
@@ -30,6 +37,7 @@ ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
     HelmRepository,
     HelmChart,
     Bucket,
+    ExternalArtifact,
     Kustomization,
     Gate,
     Receiver,
@@ -44,6 +52,7 @@ __all__ = [
     "Bucket",
     "Condition",
     "ConditionType",
+    "ExternalArtifact",
     "Gate",
     "GitRepository",
     "HelmChart",

@@ -9,6 +9,11 @@ so the schema is rewritten here rather than copied.
 The chart's copy is the same files without `kustomization.yaml`: Helm
 installs every file of a chart's `crds/` as an object.
 
+Flux's CEL validation rules (`x-kubernetes-validations`) are part of the
+CRDs the installer applies to servers that evaluate them (1.25 and later);
+the files under `crds/` (and the chart's copy), which must install on any
+server, leave them out.
+
 Usage: `python -m sluice_api.crds [--check] [--out DIR]`.
 """
 
@@ -34,8 +39,30 @@ Schema = dict[str, Any]
 AnyResource = type[Resource[Any, Any]]
 
 
-def crd_for(model: AnyResource) -> dict[str, Any]:
-    """The apiextensions.k8s.io/v1 CustomResourceDefinition serving `model`."""
+CEL_KEYWORD = "x-kubernetes-validations"
+
+
+def crd_for(model: AnyResource, *, cel: bool = True) -> dict[str, Any]:
+    """The apiextensions.k8s.io/v1 CustomResourceDefinition serving `model`.
+
+    With `cel`, Flux's CEL validation rules are included; only API servers
+    from 1.25 accept them (server-side apply of the keyword fails before), so
+    the installer drops them for older servers and `crds/` leaves them out.
+    """
+    crd = _crd(model)
+    return crd if cel else without_cel_rules(crd)
+
+
+def without_cel_rules(node: Any) -> Any:
+    """`node` with every `x-kubernetes-validations` removed, at any depth."""
+    if isinstance(node, dict):
+        return {k: without_cel_rules(v) for k, v in node.items() if k != CEL_KEYWORD}
+    if isinstance(node, list):
+        return [without_cel_rules(v) for v in node]
+    return node
+
+
+def _crd(model: AnyResource) -> dict[str, Any]:
     names: dict[str, Any] = {
         "kind": model.KIND,
         "listKind": f"{model.KIND}List",
@@ -201,7 +228,11 @@ def file_name(model: AnyResource) -> str:
 
 def render_all() -> dict[str, str]:
     """Every generated file under `crds/`, file name to YAML text."""
-    files = {file_name(model): HEADER + "---\n" + _dump(crd_for(model)) for model in ALL_KINDS}
+    # crds/ installs on every server the project supports (1.20 and later), so
+    # it carries no CEL rules; the controllers enforce them on every server.
+    files = {
+        file_name(model): HEADER + "---\n" + _dump(crd_for(model, cel=False)) for model in ALL_KINDS
+    }
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",

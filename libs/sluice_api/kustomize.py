@@ -3,19 +3,26 @@
 Flux's v1 schema field for field, plus Sluice's optional `spec.gates`. The
 labels and annotations the kustomize-controller reads on applied objects are
 part of that API too, so they are named here once.
+
+v1beta2 and v1beta1 are served too, with conversion `None`: the API server
+only rewrites `apiVersion`, so every version's schema is the same superset.
+The fields only the old versions had (`validation`, `patchesStrategicMerge`,
+`patchesJson6902`) are kept in it, which makes every round trip lossless, and
+the controller honours them whatever version an object was written in.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
 from sluice_api.meta import (
     AGE_COLUMN,
     READY_COLUMN,
     STATUS_COLUMN,
+    CELRule,
     Duration,
     KubeModel,
     LocalObjectReference,
@@ -24,6 +31,7 @@ from sluice_api.meta import (
     ReconcileStatus,
     Resource,
     SecretKeyReference,
+    cel_rules,
 )
 
 GROUP = "kustomize.toolkit.fluxcd.io"
@@ -43,6 +51,13 @@ RECONCILE_ANNOTATION = f"{GROUP}/reconcile"
 """`disabled`: do not apply the object."""
 SUBSTITUTE_ANNOTATION = f"{GROUP}/substitute"
 """`disabled`: skip `${var}` substitution in the object."""
+
+
+_PRESERVE = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+AnyJSON = Annotated[Any, _PRESERVE]
+"""Any JSON value, kept by the API server as it is."""
+AnyObject = Annotated[dict[str, Any], _PRESERVE]
+"""A JSON object of any shape, kept by the API server as it is."""
 
 
 class KustomizationCondition(StrEnum):
@@ -79,7 +94,7 @@ class CrossNamespaceSourceReference(KubeModel):
     api_version: str | None = None
     """API version of the referent."""
 
-    kind: Literal["OCIRepository", "GitRepository", "Bucket"]
+    kind: Literal["OCIRepository", "GitRepository", "Bucket", "ExternalArtifact"]
     """Kind of the referent."""
 
     name: str
@@ -153,6 +168,32 @@ class Image(KubeModel):
     """Replaces the tag with a digest; newTag is ignored when set."""
 
 
+class JSON6902Operation(KubeModel):
+    """One operation of a JSON 6902 patch."""
+
+    op: Literal["test", "remove", "add", "replace", "move", "copy"]
+    """The operation."""
+
+    path: str
+    """JSON pointer to the location the operation acts on."""
+
+    from_: str | None = Field(default=None, alias="from")
+    """JSON pointer to the source location of move and copy."""
+
+    value: AnyJSON = None
+    """The value of add, replace and test; any JSON."""
+
+
+class JSON6902Patch(KubeModel):
+    """(v1beta1, v1beta2) A JSON 6902 patch and the objects it applies to."""
+
+    patch: list[JSON6902Operation]
+    """The operations, in order."""
+
+    target: Selector
+    """The objects to patch."""
+
+
 class CustomHealthCheck(KubeModel):
     """CEL expressions that assess the health of objects of one kind."""
 
@@ -214,6 +255,11 @@ class PostBuild(KubeModel):
     substitute_from: list[SubstituteReference] | None = None
     """ConfigMaps and Secrets whose data keys are variables, in order."""
 
+    substitute_strategy: Literal["WithVariables", "Always"] | None = None
+    """(Flux 2.9) `WithVariables` (the default) substitutes only when at least
+    one variable is defined; `Always` substitutes even without any, so
+    `${var:=default}` takes its default."""
+
 
 class Decryption(KubeModel):
     """How to decrypt encrypted Secrets before applying them."""
@@ -228,11 +274,28 @@ class Decryption(KubeModel):
     """Secret with the private keys (age, OpenPGP) or KMS credentials."""
 
 
-class KubeConfigReference(KubeModel):
-    """Where to find a kubeconfig for a remote cluster."""
+KUBECONFIG_ONE_OF = (
+    "exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be specified"
+)
+KUBECONFIG_RULES = (
+    CELRule("has(self.configMapRef) || has(self.secretRef)", KUBECONFIG_ONE_OF),
+    CELRule("!has(self.configMapRef) || !has(self.secretRef)", KUBECONFIG_ONE_OF),
+)
 
-    secret_ref: SecretKeyReference
+
+class KubeConfigReference(KubeModel):
+    """Where to find a kubeconfig for a remote cluster: a Secret, or (Flux 2.7) a
+    ConfigMap describing a cloud cluster reached with workload identity."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(*KUBECONFIG_RULES))
+
+    secret_ref: SecretKeyReference | None = None
     """Secret holding the kubeconfig; key `value` or `value.yaml` when not set."""
+
+    config_map_ref: LocalObjectReference | None = None
+    """(Flux 2.7) ConfigMap with `provider`, `cluster` and `address` of a cloud
+    cluster reached with workload identity. Sluice refuses it (Stalled): it has
+    no cloud identity providers yet."""
 
 
 class KustomizationSpec(KubeModel):
@@ -254,8 +317,9 @@ class KustomizationSpec(KubeModel):
     timeout: Duration | None = None
     """Timeout for the apply and the health checks; the interval when not set."""
 
-    prune: bool
-    """Delete objects that are no longer in the built manifests."""
+    prune: bool = False
+    """Delete objects that are no longer in the built manifests. Flux v1 requires
+    it; v1beta1 manifests (the kustomize-controller design's own) leave it out."""
 
     deletion_policy: Literal["MirrorPrune", "Delete", "WaitForTermination", "Orphan"] | None = None
     """What happens to applied objects when the Kustomization is deleted;
@@ -318,8 +382,33 @@ class KustomizationSpec(KubeModel):
     drift_ignore_rules: list[DriftIgnoreRule] | None = None
     """Fields to leave alone when correcting drift."""
 
+    ignore: list[DriftIgnoreRule] | None = None
+    """(Flux 2.9) JSON pointers the server-side apply neither sets nor corrects,
+    e.g. replicas an autoscaler owns. Sluice refuses it (Stalled) until its
+    apply can leave fields out."""
+
+    build_metadata: list[Literal["originAnnotations", "transformerAnnotations"]] | None = None
+    """(Flux 2.8) kustomize `buildMetadata` options for the build, as if the
+    kustomization.yaml listed them: annotations naming each object's origin
+    and transformers."""
+
     gates: list[LocalObjectReference] | None = None
     """Sluice: Gates that must all be open before anything is applied."""
+
+    validation: Literal["none", "client", "server"] | None = None
+    """(v1beta1, v1beta2) When the built objects are validated: `server` (the
+    default) dry-runs the whole set on the API server before anything is applied;
+    `client` and `none` check each object locally, then dry-run and apply stage
+    by stage (CRDs and Namespaces first), so an earlier stage can be applied
+    before a later one is refused. The API server validates every object before
+    it is applied either way."""
+
+    patches_strategic_merge: list[AnyObject] | None = None
+    """(v1beta1, v1beta2) Strategic merge patches, each naming its target object;
+    applied like `patches` entries without a target."""
+
+    patches_json6902: list[JSON6902Patch] | None = None
+    """(v1beta1, v1beta2) JSON 6902 patches; applied like `patches` entries."""
 
 
 class ResourceRef(KubeModel):
@@ -365,7 +454,8 @@ class Kustomization(Resource[KustomizationSpec, KustomizationStatus]):
     PLURAL: ClassVar[str] = "kustomizations"
     SINGULAR: ClassVar[str] = "kustomization"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("ks",)
-    CATEGORIES: ClassVar[tuple[str, ...]] = ("all", "fluxcd", "fluxcd-kustomizations")
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
+    CATEGORIES: ClassVar[tuple[str, ...]] = ("all", "fluxcd", "fluxcd-appliers")
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         AGE_COLUMN,
         READY_COLUMN,

@@ -42,6 +42,25 @@ Digest = Annotated[
 """A content digest, `<algorithm>:<checksum>`, e.g. `sha256:<hex>`."""
 
 
+@dataclass(frozen=True)
+class CELRule:
+    """One of Flux's CEL validation rules (`x-kubernetes-validations`).
+
+    The CRD carries it for API servers that evaluate CEL (1.25 and later); the
+    installer strips it for older ones, and the controller owning the kind
+    checks the same condition itself, stalling with the same message, so the
+    rule holds on every server.
+    """
+
+    rule: str
+    message: str
+
+
+def cel_rules(*rules: CELRule) -> dict[str, Any]:
+    """The `json_schema_extra` that puts `rules` on a model's schema node."""
+    return {"x-kubernetes-validations": [{"rule": r.rule, "message": r.message} for r in rules]}
+
+
 class KubeModel(BaseModel):
     """Base of every API model: snake_case in Python, Flux's camelCase on the wire."""
 

@@ -1,6 +1,8 @@
 """The notification.toolkit.fluxcd.io kinds: webhooks in, events out.
 
 Receiver is Flux's v1 schema; Alert and Provider are Flux's v1beta3 schema.
+v1beta2 and v1beta1 are served too, with conversion `None`: their fields are
+a subset of the newest version's, so the one superset schema serves all.
 Sluice adds an optional `action` to a Receiver's resources so that a
 webhook can open or close a Gate, and gives Alert and Provider an optional
 status (Flux's v1beta3 has none) so their controller can report readiness.
@@ -11,12 +13,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
 from sluice_api.meta import (
     AGE_COLUMN,
     READY_COLUMN,
     STATUS_COLUMN,
+    CELRule,
     Duration,
     KubeModel,
     LocalObjectReference,
@@ -24,6 +27,7 @@ from sluice_api.meta import (
     ReconcileStatus,
     Resource,
     TimeoutDuration,
+    cel_rules,
 )
 
 GROUP = "notification.toolkit.fluxcd.io"
@@ -59,6 +63,9 @@ ReferableKind = Literal[
     "OCIRepository",
     "ArtifactGenerator",
     "ExternalArtifact",
+    "FluxInstance",
+    "ResourceSet",
+    "ResourceSetInputProvider",
     "Gate",
 ]
 
@@ -87,6 +94,10 @@ class CrossNamespaceObjectReference(KubeModel):
 class ReceiverResource(CrossNamespaceObjectReference):
     """An object a Receiver acts on when its webhook is called."""
 
+    filter: str | None = None
+    """(Flux 2.9) CEL expression that must be true to act on this resource, ANDed
+    with spec.resourceFilter. Sluice refuses it (Stalled): it has no CEL yet."""
+
     action: Literal["open", "close"] | None = None
     """Sluice, for kind Gate only: open or close the gate instead of
     requesting a reconcile."""
@@ -95,8 +106,52 @@ class ReceiverResource(CrossNamespaceObjectReference):
 # Receiver ---------------------------------------------------------------------
 
 
+class OIDCVariable(KubeModel):
+    """A named CEL expression over the token's claims."""
+
+    name: str
+    """Name the expression's value is available under, as `vars.<name>`."""
+
+    expression: str
+    """CEL expression over `claims`."""
+
+
+class OIDCValidation(KubeModel):
+    """A CEL rule the token must satisfy."""
+
+    expression: str
+    """CEL expression that must be true."""
+
+    message: str | None = None
+    """Why the token is refused when the expression is false."""
+
+
+class OIDCProvider(KubeModel):
+    """An OIDC issuer a generic-oidc Receiver accepts tokens from."""
+
+    issuer_url: str = Field(alias="issuerURL")
+    """The issuer, e.g. `https://token.actions.githubusercontent.com`."""
+
+    audience: str | None = None
+    """The audience the token must be issued for."""
+
+    variables: list[OIDCVariable] | None = None
+    """Values computed from the claims, for the validations."""
+
+    validations: list[OIDCValidation] | None = None
+    """Rules the token must satisfy, all of them."""
+
+
+RECEIVER_SECRET_REQUIRED = "spec.secretRef is required unless spec.type is 'generic-oidc'"  # noqa: S105
+RECEIVER_RULES = (
+    CELRule("self.type == 'generic-oidc' || has(self.secretRef)", RECEIVER_SECRET_REQUIRED),
+)
+
+
 class ReceiverSpec(KubeModel):
     """How to authenticate a webhook and what it triggers."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(*RECEIVER_RULES))
 
     type: Literal[
         "generic",
@@ -111,6 +166,7 @@ class ReceiverSpec(KubeModel):
         "nexus",
         "acr",
         "cdevents",
+        "generic-oidc",
     ]
     """The webhook sender; decides how the payload is authenticated and parsed."""
 
@@ -124,10 +180,16 @@ class ReceiverSpec(KubeModel):
     """The objects to reconcile (or gates to open or close) on a webhook."""
 
     resource_filter: str | None = None
-    """CEL expression, evaluated per resource, that must be true to act on it."""
+    """CEL expression, evaluated per resource, that must be true to act on it.
+    Sluice refuses it (Stalled): it has no CEL evaluator yet."""
 
-    secret_ref: LocalObjectReference
-    """Secret with the `token` that authenticates the webhook."""
+    secret_ref: LocalObjectReference | None = None
+    """Secret with the `token` that authenticates the webhook; required by every
+    type except generic-oidc."""
+
+    oidc_providers: list[OIDCProvider] | None = Field(default=None, alias="oidcProviders")
+    """(Flux 2.8) For generic-oidc: the OIDC issuers whose tokens are accepted.
+    Sluice refuses generic-oidc (Stalled) until it verifies OIDC tokens."""
 
     suspend: bool = False
     """Stop handling webhooks; the endpoint answers 503."""
@@ -146,6 +208,7 @@ class Receiver(Resource[ReceiverSpec, ReceiverStatus]):
     GROUP: ClassVar[str] = GROUP
     VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "Receiver"
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PLURAL: ClassVar[str] = "receivers"
     SINGULAR: ClassVar[str] = "receiver"
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
@@ -196,6 +259,7 @@ class Alert(Resource[AlertSpec, ReconcileStatus]):
     GROUP: ClassVar[str] = GROUP
     VERSION: ClassVar[str] = "v1beta3"
     KIND: ClassVar[str] = "Alert"
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PLURAL: ClassVar[str] = "alerts"
     SINGULAR: ClassVar[str] = "alert"
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
@@ -239,8 +303,17 @@ class ProviderSpec(KubeModel):
         "pagerduty",
         "datadog",
         "nats",
+        "otel",
+        "zulip",
+        "githubpullrequestcomment",
+        "gitlabmergerequestcomment",
+        "giteapullrequestcomment",
+        "incident.io",
+        "zoom",
     ]
-    """The kind of receiving service."""
+    """The kind of receiving service. Sluice delivers to generic, generic-hmac,
+    slack, discord, msteams, github and gitlab; a Provider of another type is
+    Stalled, naming the type, rather than accepted and never delivered to."""
 
     interval: Duration | None = None
     """Deprecated and unused in v1beta3."""
@@ -289,6 +362,7 @@ class Provider(Resource[ProviderSpec, ReconcileStatus]):
     GROUP: ClassVar[str] = GROUP
     VERSION: ClassVar[str] = "v1beta3"
     KIND: ClassVar[str] = "Provider"
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PLURAL: ClassVar[str] = "providers"
     SINGULAR: ClassVar[str] = "provider"
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES

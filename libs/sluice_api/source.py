@@ -238,6 +238,14 @@ class GitRepositorySpec(KubeModel):
     gates: list[LocalObjectReference] | None = None
     """Sluice: Gates that must be open before a new revision is fetched."""
 
+    git_implementation: Literal["go-git", "libgit2"] | None = None
+    """(v1beta1, v1beta2) Which Git library to use. Deprecated by Flux and without
+    effect, as in Flux v1beta2: Sluice always uses libgit2 (through pygit2)."""
+
+    access_from: AccessFrom | None = None
+    """(v1beta1, v1beta2) Namespaces allowed to reference this source. Deprecated by
+    Flux and not enforced, as in Flux v1beta2."""
+
 
 class GitRepositoryStatus(SourceStatus):
     """Observed state of a GitRepository."""
@@ -275,7 +283,7 @@ class GitRepository(Resource[GitRepositorySpec, GitRepositoryStatus]):
     SINGULAR: ClassVar[str] = "gitrepository"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("gitrepo",)
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
-    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2",)
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         URL_COLUMN,
         AGE_COLUMN,
@@ -461,7 +469,7 @@ class HelmRepository(Resource[HelmRepositorySpec, HelmRepositoryStatus]):
     SINGULAR: ClassVar[str] = "helmrepository"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("helmrepo",)
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
-    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2",)
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         URL_COLUMN,
         AGE_COLUMN,
@@ -553,7 +561,7 @@ class HelmChart(Resource[HelmChartSpec, HelmChartStatus]):
     SINGULAR: ClassVar[str] = "helmchart"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("hc",)
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
-    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2",)
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         PrinterColumn(name="Chart", type="string", json_path=".spec.chart"),
         PrinterColumn(name="Version", type="string", json_path=".spec.version"),
@@ -640,6 +648,10 @@ class BucketSpec(KubeModel):
     gates: list[LocalObjectReference] | None = None
     """Sluice: Gates that must be open before a new revision is fetched."""
 
+    access_from: AccessFrom | None = None
+    """(v1beta1, v1beta2) Namespaces allowed to reference this source. Deprecated by
+    Flux and not enforced, as in Flux v1beta2."""
+
 
 class BucketStatus(SourceStatus):
     """Observed state of a Bucket."""
@@ -657,7 +669,7 @@ class Bucket(Resource[BucketSpec, BucketStatus]):
     PLURAL: ClassVar[str] = "buckets"
     SINGULAR: ClassVar[str] = "bucket"
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
-    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2",)
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         PrinterColumn(name="Endpoint", type="string", json_path=".spec.endpoint"),
         AGE_COLUMN,
@@ -668,3 +680,50 @@ class Bucket(Resource[BucketSpec, BucketStatus]):
 
     spec: BucketSpec
     status: BucketStatus = Field(default_factory=BucketStatus)
+
+
+class ExternalArtifactSourceReference(KubeModel):
+    """The custom resource an ExternalArtifact was produced from."""
+
+    api_version: str | None = None
+    """API version of the referent."""
+
+    kind: str
+    """Kind of the referent."""
+
+    name: str
+    """Name of the referent."""
+
+    namespace: str | None = None
+    """Namespace of the referent; the ExternalArtifact's namespace when not set."""
+
+
+class ExternalArtifactSpec(KubeModel):
+    """What an ExternalArtifact was produced from (RFC-0012, Flux 2.7)."""
+
+    source_ref: ExternalArtifactSourceReference | None = None
+    """The custom resource the producing controller built the artifact from."""
+
+
+class ExternalArtifact(Resource[ExternalArtifactSpec, SourceStatus]):
+    """An artifact produced and served by a controller other than the source-controller.
+
+    Nothing in Sluice reconciles it: its producer writes `status.artifact` and
+    Ready, and Kustomizations consume it like any other source.
+    """
+
+    GROUP: ClassVar[str] = GROUP
+    VERSION: ClassVar[str] = VERSION
+    KIND: ClassVar[str] = "ExternalArtifact"
+    PLURAL: ClassVar[str] = "externalartifacts"
+    SINGULAR: ClassVar[str] = "externalartifact"
+    CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
+    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
+        PrinterColumn(name="Ready", type="string", json_path=READY_COLUMN.json_path),
+        PrinterColumn(name="Status", type="string", json_path=STATUS_COLUMN.json_path),
+        PrinterColumn(name="Source", type="string", json_path=".spec.sourceRef.name"),
+        AGE_COLUMN,
+    )
+
+    spec: ExternalArtifactSpec = Field(default_factory=ExternalArtifactSpec)
+    status: SourceStatus = Field(default_factory=SourceStatus)

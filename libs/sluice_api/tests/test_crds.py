@@ -24,14 +24,22 @@ from sluice_api.crds import (
 from sluice_api.gating import Gate
 from sluice_api.kustomize import Kustomization
 from sluice_api.notification import Alert, Provider, Receiver
-from sluice_api.source import Bucket, GitRepository, HelmChart, HelmRepository, OCIRepository
+from sluice_api.source import (
+    Bucket,
+    ExternalArtifact,
+    GitRepository,
+    HelmChart,
+    HelmRepository,
+    OCIRepository,
+)
 
 REPO_CRDS = Path(__file__).resolve().parents[3] / "crds"
 
 KIND_PARAMS = [pytest.param(model, id=model.KIND) for model in ALL_KINDS]
 
-# Keywords that are JSON Schema but not structural OpenAPI, or that Kubernetes
-# 1.20 rejects (CEL validation rules arrived in 1.25).
+# Keywords that are JSON Schema but not structural OpenAPI. CEL rules
+# (x-kubernetes-validations, 1.25+) are generated; the installer strips them
+# for older servers.
 FORBIDDEN_KEYWORDS = {
     "$ref",
     "$defs",
@@ -42,7 +50,6 @@ FORBIDDEN_KEYWORDS = {
     "title",
     "const",
     "nullable",
-    "x-kubernetes-validations",
 }
 
 
@@ -107,7 +114,7 @@ def test_kustomization_lists_every_crd() -> None:
 def test_files_carry_the_generated_header_and_parse(model: Any) -> None:
     text = render_all()[file_name(model)]
     assert text.startswith(HEADER)
-    assert yaml.safe_load(text) == crd_for(model)
+    assert yaml.safe_load(text) == crd_for(model, cel=False)
 
 
 @pytest.mark.parametrize("model", KIND_PARAMS)
@@ -164,16 +171,35 @@ def test_names_scope_and_versions(model: Any) -> None:
 @pytest.mark.parametrize(
     ("model", "group", "version", "extra_versions"),
     [
-        pytest.param(GitRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="git"),
+        pytest.param(
+            GitRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="git"
+        ),
         pytest.param(OCIRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="oci"),
-        pytest.param(HelmRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="helmrepo"),
-        pytest.param(HelmChart, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="helmchart"),
-        pytest.param(Bucket, "source.toolkit.fluxcd.io", "v1", ("v1beta2",), id="bucket"),
-        pytest.param(Kustomization, "kustomize.toolkit.fluxcd.io", "v1", (), id="ks"),
+        pytest.param(
+            HelmRepository, "source.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="helmrepo"
+        ),
+        pytest.param(
+            HelmChart, "source.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="helmchart"
+        ),
+        pytest.param(Bucket, "source.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="bucket"),
+        pytest.param(ExternalArtifact, "source.toolkit.fluxcd.io", "v1", (), id="external"),
+        pytest.param(
+            Kustomization, "kustomize.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="ks"
+        ),
         pytest.param(Gate, "gating.toolkit.fluxcd.io", "v1alpha1", (), id="gate"),
-        pytest.param(Receiver, "notification.toolkit.fluxcd.io", "v1", (), id="receiver"),
-        pytest.param(Alert, "notification.toolkit.fluxcd.io", "v1beta3", (), id="alert"),
-        pytest.param(Provider, "notification.toolkit.fluxcd.io", "v1beta3", (), id="provider"),
+        pytest.param(
+            Receiver, "notification.toolkit.fluxcd.io", "v1", ("v1beta2", "v1beta1"), id="receiver"
+        ),
+        pytest.param(
+            Alert, "notification.toolkit.fluxcd.io", "v1beta3", ("v1beta2", "v1beta1"), id="alert"
+        ),
+        pytest.param(
+            Provider,
+            "notification.toolkit.fluxcd.io",
+            "v1beta3",
+            ("v1beta2", "v1beta1"),
+            id="provider",
+        ),
     ],
 )
 def test_groups_and_versions_match_the_api_contract(
@@ -307,7 +333,7 @@ def test_defaults(model: Any, path: str, default: object) -> None:
             Kustomization,
             ".spec.sourceRef.kind",
             "enum",
-            ["OCIRepository", "GitRepository", "Bucket"],
+            ["OCIRepository", "GitRepository", "Bucket", "ExternalArtifact"],
             id="ks-source-kinds",
         ),
         pytest.param(Kustomization, ".spec.targetNamespace", "maxLength", 63, id="ks-target-ns"),
@@ -356,9 +382,13 @@ def test_validation_keywords(model: Any, path: str, keyword: str, value: object)
 
 def test_required_spec_fields() -> None:
     spec = storage_schema(Kustomization)["properties"]["spec"]
-    assert spec["required"] == ["sourceRef", "interval", "prune"]
+    # Flux v1 requires prune, but one schema serves v1beta1 too, whose manifests
+    # (the kustomize-controller design's own example) leave it out.
+    assert spec["required"] == ["sourceRef", "interval"]
+    assert spec["properties"]["prune"].get("default") is None
     receiver = storage_schema(Receiver)["properties"]["spec"]
-    assert set(receiver["required"]) == {"type", "resources", "secretRef"}
+    # generic-oidc (Flux 2.8) needs no secret; the controller requires it of the others.
+    assert set(receiver["required"]) == {"type", "resources"}
 
 
 def test_receiver_resource_kinds_include_gate() -> None:
@@ -399,3 +429,54 @@ def test_main_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "missing" in capsys.readouterr().err
     assert main(["--out", str(tmp_path)]) == 0
     assert main(["--check", "--out", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("model", "path", "rules"),
+    [
+        pytest.param(
+            Kustomization,
+            ".spec.kubeConfig",
+            [
+                "has(self.configMapRef) || has(self.secretRef)",
+                "!has(self.configMapRef) || !has(self.secretRef)",
+            ],
+            id="ks-kubeconfig-one-of",
+        ),
+        pytest.param(
+            Receiver,
+            ".spec",
+            ["self.type == 'generic-oidc' || has(self.secretRef)"],
+            id="receiver-secret-ref",
+        ),
+    ],
+)
+def test_cel_rules_are_generated_for_servers_that_evaluate_them(
+    model: Any, path: str, rules: list[str]
+) -> None:
+    for version in crd_for(model)["spec"]["versions"]:
+        nodes = dict(walk(version["schema"]["openAPIV3Schema"]))
+        assert [r["rule"] for r in nodes[path]["x-kubernetes-validations"]] == rules
+        assert all(r["message"] for r in nodes[path]["x-kubernetes-validations"])
+
+
+def test_the_crds_directory_carries_no_cel_rules() -> None:
+    """`kubectl apply -k charts/sluice` must work on servers before 1.25 too."""
+    for name, text in render_all().items():
+        assert "x-kubernetes-validations" not in text, name
+
+
+@pytest.mark.parametrize(
+    ("model", "category"),
+    [
+        pytest.param(GitRepository, "fluxcd-sources", id="git"),
+        pytest.param(ExternalArtifact, "fluxcd-sources", id="external-artifact"),
+        pytest.param(Kustomization, "fluxcd-appliers", id="ks"),
+        pytest.param(Receiver, "fluxcd-notifications", id="receiver"),
+        pytest.param(Alert, "fluxcd-notifications", id="alert"),
+        pytest.param(Provider, "fluxcd-notifications", id="provider"),
+    ],
+)
+def test_categories_as_flux_has_them(model: Any, category: str) -> None:
+    """`kubectl get fluxcd` lists every Flux object; `fluxcd-appliers` the appliers."""
+    assert crd_for(model)["spec"]["names"]["categories"] == ["all", "fluxcd", category]

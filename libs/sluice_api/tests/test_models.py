@@ -367,7 +367,7 @@ def test_unknown_fields_are_ignored() -> None:
 
 
 def test_all_kinds_are_distinct() -> None:
-    assert len({(m.GROUP, m.KIND) for m in ALL_KINDS}) == len(ALL_KINDS) == 10
+    assert len({(m.GROUP, m.KIND) for m in ALL_KINDS}) == len(ALL_KINDS) == 11
     assert len({m.PLURAL for m in ALL_KINDS}) == len(ALL_KINDS)
 
 
@@ -409,7 +409,7 @@ CONDITION = {
         pytest.param(
             Kustomization, KUSTOMIZATION, "spec.sourceRef.kind", "HelmRepository", id="source-kind"
         ),
-        pytest.param(Kustomization, KUSTOMIZATION, "spec.prune", None, id="prune-required"),
+        pytest.param(Kustomization, KUSTOMIZATION, "spec.prune", "maybe", id="prune-bool"),
         pytest.param(
             Kustomization, KUSTOMIZATION, "spec.deletionPolicy", "Keep", id="deletion-policy"
         ),
@@ -426,7 +426,7 @@ CONDITION = {
         pytest.param(Gate, GATE, "spec.default", "open", id="gate-default"),
         pytest.param(Gate, GATE, "spec.schedule.0.window", "forever", id="gate-schedule-window"),
         pytest.param(Receiver, RECEIVER, "spec.type", "jenkins", id="receiver-type"),
-        pytest.param(Receiver, RECEIVER, "spec.secretRef", None, id="receiver-secret-required"),
+        pytest.param(Receiver, RECEIVER, "spec.resources.0.filter", 5, id="receiver-filter"),
         pytest.param(Receiver, RECEIVER, "spec.resources.2.action", "toggle", id="gate-action"),
         pytest.param(Alert, ALERT, "spec.eventSeverity", "warning", id="alert-severity"),
         pytest.param(Provider, PROVIDER, "spec.type", "carrier-pigeon", id="provider-type"),

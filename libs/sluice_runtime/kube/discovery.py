@@ -74,6 +74,8 @@ class RestMapper:
         self._kinds: dict[str, dict[str, ResourceType]] = {}
         # group -> its versions, preferred first.
         self._versions: dict[str, list[str]] = {}
+        # "" -> every served group-version, core first, each group's preferred first.
+        self._groups: dict[str, list[str]] = {}
         # Fetch counters let concurrent misses share one refresh.
         self._fetches: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -82,6 +84,7 @@ class RestMapper:
         """Forget everything; the next lookups ask the server again."""
         self._kinds.clear()
         self._versions.clear()
+        self._groups.clear()
 
     async def resource_for(self, api_version: str, kind: str) -> ResourceType:
         """The resource serving `kind` in `api_version`, or UnknownKind."""
@@ -127,6 +130,24 @@ class RestMapper:
                     return await self.resource_for(api_version, kind)
         raise UnknownKind(group or "v1", kind)
 
+    async def resource_for_any_group(self, kind: str) -> ResourceType:
+        """The resource serving `kind` in the first group that serves it: the core group,
+        then the others in the server's discovery order (built-in groups first), each
+        group's preferred version first.
+
+        For references that name only a kind, such as v1beta1 health checks.
+        """
+        for attempt in range(2):
+            if attempt or "" not in self._groups:
+                await self._refresh("groups", self._fetch_groups)
+            for api_version in self._groups.get("", []):
+                if attempt or api_version not in self._kinds:
+                    await self._refresh(api_version, self._fetch_group_version)
+                found = self._kinds.get(api_version, {}).get(kind)
+                if found is not None:
+                    return found
+        raise UnknownKind("", kind)
+
     # -- fetching ---------------------------------------------------------
 
     async def _refresh(self, key: str, fetch: Callable[[str], Awaitable[None]]) -> None:
@@ -163,6 +184,15 @@ class RestMapper:
         ordered = [preferred] if preferred else []
         ordered += [v for v in versions if v and v != preferred]
         self._versions[group] = ordered
+
+    async def _fetch_groups(self, key: str) -> None:
+        answer = await self._client.request("GET", "/apis")
+        ordered = ["v1"]
+        for group in (answer or {}).get("groups") or []:
+            preferred = (group.get("preferredVersion") or {}).get("groupVersion")
+            versions = [str(v.get("groupVersion") or "") for v in group.get("versions") or []]
+            ordered += [v for v in [preferred, *versions] if v and v not in ordered]
+        self._groups[""] = ordered
 
 
 def _kinds_of(answer: Mapping[str, Any], *, group: str, version: str) -> dict[str, ResourceType]:

@@ -183,3 +183,36 @@ async def test_resource_for_kind_uses_any_served_version(kube: KubeClient, group
         await mapper.resource_for_kind(group, "Widget")
     await install_crds(kube, [crd_manifest(group, "Widget")])
     assert (await mapper.resource_for_kind(group, "Widget")).plural == "widgets"
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version"),
+    [
+        pytest.param("ConfigMap", "v1", id="core"),
+        pytest.param("Deployment", "apps/v1", id="apps"),
+        pytest.param("CronJob", "batch/v1beta1", id="batch-preferred-on-1.20"),
+        pytest.param("ClusterRole", "rbac.authorization.k8s.io/v1", id="rbac"),
+    ],
+)
+async def test_resource_for_any_group_finds_a_kind_named_alone(
+    kube: KubeClient, kind: str, api_version: str
+) -> None:
+    """v1beta1 health checks name only a kind, e.g. `kind: Deployment`."""
+    found = await RestMapper(kube).resource_for_any_group(kind)
+    assert (found.api_version, found.kind) == (api_version, kind)
+
+
+async def test_resource_for_any_group_sees_new_crds_and_caches(
+    kube: KubeClient, group: str
+) -> None:
+    mapper = RestMapper(kube)
+    kind = "Sprocket" + secrets.token_hex(3)
+    with pytest.raises(UnknownKind):
+        await mapper.resource_for_any_group(kind)
+    await install_crds(kube, [crd_manifest(group, kind)])
+    found = await mapper.resource_for_any_group(kind)
+    assert (found.group, found.kind) == (group, kind)
+    before = kube.request_count
+    await mapper.resource_for_any_group("Deployment")
+    await mapper.resource_for_any_group(kind)
+    assert kube.request_count == before, "answers come from the cache"

@@ -15,14 +15,21 @@ import structlog
 
 from kustomize_controller import building, decrypting, kustomization
 from kustomize_controller.targets import Targets
-from sluice_api import Bucket, Gate, GitRepository, Kustomization, OCIRepository
+from sluice_api import (
+    Bucket,
+    ExternalArtifact,
+    Gate,
+    GitRepository,
+    Kustomization,
+    OCIRepository,
+)
 from sluice_runtime import app, gates
 from sluice_runtime.kube.resources import ResourceType
 
 log = structlog.get_logger(__name__)
 
 SERVICE = "kustomize-controller"
-SOURCE_KINDS = (GitRepository, OCIRepository, Bucket)
+SOURCE_KINDS = (GitRepository, OCIRepository, Bucket, ExternalArtifact)
 KINDS = (Kustomization, *SOURCE_KINDS, Gate)
 """Every kind this process reads; startup fails clearly if one is not served."""
 

@@ -459,6 +459,28 @@ def _entries(document: Mapping[str, Any], key: str, where: str) -> list[Any]:
     return list(value)
 
 
+def _spec_patches(spec: KustomizationSpec) -> list[dict[str, Any]]:
+    """`patches`, then v1beta1/v1beta2's `patchesStrategicMerge` and `patchesJson6902`,
+    as kustomize `patches` entries (kustomize tells the two kinds apart by content)."""
+    entries: list[dict[str, Any]] = []
+    for patch in spec.patches or []:
+        entry: dict[str, Any] = {"patch": patch.patch}
+        if patch.target is not None:
+            entry["target"] = patch.target.model_dump(by_alias=True, exclude_none=True)
+        entries.append(entry)
+    for document in spec.patches_strategic_merge or []:
+        entries.append({"patch": yaml.safe_dump(document, sort_keys=False)})
+    for json_patch in spec.patches_json6902 or []:
+        operations = [op.model_dump(by_alias=True, exclude_unset=True) for op in json_patch.patch]
+        entries.append(
+            {
+                "patch": yaml.safe_dump(operations, sort_keys=False),
+                "target": json_patch.target.model_dump(by_alias=True, exclude_none=True),
+            }
+        )
+    return entries
+
+
 def _merge(root: Path, directory: Path, kfile: Path, spec: KustomizationSpec) -> None:
     """Apply the spec's kustomize fields to the kustomization file, as Flux's generator does."""
     document = _read_kustomization(root, kfile)
@@ -473,14 +495,13 @@ def _merge(root: Path, directory: Path, kfile: Path, spec: KustomizationSpec) ->
     if spec.name_suffix:
         document["nameSuffix"] = spec.name_suffix
         changed = True
-    if spec.patches:
-        patches = _entries(document, "patches", where)
-        for patch in spec.patches:
-            entry: dict[str, Any] = {"patch": patch.patch}
-            if patch.target is not None:
-                entry["target"] = patch.target.model_dump(by_alias=True, exclude_none=True)
-            patches.append(entry)
-        document["patches"] = patches
+    if spec.build_metadata:
+        options = _entries(document, "buildMetadata", where)
+        document["buildMetadata"] = options + [o for o in spec.build_metadata if o not in options]
+        changed = True
+    spec_patches = _spec_patches(spec)
+    if spec_patches:
+        document["patches"] = _entries(document, "patches", where) + spec_patches
         changed = True
     if spec.images:
         images = _entries(document, "images", where)

@@ -25,6 +25,7 @@ import aiohttp
 from kustomize_controller import building, decrypting, dependencies, substituting
 from kustomize_controller.targets import TargetError, TargetRefused, Targets
 from sluice_api.kustomize import (
+    KUBECONFIG_ONE_OF,
     NAME_LABEL,
     NAMESPACE_LABEL,
     Kustomization,
@@ -55,7 +56,7 @@ from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
 
 FIELD_MANAGER = "kustomize-controller"
 MAX_ARTIFACT_SIZE = 512 * 1024 * 1024
-SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket")
+SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket", "ExternalArtifact")
 Condition = KustomizationCondition
 Reason = KustomizationReason
 
@@ -133,6 +134,40 @@ class KustomizationContext(ReconcileContext):
 
 def owner_labels(ks: Kustomization) -> dict[str, str]:
     return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.metadata.namespace or "default"}
+
+
+# -- 0. spec ---------------------------------------------------------------------
+
+
+def unsupported(ks: Kustomization) -> str | None:
+    """Why this Kustomization's spec cannot be honoured, naming the field; None when
+    it can. Fields Sluice accepts (Flux manifests must apply) but has not built
+    are refused here rather than silently ignored, as are combinations Flux's CEL
+    rules forbid, which API servers before 1.25 cannot check."""
+    spec = ks.spec
+    if spec.ignore:
+        return (
+            "spec.ignore (field ignore rules for server-side apply) is not supported by this "
+            "version of Sluice; remove it"
+        )
+    if spec.kube_config is not None:
+        refs = (spec.kube_config.config_map_ref, spec.kube_config.secret_ref)
+        if all(ref is None for ref in refs) or all(ref is not None for ref in refs):
+            return KUBECONFIG_ONE_OF  # Flux's CEL rule, for servers without CEL
+        if spec.kube_config.config_map_ref is not None:
+            return (
+                "spec.kubeConfig.configMapRef (workload identity for remote clusters) is not "
+                "supported by this version of Sluice; use spec.kubeConfig.secretRef"
+            )
+    return None
+
+
+@step()
+async def reconcile_spec(ctx: KustomizationContext) -> Result | None:
+    problem = unsupported(ctx.ks)
+    if problem is not None:
+        raise Stalling(Reason.RECONCILIATION_FAILED, problem)
+    return None
 
 
 # -- 1. gates -------------------------------------------------------------------
@@ -310,7 +345,9 @@ async def reconcile_substitution(ctx: KustomizationContext) -> Result | None:
         return None
     try:
         variables = await substituting.collect(ctx.client, ctx.namespace, post_build)
-        ctx.objects = substituting.substitute(ctx.objects, variables)
+        ctx.objects = substituting.substitute(
+            ctx.objects, variables, always=post_build.substitute_strategy == "Always"
+        )
     except substituting.SubstitutionError as error:
         raise ctx.failed(Reason.BUILD_FAILED, f"post-build substitution failed: {error}") from None
     return None
@@ -340,6 +377,12 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     return None
 
 
+def dry_run_first_of(ks: Kustomization) -> bool:
+    """v1beta1's `validation`: `client` and `none` skip the up-front server-side
+    dry-run of the whole set; each stage is still dry-run before it is applied."""
+    return ks.spec.validation in (None, "server")
+
+
 # -- 8. apply --------------------------------------------------------------------------
 
 
@@ -351,7 +394,10 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
         # the revision is applied. The dry-run's answers also tell which
         # objects are unchanged, so those cost no further request.
         ctx.changeset = await ctx.manager.apply_all_staged(
-            ctx.objects, force=ctx.ks.spec.force, dry_run_first=True, wait_timeout=_timeout(ctx)
+            ctx.objects,
+            force=ctx.ks.spec.force,
+            dry_run_first=dry_run_first_of(ctx.ks),
+            wait_timeout=_timeout(ctx),
         )
     except ApplyFailed as error:
         # What did get applied (a Namespace whose objects the dry-run then
@@ -503,8 +549,12 @@ async def _health_targets(ctx: KustomizationContext) -> tuple[list[Target], dict
     targets: list[Target] = []
     for check in ctx.ks.spec.health_checks or []:
         try:
-            api_version = check.api_version or "v1"
-            rt = await mapper.resource_for(api_version, check.kind)
+            # v1beta1 health checks may name only a kind (`kind: Deployment`).
+            rt = await (
+                mapper.resource_for(check.api_version, check.kind)
+                if check.api_version
+                else mapper.resource_for_any_group(check.kind)
+            )
         except UnknownKind as error:
             raise ctx.failed(Reason.HEALTH_CHECK_FAILED, str(error)) from None
         namespace = check.namespace or (ctx.namespace if rt.namespaced else None)
@@ -555,6 +605,7 @@ async def reconcile_status(ctx: KustomizationContext) -> Result | None:
 
 
 STEPS = (
+    reconcile_spec,
     reconcile_gates,
     reconcile_source,
     reconcile_dependencies,

@@ -57,8 +57,13 @@ class SubstitutionError(Exception):
 
 
 def post_build_enabled(post_build: PostBuild | None) -> bool:
-    """Whether the spec declares any variable source, so substitution runs at all."""
-    return post_build is not None and bool(post_build.substitute or post_build.substitute_from)
+    """Whether substitution runs at all: the spec declares a variable source, or
+    (substituteStrategy `Always`) asks for it regardless."""
+    if post_build is None:
+        return False
+    if post_build.substitute_strategy == "Always":
+        return True
+    return bool(post_build.substitute or post_build.substitute_from)
 
 
 def validate_names(variables: Mapping[str, str]) -> None:
@@ -73,15 +78,20 @@ def validate_names(variables: Mapping[str, str]) -> None:
     raise SubstitutionError(f"variable names {names} are not valid: {rule}")
 
 
-def substitute(objects: list[dict[str, Any]], variables: Mapping[str, str]) -> list[dict[str, Any]]:
+def substitute(
+    objects: list[dict[str, Any]], variables: Mapping[str, str], *, always: bool = False
+) -> list[dict[str, Any]]:
     """The objects with `${...}` expanded; see the module docstring for the rules.
+
+    Without variables nothing is expanded, unless `always` (substituteStrategy
+    `Always`), which still applies defaults and escapes.
 
     Returns new objects for those that changed and the same dicts otherwise.
     Raises SubstitutionError naming the object on a malformed expression or
     when the result is not a valid YAML mapping.
     """
     validate_names(variables)
-    if not variables:
+    if not variables and not always:
         return list(objects)
     result: list[dict[str, Any]] = []
     for obj in objects:

@@ -77,6 +77,9 @@ class Targets:
     ) -> tuple[KubeClient, RestMapper]:
         assert ks.spec.kube_config is not None
         ref = ks.spec.kube_config.secret_ref
+        if ref is None:
+            # configMapRef (workload identity) is refused before any target is built.
+            raise TargetError("spec.kubeConfig names no secretRef")
         key = f"{namespace}/{ref.name}"
         try:
             secret = await client.get(SECRET, ref.name, namespace)

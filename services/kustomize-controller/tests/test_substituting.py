@@ -227,6 +227,19 @@ def test_substitute(
     assert substitute(objects, variables) == expected
 
 
+@pytest.mark.parametrize(
+    ("always", "expected"),
+    [
+        pytest.param(False, {"v": "${env:=dev}", "e": "$${x}"}, id="with-variables"),
+        pytest.param(True, {"v": "dev", "e": "${x}"}, id="always"),
+    ],
+)
+def test_substitute_without_variables(always: bool, expected: dict[str, str]) -> None:
+    """substituteStrategy `Always` applies defaults and escapes with no variables at all."""
+    objects = [obj(data={"v": "${env:=dev}", "e": "$${x}"})]
+    assert substitute(objects, {}, always=always) == [obj(data=expected)]
+
+
 def test_substitute_leaves_objects_without_expressions_alone() -> None:
     unchanged = obj(data={"when": "2024-01-01"})
 
@@ -315,6 +328,15 @@ def test_validate_names_refuses(names: list[str], message: str) -> None:
             PostBuild.model_validate({"substituteFrom": [{"kind": "ConfigMap", "name": "vars"}]}),
             True,
             id="substitute-from",
+        ),
+        pytest.param(PostBuild(substitute_strategy="Always"), True, id="always"),
+        pytest.param(
+            PostBuild(substitute_strategy="WithVariables"), False, id="with-variables-none"
+        ),
+        pytest.param(
+            PostBuild(substitute={"a": "b"}, substitute_strategy="WithVariables"),
+            True,
+            id="with-variables",
         ),
     ],
 )

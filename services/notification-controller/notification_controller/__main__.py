@@ -14,7 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
-from notification_controller import alerts, authenticating, receivers
+from notification_controller import alerts, authenticating, provider_objects, receivers
 from notification_controller import hub as hub_module
 from notification_controller.hub import EventHub
 from notification_controller.limiting import Dedup, WebhookLimiter
@@ -131,6 +131,7 @@ async def setup(runtime: app.Runtime) -> None:
     runtime.components["receiver_address"] = receiving.addresses[0]
 
     runtime.controller(alerts.reconciler())
+    runtime.controller(provider_objects.reconciler())
 
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)

@@ -342,6 +342,9 @@ _BUILDERS: dict[str, Callable[[_Target], OutboundRequest | None]] = {
     "gitlab": _gitlab,
 }
 
+SUPPORTED_TYPES = frozenset(_BUILDERS)
+"""Provider types this hub delivers to; other types are refused on the Provider."""
+
 
 # Commit status -------------------------------------------------------------------
 

@@ -14,7 +14,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice_api.notification import WEBHOOK_PATH_PREFIX, NotificationReason, Receiver
+from sluice_api.notification import (
+    RECEIVER_SECRET_REQUIRED,
+    WEBHOOK_PATH_PREFIX,
+    NotificationReason,
+    Receiver,
+)
 from sluice_runtime.informing.watching import Change
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
@@ -60,6 +65,40 @@ class ReceiverContext(ReconcileContext):
         return obj
 
 
+def unsupported(receiver: Receiver) -> str | None:
+    """Why the Receiver's spec cannot be honoured, naming the field; None when it can.
+
+    Flux manifests must apply, so the API accepts fields Sluice has not built
+    (OIDC tokens, CEL filters); refusing them here beats acting on webhooks the
+    author meant to be filtered or authenticated differently. Flux's CEL rule
+    that every type but generic-oidc names a secretRef is enforced here too, as
+    API servers before 1.25 cannot check it.
+    """
+    spec = receiver.spec
+    if spec.type == "generic-oidc":
+        return "spec.type 'generic-oidc' is not supported by this version of Sluice"
+    if spec.oidc_providers:
+        return "spec.oidcProviders is only valid with spec.type 'generic-oidc'"
+    if spec.secret_ref is None:
+        return RECEIVER_SECRET_REQUIRED  # Flux's CEL rule, for servers without CEL
+    if spec.resource_filter:
+        return "spec.resourceFilter (CEL) is not supported by this version of Sluice"
+    for index, resource in enumerate(spec.resources):
+        if resource.filter:
+            return (
+                f"spec.resources[{index}].filter (CEL) is not supported by this version of Sluice"
+            )
+    return None
+
+
+@step()
+async def reconcile_spec(ctx: ReceiverContext) -> Result | None:
+    problem = unsupported(ctx.receiver)
+    if problem is not None:
+        raise Stalling(NotificationReason.INVALID_CONFIG, problem)
+    return None
+
+
 @step()
 async def reconcile_resources(ctx: ReceiverContext) -> Result | None:
     """Refuse, once and clearly, resources a webhook could never act on."""
@@ -93,6 +132,7 @@ async def reconcile_resources(ctx: ReceiverContext) -> Result | None:
 async def reconcile_token(ctx: ReceiverContext) -> Result | None:
     receiver = ctx.receiver
     namespace = receiver.metadata.namespace or "default"
+    assert receiver.spec.secret_ref is not None  # reconcile_spec refused it otherwise
     name = receiver.spec.secret_ref.name
     try:
         data = await secret_data(ctx.client, namespace, name)
@@ -108,7 +148,7 @@ async def reconcile_token(ctx: ReceiverContext) -> Result | None:
     return None
 
 
-STEPS = (reconcile_resources, reconcile_token)
+STEPS = (reconcile_spec, reconcile_resources, reconcile_token)
 
 
 def reconciler(

@@ -55,6 +55,12 @@ DEFAULT_API_VERSIONS = {
     "ImageRepository": "image.toolkit.fluxcd.io/v1beta2",
     "ImagePolicy": "image.toolkit.fluxcd.io/v1beta2",
     "ImageUpdateAutomation": "image.toolkit.fluxcd.io/v1beta2",
+    "ExternalArtifact": "source.toolkit.fluxcd.io/v1",
+    "ArtifactGenerator": "source.extensions.fluxcd.io/v1beta1",
+    # The Flux Operator's kinds (Flux 2.7 Receivers and Alerts may name them).
+    "FluxInstance": "fluxcd.controlplane.io/v1",
+    "ResourceSet": "fluxcd.controlplane.io/v1",
+    "ResourceSetInputProvider": "fluxcd.controlplane.io/v1",
     "Gate": "gating.toolkit.fluxcd.io/v1alpha1",
 }
 

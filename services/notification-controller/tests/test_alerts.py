@@ -692,3 +692,31 @@ def test_a_bad_cert_secret_is_named(data: dict[str, str], problem: str) -> None:
     with pytest.raises(SecretError) as raised:
         tls_context(data, secret="ns/provider-tls")
     assert str(raised.value) == f"secret 'ns/provider-tls' {problem}"
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("zoom", id="zoom-flux-2-8"),
+        pytest.param("githubpullrequestcomment", id="github-pr-comment"),
+        pytest.param("telegram", id="telegram"),
+    ],
+)
+async def test_a_provider_of_an_unsupported_type_stalls_naming_it(
+    alone: Platform, peers: Peers, kind: str
+) -> None:
+    """Flux's types all apply; those Sluice cannot deliver to say so on the Provider."""
+    p = alone
+    await p.create(PROVIDER, "unsupported", {"type": kind, "address": f"{peers.base}/x"})
+    await p.create(PROVIDER, "supported", {"type": "generic", "address": f"{peers.base}/x"})
+    stalled = await p.observe.wait(
+        PROVIDER,
+        "unsupported",
+        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+        what="Stalled",
+    )
+    message = condition(stalled, "Stalled")["message"]  # type: ignore[index]
+    assert message.startswith(f"spec.type '{kind}' is not supported by this version of Sluice")
+    assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
+    ready = await p.observe.wait_ready(PROVIDER, "supported")
+    assert condition(ready, "Ready")["message"] == "Initialized"  # type: ignore[index]

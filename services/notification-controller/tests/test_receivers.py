@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from notification_controller.receivers import unsupported
 from notification_controller.signatures import sign, timestamped_payload
 from notification_controller.webhooks import ActionFailed, ready_for_spec
 from sluice_api.notification import Receiver
@@ -21,7 +22,8 @@ from sluice_envtest.harness import condition, github_headers, make_secret, push_
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError
-from sluice_runtime.kube.resources import NAMESPACE, SECRET
+from sluice_runtime.kube.installing import install_crds
+from sluice_runtime.kube.resources import NAMESPACE, SECRET, ResourceType
 
 from .conftest import (
     CONFIG_MAP,
@@ -633,3 +635,115 @@ def _receiver(generation: int | None, observed: int | None, ready: str | None) -
 )
 def test_the_webhook_trusts_ready_only_for_the_current_generation(obj: JSON, trusted: bool) -> None:
     assert ready_for_spec(obj) is trusted
+
+
+def receiver_of(**spec: Any) -> Receiver:
+    base: dict[str, Any] = {
+        "type": "generic",
+        "secretRef": {"name": "token"},
+        "resources": [{"kind": "GitRepository", "name": "app"}],
+    }
+    return Receiver.from_obj({"metadata": {"name": "r"}, "spec": {**base, **spec}})
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        pytest.param({}, None, id="generic"),
+        pytest.param(
+            {
+                "resources": [
+                    {"kind": "ResourceSetInputProvider", "name": "*", "matchLabels": {"a": "b"}}
+                ]
+            },
+            None,
+            id="flux-operator-kind",
+        ),
+        pytest.param(
+            {"type": "generic-oidc", "secretRef": None, "oidcProviders": [{"issuerURL": "x"}]},
+            "spec.type 'generic-oidc' is not supported by this version of Sluice",
+            id="generic-oidc",
+        ),
+        pytest.param(
+            {"oidcProviders": [{"issuerURL": "https://token.actions.githubusercontent.com"}]},
+            "spec.oidcProviders is only valid with spec.type 'generic-oidc'",
+            id="oidc-providers-without-oidc",
+        ),
+        pytest.param(
+            {"type": "github", "secretRef": None},
+            "spec.secretRef is required unless spec.type is 'generic-oidc'",
+            id="no-secret-ref",
+        ),
+        pytest.param(
+            {"resourceFilter": "true"},
+            "spec.resourceFilter (CEL) is not supported by this version of Sluice",
+            id="resource-filter",
+        ),
+        pytest.param(
+            {"resources": [{"kind": "OCIRepository", "name": "a"}, {"kind": "GitRepository",
+                           "name": "b", "filter": "true"}]},
+            "spec.resources[1].filter (CEL) is not supported by this version of Sluice",
+            id="resource-level-filter",
+        ),
+    ],
+)  # fmt: skip
+def test_unsupported_receiver_specs_name_the_field(
+    spec: dict[str, Any], problem: str | None
+) -> None:
+    assert unsupported(receiver_of(**spec)) == problem
+
+
+async def test_a_generic_oidc_receiver_stalls_naming_the_type(platform: Platform) -> None:
+    """Flux 2.8's secret-less Receiver applies, and says why it will not act."""
+    p = platform
+    await p.create(
+        RECEIVER,
+        "oidc",
+        {
+            "type": "generic-oidc",
+            "oidcProviders": [
+                {
+                    "issuerURL": "https://token.actions.githubusercontent.com",
+                    "validations": [{"expression": "claims.repository == 'a/b'"}],
+                }
+            ],
+            "resources": [{"kind": "GitRepository", "name": "app", "filter": "true"}],
+        },
+    )
+    obj = await p.observe.wait(
+        RECEIVER, "oidc", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
+    )
+    message = condition(obj, "Stalled")["message"]  # type: ignore[index]
+    assert message == "spec.type 'generic-oidc' is not supported by this version of Sluice"
+    assert "webhookPath" not in obj["status"]
+
+
+async def test_a_receiver_reaches_a_flux_operator_resource(platform: Platform) -> None:
+    """Flux 2.7 Receivers name the Flux Operator's kinds, without an apiVersion too."""
+    p = platform
+    kind, plural = "ResourceSetInputProvider", "resourcesetinputproviders"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.fluxcd.controlplane.io"},
+        "spec": {
+            "group": "fluxcd.controlplane.io",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
+                      "listKind": f"{kind}List"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            }}],
+        },
+    }  # fmt: skip
+    await install_crds(p.kube, [crd])
+    rt = ResourceType("fluxcd.controlplane.io", "v1", plural, kind)
+    await p.kube.create(
+        rt,
+        {"apiVersion": "fluxcd.controlplane.io/v1", "kind": kind, "metadata": {"name": "inputs"}},
+        namespace=p.namespace,
+    )
+    url = await p.receiver("operator", "generic", "unused", [{"kind": kind, "name": "inputs"}])
+    status, _ = await p.post(url, b"{}", {})
+    assert status == 200
+    assert requested_at(await p.kube.get(rt, "inputs", p.namespace)) is not None

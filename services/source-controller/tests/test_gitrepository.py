@@ -17,6 +17,7 @@ from sluice_envtest.pytest_plugin import Cluster
 from sluice_envtest.sshserver import SshGitServer, generate_key, known_hosts_line
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import ResourceType
 
 from .conftest import (
     GITREPO,
@@ -935,3 +936,30 @@ async def test_an_include_that_cannot_be_copied_stalls_with_flux_reason(
     assert ready is not None and (ready["status"], ready["message"]) == ("False", message)
     stalled = condition(obj, "Stalled")
     assert stalled is not None and stalled["status"] == "True"
+
+
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+async def test_an_old_version_with_its_deprecated_fields_goes_ready(
+    source_controller: SourceController, git_http: GitHttpServer, version: str
+) -> None:
+    """`gitImplementation` and `accessFrom` (v1beta1/v1beta2) apply unchanged and, as in
+    Flux v1beta2, change nothing; the object reads back as v1 with them kept."""
+    sc = source_controller
+    seeded(git_http, f"old-{version}-{sc.namespace}")
+    obj = gitrepo(
+        "old",
+        git_http.url(f"old-{version}-{sc.namespace}"),
+        ref={"branch": "main"},
+        gitImplementation="libgit2",
+        accessFrom={"namespaceSelectors": [{"matchLabels": {"team": "apps"}}]},
+    )
+    obj["apiVersion"] = f"source.toolkit.fluxcd.io/{version}"
+    rt = ResourceType(GITREPO.group, version, GITREPO.plural, GITREPO.kind)
+    await sc.client.create(rt, obj, namespace=sc.namespace)
+    ready = await sc.wait_ready(GITREPO, "old")
+    assert ready["apiVersion"] == "source.toolkit.fluxcd.io/v1"
+    assert ready["spec"]["gitImplementation"] == "libgit2"
+    assert ready["spec"]["accessFrom"] == {
+        "namespaceSelectors": [{"matchLabels": {"team": "apps"}}]
+    }
+    assert sorted(await served_files(ready)) == ["README.md", "deploy/app.yaml"]

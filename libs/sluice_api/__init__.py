@@ -7,6 +7,7 @@ generated from them by `python -m sluice_api.crds`.
 from typing import Any
 
 from sluice_api.gating import Gate
+from sluice_api.helm import HelmRelease
 from sluice_api.kustomize import Kustomization
 from sluice_api.meta import (
     Artifact,
@@ -31,6 +32,7 @@ ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
     HelmChart,
     Bucket,
     Kustomization,
+    HelmRelease,
     Gate,
     Receiver,
     Alert,
@@ -47,6 +49,7 @@ __all__ = [
     "Gate",
     "GitRepository",
     "HelmChart",
+    "HelmRelease",
     "HelmRepository",
     "Kustomization",
     "LocalObjectReference",

@@ -381,7 +381,10 @@ class ValuesReference(KubeModel):
     """Key in the referent holding the values; `values.yaml` when not set."""
 
     target_path: (
-        Annotated[str, StringConstraints(max_length=250, pattern=r"^([a-zA-Z0-9_\-.\\\/]|\[[0-9]{1,5}\])+$")]
+        Annotated[
+            str,
+            StringConstraints(max_length=250, pattern=r"^([a-zA-Z0-9_\-.\\\/]|\[[0-9]{1,5}\])+$"),
+        ]
         | None
     ) = None
     """Where to put the value (a single value, not YAML) in the values, as with `--set`."""
@@ -441,9 +444,7 @@ class HelmReleaseSpec(KubeModel):
     target_namespace: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
     """Namespace to install the release into; the HelmRelease's namespace when not set."""
 
-    storage_namespace: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = (
-        None
-    )
+    storage_namespace: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
     """Namespace of Helm's release storage; the HelmRelease's namespace when not set."""
 
     depends_on: list[DependencyReference] | None = None
@@ -455,9 +456,9 @@ class HelmReleaseSpec(KubeModel):
     max_history: int | None = None
     """How many releases Helm keeps in its history; 5 when not set, 0 for no limit."""
 
-    service_account_name: (
-        Annotated[str, StringConstraints(min_length=1, max_length=253)] | None
-    ) = None
+    service_account_name: Annotated[str, StringConstraints(min_length=1, max_length=253)] | None = (
+        None
+    )
     """ServiceAccount to impersonate for every Helm action."""
 
     persistent_client: bool | None = None
@@ -630,4 +631,3 @@ class HelmRelease(Resource[HelmReleaseSpec, HelmReleaseStatus]):
 
     spec: HelmReleaseSpec
     status: HelmReleaseStatus = Field(default_factory=HelmReleaseStatus)
-

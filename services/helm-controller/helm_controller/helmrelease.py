@@ -25,6 +25,7 @@ only what the tenant may.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from collections.abc import Callable
@@ -143,9 +144,8 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
         found.append("spec.chartRef.kind=OCIRepository")
     if any(dep.ready_expr for dep in spec.depends_on or []):
         found.append("spec.dependsOn[].readyExpr")
-    if (
-        spec.storage_namespace is not None
-        and spec.storage_namespace != (spec.target_namespace or hr.metadata.namespace)
+    if spec.storage_namespace is not None and spec.storage_namespace != (
+        spec.target_namespace or hr.metadata.namespace
     ):
         # The helm CLI stores a release in the namespace it deploys to.
         found.append("spec.storageNamespace (different from the release namespace)")
@@ -160,7 +160,9 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
 async def reconcile_unsupported(ctx: HelmReleaseContext) -> Result | None:
     spec = ctx.hr.spec
     if (spec.chart is None) == (spec.chart_ref is None):
-        raise Stalling(Reason.INIT_FAILED, "exactly one of spec.chart and spec.chartRef must be set")
+        raise Stalling(
+            Reason.INIT_FAILED, "exactly one of spec.chart and spec.chartRef must be set"
+        )
     found = unsupported_fields(ctx.hr)
     if found:
         raise Stalling(
@@ -274,7 +276,10 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
         assert hr.spec.chart_ref is not None
         ref = hr.spec.chart_ref
         key = f"{ref.namespace or ctx.namespace}/{ref.name}"
-        if ctx.services.no_cross_namespace_refs and (ref.namespace or ctx.namespace) != ctx.namespace:
+        if (
+            ctx.services.no_cross_namespace_refs
+            and (ref.namespace or ctx.namespace) != ctx.namespace
+        ):
             raise Stalling(
                 Reason.ARTIFACT_FAILED,
                 f"cannot access HelmChart/{key}: cross-namespace references are not allowed",
@@ -400,7 +405,9 @@ def _duration(text: str | None, default: float) -> float:
     return parse_duration(text).total_seconds() if text else default
 
 
-def _release_args(ctx: HelmReleaseContext, action: str, values_file: Path) -> tuple[list[str], float]:
+def _release_args(
+    ctx: HelmReleaseContext, action: str, values_file: Path
+) -> tuple[list[str], float]:
     spec = ctx.hr.spec
     assert ctx.chart_dir is not None
     args = [action, ctx.release_name, str(ctx.chart_dir), "--values", str(values_file)]
@@ -519,8 +526,12 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
     retries, remediate_last = _retries(ctx, action)
     failures = (status.install_failures if action == "install" else status.upgrade_failures) or 0
     if not changed and not forced and _exhausted(failures, retries):
-        message = f"Failed to {action} after {failures} attempt(s)"
-        raise Stalling(Reason.RETRIES_EXHAUSTED, message, condition=Condition.RELEASED)
+        # Released keeps the last failure; nothing is tried until something changes.
+        released = ctx.conditions.get(Condition.RELEASED)
+        last = f": {released.message}" if released is not None else ""
+        raise Stalling(
+            Reason.RETRIES_EXHAUSTED, f"Failed to {action} after {failures} attempt(s){last}"
+        )
 
     status.last_attempted_generation = generation
     status.last_attempted_revision = ctx.artifact.revision
@@ -561,7 +572,10 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
         _record_history(ctx, await _history(ctx))
         ctx.conditions.mark_false(Condition.RELEASED, failed_reason, message)
         if exhausted:
-            raise Stalling(failed_reason, message, condition=Condition.RELEASED) from None
+            raise Stalling(
+                Reason.RETRIES_EXHAUSTED,
+                f"Failed to {action} after {failures} attempt(s): {message}",
+            ) from None
         raise StepError(failed_reason, message, condition=Condition.RELEASED) from None
 
     found = await _history(ctx)
@@ -578,10 +592,12 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
 
 
 def _kept_reason(ctx: HelmReleaseContext) -> str:
-    for cond in ctx.hr.status.conditions:
-        if cond.type == Condition.RELEASED and cond.status == "True":
-            return cond.reason
-    return Reason.UPGRADE_SUCCEEDED if ctx.hr.status.last_attempted_release_action == "upgrade" else Reason.INSTALL_SUCCEEDED
+    released = ctx.conditions.get(Condition.RELEASED)
+    if released is not None and released.status == "True":
+        return released.reason
+    if ctx.hr.status.last_attempted_release_action == "upgrade":
+        return Reason.UPGRADE_SUCCEEDED
+    return Reason.INSTALL_SUCCEEDED
 
 
 def _timeout_text(ctx: HelmReleaseContext, action: str) -> str:
@@ -592,16 +608,14 @@ def _timeout_text(ctx: HelmReleaseContext, action: str) -> str:
 def _release_message(
     ctx: HelmReleaseContext, snap: Snapshot, outcome: str, *, chart: str, action: str | None = None
 ) -> str:
-    verb = (action or ctx.hr.status.last_attempted_release_action or "install")
+    verb = action or ctx.hr.status.last_attempted_release_action or "install"
     return (
         f"Helm {verb} {outcome} for release {snap.namespace}/{snap.name}.v{snap.version} "
         f"with chart {snap.chart_name}@{snap.chart_version}"
     )
 
 
-def _record_history(
-    ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Snapshot]]
-) -> None:
+def _record_history(ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Snapshot]]) -> None:
     spec = ctx.hr.spec
     keep = spec.max_history if spec.max_history else DEFAULT_MAX_HISTORY
     ctx.hr.status.history = [snap for _, snap in found[:keep]] or None
@@ -610,32 +624,53 @@ def _record_history(
 async def _remediate(ctx: HelmReleaseContext, action: str, *, chart: str) -> None:
     """Undo a failed action: uninstall a failed install, roll back (or uninstall) an upgrade."""
     spec = ctx.hr.spec
-    strategy = "uninstall" if action == "install" else (
-        (spec.upgrade.remediation.strategy if spec.upgrade and spec.upgrade.remediation else None)
-        or "rollback"
+    strategy = (
+        "uninstall"
+        if action == "install"
+        else (
+            (
+                spec.upgrade.remediation.strategy
+                if spec.upgrade and spec.upgrade.remediation
+                else None
+            )
+            or "rollback"
+        )
     )
     target = f"{ctx.release_namespace}/{ctx.release_name}"
     try:
         if strategy == "rollback":
             found = await _history(ctx)
-            previous = next(
-                (s for _, s in found[1:] if s.status in ("deployed", "superseded")), None
-            )
+            previous = releases.last_successful(found[1:])
             if previous is None:
                 return
             rb = spec.rollback
             timeout = _duration(rb.timeout if rb else None, ctx.timeout)
-            args = ["rollback", ctx.release_name, str(previous.version), "--timeout", f"{int(timeout)}s"]
+            args = [
+                "rollback",
+                ctx.release_name,
+                str(previous.version),
+                "--timeout",
+                f"{int(timeout)}s",
+            ]
             if rb is None or not rb.disable_wait:
                 args.append("--wait")
                 if rb is None or not rb.disable_wait_for_jobs:
                     args.append("--wait-for-jobs")
             if rb is not None:
-                args += [f for f, on in (
-                    ("--no-hooks", rb.disable_hooks), ("--recreate-pods", rb.recreate),
-                    ("--force", rb.force), ("--cleanup-on-fail", rb.cleanup_on_fail),
-                ) if on]
-            args += ["--history-max", str(spec.max_history if spec.max_history is not None else DEFAULT_MAX_HISTORY)]
+                args += [
+                    f
+                    for f, on in (
+                        ("--no-hooks", rb.disable_hooks),
+                        ("--recreate-pods", rb.recreate),
+                        ("--force", rb.force),
+                        ("--cleanup-on-fail", rb.cleanup_on_fail),
+                    )
+                    if on
+                ]
+            args += [
+                "--history-max",
+                str(spec.max_history if spec.max_history is not None else DEFAULT_MAX_HISTORY),
+            ]
             await _helm(ctx, args, timeout=timeout)
             message = (
                 f"Helm rollback to previous release {target}.v{previous.version} with chart "
@@ -721,10 +756,8 @@ async def finalize(ctx: HelmReleaseContext) -> None:
             ctx.events.warning(Reason.UNINSTALL_FAILED, f"Helm uninstall failed: {error}")
     if hr.status.helm_chart:
         namespace, name = hr.status.helm_chart.split("/", 1)
-        try:
+        with contextlib.suppress(NotFound):
             await ctx.client.delete(HELMCHART, name, namespace=namespace)
-        except NotFound:
-            pass
 
 
 # -- what makes a HelmRelease reconcile ----------------------------------------------------------
@@ -736,9 +769,11 @@ def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
     def mapper(change: Change) -> list[str]:
         old = (change.old or {}).get("status") or {}
         new = (change.new or {}).get("status") or {}
-        if change.kind == "updated" and old.get("artifact") == new.get("artifact") and old.get(
-            "conditions"
-        ) == new.get("conditions"):
+        if (
+            change.kind == "updated"
+            and old.get("artifact") == new.get("artifact")
+            and old.get("conditions") == new.get("conditions")
+        ):
             return []
         meta = change.obj["metadata"]
         key = f"{meta.get('namespace')}/{meta['name']}"
@@ -749,7 +784,10 @@ def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
         for obj in hrs.values():
             ref = (obj.get("spec") or {}).get("chartRef") or {}
             ns = obj["metadata"].get("namespace")
-            if ref.get("kind") == "HelmChart" and f"{ref.get('namespace') or ns}/{ref.get('name')}" == key:
+            if (
+                ref.get("kind") == "HelmChart"
+                and f"{ref.get('namespace') or ns}/{ref.get('name')}" == key
+            ):
                 keys.append(f"{ns}/{obj['metadata']['name']}")
         return keys
 
@@ -759,7 +797,9 @@ def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
 def dependent_watchers(hrs: Store) -> Callable[[Change], list[str]]:
     def mapper(change: Change) -> list[str]:
         meta = change.obj["metadata"]
-        return dependencies.dependents(f"{meta.get('namespace')}/{meta['name']}", list(hrs.values()))
+        return dependencies.dependents(
+            f"{meta.get('namespace')}/{meta['name']}", list(hrs.values())
+        )
 
     return mapper
 
@@ -777,5 +817,3 @@ def reconciler(services: Services) -> Reconciler[HelmReleaseContext]:
         trigger_annotations=(FORCE_REQUESTED_AT_ANNOTATION, RESET_REQUESTED_AT_ANNOTATION),
         success_reason=Reason.INSTALL_SUCCEEDED,
     )
-
-

@@ -105,6 +105,20 @@ def history(secrets: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Snapsho
     return out
 
 
+def last_successful(found: list[tuple[dict[str, Any], Snapshot]]) -> Snapshot | None:
+    """The newest release that was deployed successfully, the one to roll back to.
+
+    Helm marks a failed upgrade `superseded` once a rollback replaces it, so
+    the status alone cannot tell; the description Helm writes on failure
+    (`Upgrade "x" failed: ...`) can.
+    """
+    for release, snap in found:
+        description = str((release.get("info") or {}).get("description") or "")
+        if snap.status in ("deployed", "superseded") and "failed" not in description.lower():
+            return snap
+    return None
+
+
 @dataclass(frozen=True)
 class Desired:
     chart_name: str

@@ -148,7 +148,13 @@ async def helm_delivery(
             ) as hc,
         ):  # fmt: skip
             yield HelmDelivery(
-                kube, namespace, charts, Observer(kube, namespace), str(cluster.kubeconfig), hc, home
+                kube,
+                namespace,
+                charts,
+                Observer(kube, namespace),
+                str(cluster.kubeconfig),
+                hc,
+                home,
             )
     finally:
         await charts.stop()

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from gating_controller import __main__ as gating_main
+from helm_controller import __main__ as helm_main
 from kustomize_controller import __main__ as kustomize_main
 from notification_controller import __main__ as notification_main
 from sluice_runtime import app
@@ -26,6 +27,7 @@ NETWORK_POLICY = ResourceType("networking.k8s.io", "v1", "networkpolicies", "Net
 CONTROLLERS = {
     "source-controller": source_main,
     "kustomize-controller": kustomize_main,
+    "helm-controller": helm_main,
     "gating-controller": gating_main,
     "notification-controller": notification_main,
 }
@@ -47,6 +49,7 @@ def test_the_install_has_one_deployment_per_controller_and_the_generated_crds() 
     assert set(deployments) == {
         "source-controller",
         "kustomize-controller",
+        "helm-controller",
         "gating-controller",
         "notification-controller",
     }
@@ -86,6 +89,9 @@ def test_the_install_locks_tenants_down() -> None:
     kustomize = options(deployments["kustomize-controller"])
     assert kustomize.no_cross_namespace_refs is True
     assert kustomize.default_service_account == "default"
+    helm = options(deployments["helm-controller"])
+    assert helm.no_cross_namespace_refs is True
+    assert helm.default_service_account == "default"
     assert options(deployments["notification-controller"]).no_cross_namespace_refs is True
     # The others take neither flag (their objects refer to nothing across namespaces).
     for name in ("source-controller", "gating-controller"):
@@ -109,6 +115,9 @@ def test_the_documented_overlay_turns_the_lockdown_off(tmp_path: Path) -> None:
     kustomize = options(deployments["kustomize-controller"])
     assert kustomize.no_cross_namespace_refs is False
     assert not kustomize.default_service_account
+    helm = options(deployments["helm-controller"])
+    assert helm.no_cross_namespace_refs is False
+    assert not helm.default_service_account
     assert options(deployments["notification-controller"]).no_cross_namespace_refs is False
 
 
@@ -119,7 +128,7 @@ def test_every_empty_dir_has_a_size_limit() -> None:
         for volume in deployment["spec"]["template"]["spec"]["volumes"]
         if "emptyDir" in volume
     ]
-    assert len(volumes) == 5
+    assert len(volumes) == 6
     for name, volume in volumes:
         assert volume["emptyDir"].get("sizeLimit"), (name, volume["name"])
     assert {"name": "data", "emptyDir": {"sizeLimit": "10Gi"}} in [

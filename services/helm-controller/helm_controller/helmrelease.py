@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 import yaml
@@ -506,6 +506,27 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
     if force is not None:
         status.last_handled_force_at = force
 
+    # Retries exhausted for the last action: nothing is tried again until the
+    # spec, chart or values change (or resetAt/forceAt asks), as in Flux.
+    last_action = status.last_attempted_release_action
+    if last_action is not None and not changed and not forced:
+        retries, _ = _retries(ctx, last_action)
+        failures = (
+            status.install_failures if last_action == "install" else status.upgrade_failures
+        ) or 0
+        if failures and _exhausted(failures, retries):
+            released = ctx.conditions.get(Condition.RELEASED)
+            tested = ctx.conditions.get(Condition.TEST_SUCCESS)
+            last = next(
+                (c.message for c in (tested, released) if c is not None and c.status == "False"),
+                "",
+            )
+            raise Stalling(
+                Reason.RETRIES_EXHAUSTED,
+                f"Failed to {last_action} after {failures} attempt(s)"
+                + (f": {last}" if last else ""),
+            )
+
     found = await _history(ctx)
     _record_history(ctx, found)
     latest = found[0][1] if found else None
@@ -516,22 +537,23 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
         forced=forced,
     )
     if action is None:
-        # Steady state: nothing to release. Keep Released as it was.
+        # Steady state: nothing to release. Keep Released as it was; a failed
+        # test of this very release still counts (Helm's storage says so).
         assert latest is not None
+        failed_tests = [
+            name for name, hook in (latest.test_hooks or {}).items() if hook.phase == "Failed"
+        ]
+        test = ctx.hr.spec.test
+        if failed_tests and test is not None and test.enable and not _ignore_test_failures(ctx):
+            raise Stalling(
+                Reason.TEST_FAILED,
+                f"Helm test failed for release {latest.namespace}/{latest.name}.v{latest.version}"
+                f": {', '.join(sorted(failed_tests))}",
+            )
         ctx.ready_reason = _kept_reason(ctx)
         ctx.ready_message = _release_message(ctx, latest, "succeeded", chart=chart)
         ctx.conditions.mark_true(Condition.RELEASED, ctx.ready_reason, ctx.ready_message)
         return None
-
-    retries, remediate_last = _retries(ctx, action)
-    failures = (status.install_failures if action == "install" else status.upgrade_failures) or 0
-    if not changed and not forced and _exhausted(failures, retries):
-        # Released keeps the last failure; nothing is tried until something changes.
-        released = ctx.conditions.get(Condition.RELEASED)
-        last = f": {released.message}" if released is not None else ""
-        raise Stalling(
-            Reason.RETRIES_EXHAUSTED, f"Failed to {action} after {failures} attempt(s){last}"
-        )
 
     status.last_attempted_generation = generation
     status.last_attempted_revision = ctx.artifact.revision
@@ -540,7 +562,8 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
     status.last_attempted_release_action = action  # type: ignore[assignment]
     status.storage_namespace = ctx.release_namespace
     ctx.conditions.delete(Condition.REMEDIATED, Condition.TEST_SUCCESS)
-    await ctx.progress(f"Running '{action}' action with timeout of {_timeout_text(ctx, action)}")
+    # No mid-reconcile status write (ctx.progress): its watch event would queue
+    # a second reconcile that reads the cache before this one's final status.
 
     work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="hr-values-")))
     values_file = work / "values.json"
@@ -555,28 +578,13 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
     try:
         await _helm(ctx, args, timeout=timeout)
     except HelmError as error:
-        failures += 1
-        status.failures = (status.failures or 0) + 1
-        if action == "install":
-            status.install_failures = failures
-        else:
-            status.upgrade_failures = failures
         message = (
             f"Helm {action} failed for release {ctx.release_namespace}/{ctx.release_name} "
             f"with chart {chart}: {error}"
         )
         ctx.events.warning(failed_reason, message, metadata=ctx.event_metadata)
-        exhausted = _exhausted(failures, retries)
-        if not exhausted or remediate_last:
-            await _remediate(ctx, action, chart=chart)
-        _record_history(ctx, await _history(ctx))
         ctx.conditions.mark_false(Condition.RELEASED, failed_reason, message)
-        if exhausted:
-            raise Stalling(
-                Reason.RETRIES_EXHAUSTED,
-                f"Failed to {action} after {failures} attempt(s): {message}",
-            ) from None
-        raise StepError(failed_reason, message, condition=Condition.RELEASED) from None
+        await _failed(ctx, action, failed_reason, message, chart=chart)
 
     found = await _history(ctx)
     _record_history(ctx, found)
@@ -586,9 +594,34 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
     ctx.events.normal(ok_reason, message, metadata=ctx.event_metadata)
     ctx.conditions.mark_true(Condition.RELEASED, ok_reason, message)
     ctx.ready_reason, ctx.ready_message = ok_reason, message
+    failure = await _test(ctx, current, chart=chart)
+    if failure is not None:
+        await _failed(ctx, action, Reason.TEST_FAILED, failure, chart=chart)
     status.failures = status.install_failures = status.upgrade_failures = None
-    await _test(ctx, current, chart=chart)
     return None
+
+
+async def _failed(
+    ctx: HelmReleaseContext, action: str, reason: str, message: str, *, chart: str
+) -> NoReturn:
+    """Count a failed action (or test), remediate it as configured, and raise:
+    Stalling once the retries are exhausted, else a retried StepError."""
+    status = ctx.hr.status
+    retries, remediate_last = _retries(ctx, action)
+    status.failures = (status.failures or 0) + 1
+    if action == "install":
+        status.install_failures = failures = (status.install_failures or 0) + 1
+    else:
+        status.upgrade_failures = failures = (status.upgrade_failures or 0) + 1
+    exhausted = _exhausted(failures, retries)
+    if not exhausted or remediate_last:
+        await _remediate(ctx, action, chart=chart)
+    _record_history(ctx, await _history(ctx))
+    if exhausted:
+        raise Stalling(
+            Reason.RETRIES_EXHAUSTED, f"Failed to {action} after {failures} attempt(s): {message}"
+        )
+    raise StepError(reason, message)
 
 
 def _kept_reason(ctx: HelmReleaseContext) -> str:
@@ -598,11 +631,6 @@ def _kept_reason(ctx: HelmReleaseContext) -> str:
     if ctx.hr.status.last_attempted_release_action == "upgrade":
         return Reason.UPGRADE_SUCCEEDED
     return Reason.INSTALL_SUCCEEDED
-
-
-def _timeout_text(ctx: HelmReleaseContext, action: str) -> str:
-    _, timeout = _release_args(ctx, action, Path("/dev/null"))
-    return f"{int(timeout)}s"
 
 
 def _release_message(
@@ -706,10 +734,11 @@ async def _uninstall(ctx: HelmReleaseContext) -> None:
     await _helm(ctx, args, timeout=timeout)
 
 
-async def _test(ctx: HelmReleaseContext, current: Snapshot, *, chart: str) -> None:
+async def _test(ctx: HelmReleaseContext, current: Snapshot, *, chart: str) -> str | None:
+    """Run `helm test` when enabled; the failure message when it failed and counts."""
     test = ctx.hr.spec.test
     if test is None or not test.enable:
-        return
+        return None
     timeout = _duration(test.timeout, ctx.timeout)
     args = ["test", ctx.release_name, "--timeout", f"{int(timeout)}s"]
     for flt in test.filters or []:
@@ -722,13 +751,26 @@ async def _test(ctx: HelmReleaseContext, current: Snapshot, *, chart: str) -> No
         ctx.events.warning(Reason.TEST_FAILED, message, metadata=ctx.event_metadata)
         ctx.conditions.mark_false(Condition.TEST_SUCCESS, Reason.TEST_FAILED, message)
         _record_history(ctx, await _history(ctx))
-        if not test.ignore_failures:
-            raise StepError(Reason.TEST_FAILED, message) from None
-        return
+        return None if _ignore_test_failures(ctx) else message
     message = f"Helm test succeeded for release {target} with chart {chart}"
     ctx.events.normal(Reason.TEST_SUCCEEDED, message, metadata=ctx.event_metadata)
     ctx.conditions.mark_true(Condition.TEST_SUCCESS, Reason.TEST_SUCCEEDED, message)
     _record_history(ctx, await _history(ctx))
+    return None
+
+
+def _ignore_test_failures(ctx: HelmReleaseContext) -> bool:
+    """The action's remediation.ignoreTestFailures, else test.ignoreFailures."""
+    spec = ctx.hr.spec
+    action = ctx.hr.status.last_attempted_release_action
+    remediation: Any = (
+        (spec.install.remediation if spec.install else None)
+        if action == "install"
+        else (spec.upgrade.remediation if spec.upgrade else None)
+    )
+    if remediation is not None and remediation.ignore_test_failures is not None:
+        return bool(remediation.ignore_test_failures)
+    return bool(spec.test and spec.test.ignore_failures)
 
 
 STEPS = (

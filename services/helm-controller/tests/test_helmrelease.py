@@ -347,3 +347,85 @@ async def make_tenant(d: HelmDelivery) -> None:
         },
         namespace=ns,
     )
+
+
+TEST_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {{ .Release.Name }}-test-{{ .Values.testName }}
+  annotations:
+    "helm.sh/hook": test
+spec:
+  restartPolicy: Never
+  containers:
+    - name: check
+      image: busybox
+      command: ["true"]
+"""
+POD = ResourceType("", "v1", "pods", "Pod")
+
+
+async def finish_test_pods(d: HelmDelivery, phases: dict[str, str]) -> None:
+    """Stand in for the kubelet: move test hook Pods named in `phases` to that phase."""
+    while True:
+        for pod in (await d.kube.list(POD, namespace=d.namespace)).items:
+            name = pod["metadata"]["name"]
+            phase = phases.get(name)
+            if phase and (pod.get("status") or {}).get("phase") != phase:
+                with contextlib.suppress(NotFound):
+                    await d.kube.merge_patch(
+                        POD, name, {"status": {"phase": phase}},
+                        namespace=d.namespace, subresource="status",
+                    )  # fmt: skip
+        await asyncio.sleep(0.1)
+
+
+async def test_helm_test_runs_after_install_and_a_failing_test_fails_the_release(
+    helm_delivery: HelmDelivery,
+) -> None:
+    d = helm_delivery
+    ns = d.namespace
+    d.charts.add(
+        "app",
+        "1.0.0",
+        values={"greeting": "hi", "testName": "ok"},
+        templates={"configmap.yaml": CONFIGMAP_TEMPLATE, "test.yaml": TEST_POD},
+    )
+    await d.helm_repository()
+    kubelet = asyncio.create_task(
+        finish_test_pods(d, {"good-test-ok": "Succeeded", "bad-test-ok": "Failed"})
+    )
+    try:
+        await d.helm_release("good", test={"enable": True})
+        obj = await d.observe.wait_ready(HELMRELEASE, "good", timeout=60)
+        tested = condition(obj, "TestSuccess")
+        assert tested is not None and tested["status"] == "True"
+        assert tested["message"] == (
+            f"Helm test succeeded for release {ns}/good.v1 with chart app@1.0.0"
+        )
+        hooks = obj["status"]["history"][0]["testHooks"]
+        assert hooks["good-test-ok"]["phase"] == "Succeeded"
+        await d.wait_event("good", reason="TestSucceeded")
+
+        await d.helm_release("bad", test={"enable": True})
+        failed = await d.observe.wait(
+            HELMRELEASE,
+            "bad",
+            lambda o: (condition(o, "TestSuccess") or {}).get("status") == "False",
+            timeout=60,
+        )
+        # No retries (Flux's default): the failed test stalls the release, and a
+        # requested reconcile neither runs it again nor calls it Ready.
+        ready = condition(failed, "Ready")
+        assert ready is not None and (ready["status"], ready["reason"]) == (
+            "False",
+            "RetriesExhausted",
+        )
+        assert "Helm test failed for release" in ready["message"]
+        again = await d.observe.poke(HELMRELEASE, "bad", "again")
+        assert condition(again, "Ready")["reason"] == "RetriesExhausted"  # type: ignore[index]
+        assert failed["status"]["history"][0]["testHooks"]["bad-test-ok"]["phase"] == "Failed"
+        await d.wait_event("bad", reason="TestFailed", type="Warning")
+    finally:
+        kubelet.cancel()

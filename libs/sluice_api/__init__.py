@@ -7,6 +7,7 @@ generated from them by `python -m sluice_api.crds`.
 from typing import Any
 
 from sluice_api.gating import Gate
+from sluice_api.helm import HelmRelease
 from sluice_api.kustomize import Kustomization
 from sluice_api.meta import (
     Artifact,
@@ -39,6 +40,7 @@ ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
     Bucket,
     ExternalArtifact,
     Kustomization,
+    HelmRelease,
     Gate,
     Receiver,
     Alert,
@@ -56,6 +58,7 @@ __all__ = [
     "Gate",
     "GitRepository",
     "HelmChart",
+    "HelmRelease",
     "HelmRepository",
     "Kustomization",
     "LocalObjectReference",

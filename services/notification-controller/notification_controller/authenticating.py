@@ -37,7 +37,12 @@ from sluice_runtime.tokens import TokenFile, TokenFileError
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_PRODUCERS = ("source-controller", "kustomize-controller", "gating-controller")
+DEFAULT_PRODUCERS = (
+    "source-controller",
+    "kustomize-controller",
+    "helm-controller",
+    "gating-controller",
+)
 """The service accounts of the controllers that post events (charts/sluice/templates/rbac.yaml)."""
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"  # noqa: S105 - an API path

@@ -1,9 +1,9 @@
 """source-controller: turns Git repositories and OCI artifacts into tarballs served over HTTP.
 
 Wiring only: flags, the artifact storage and its file server, and one
-controller per kind it reconciles (GitRepository, OCIRepository).
-HelmRepository, HelmChart and Bucket are watched (so their CRDs must exist)
-but not reconciled yet.
+controller per kind it reconciles (GitRepository, OCIRepository,
+HelmRepository, HelmChart). Bucket is watched (so its CRD must exist) but
+not reconciled yet.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
-from source_controller import gitclient, gitrepository, ocirepository
+from source_controller import gitclient, gitrepository, helmchart, helmrepository, ocirepository
 from source_controller.sources import Limits
 
 SERVICE = "source-controller"
@@ -55,6 +55,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=app.size,
         default=defaults.checkout_max_size,
         help="largest Git checkout (files, submodules included) and fetched pack, in bytes",
+    )
+    parser.add_argument(
+        "--helm-index-max-size",
+        type=int,
+        default=helmrepository.DEFAULT_INDEX_MAX_SIZE,
+        help="largest Helm repository index.yaml fetched, in bytes",
+    )
+    parser.add_argument(
+        "--helm-chart-max-size",
+        type=int,
+        default=helmrepository.DEFAULT_CHART_MAX_SIZE,
+        help="largest chart archive downloaded from a Helm repository, in bytes",
     )
 
 
@@ -98,8 +110,36 @@ async def setup(runtime: app.Runtime) -> None:
     oci = runtime.controller(ocirepository.reconciler(storage, gates=gate_store, limits=limits))
     oci.watch(gate_rt, gates.consumers_of(runtime.informers.get(oci_rt, selected=True).store))
 
-    for kind in (HelmRepository, HelmChart, Bucket):
-        runtime.informers.get(ResourceType.of_model(kind), selected=True)
+    helm_repo_rt = ResourceType.of_model(HelmRepository)
+    helm_repos = runtime.informers.get(helm_repo_rt, selected=True).store
+    helm_repo = runtime.controller(
+        helmrepository.reconciler(
+            storage,
+            gates=gate_store,
+            limits=limits,
+            index_max_size=options.helm_index_max_size,
+        )
+    )
+    helm_repo.watch(gate_rt, gates.consumers_of(helm_repos))
+
+    chart_rt = ResourceType.of_model(HelmChart)
+    charts = runtime.informers.get(chart_rt, selected=True).store
+    chart = runtime.controller(
+        helmchart.reconciler(
+            storage,
+            stores=helmchart.ChartStores(
+                helm_repositories=helm_repos, git_repositories=repositories
+            ),
+            gates=gate_store,
+            limits=limits,
+            chart_max_size=options.helm_chart_max_size,
+        )
+    )
+    chart.watch(gate_rt, gates.consumers_of(charts))
+    chart.watch(helm_repo_rt, helmchart.charts_of(charts, "HelmRepository"), selected=True)
+    chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
+
+    runtime.informers.get(ResourceType.of_model(Bucket), selected=True)
 
 
 def main() -> None:

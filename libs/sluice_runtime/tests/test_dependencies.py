@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kustomize_controller.dependencies import (
+from sluice_runtime.dependencies import (
     DependencyCycle,
     DependencyNotReady,
     check,

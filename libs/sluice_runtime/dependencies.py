@@ -1,4 +1,4 @@
-"""`dependsOn`: whether a Kustomization may go ahead, decided from the cache.
+"""`dependsOn`: whether a Kustomization or HelmRelease may go ahead, decided from the cache.
 
 Pure functions over cached objects, so the rules are unit-tested without a
 cluster: each dependency must exist, be Ready for its current generation,
@@ -80,7 +80,7 @@ def check(obj: JSON, lookup: Lookup, *, source_revision: str | None) -> None:
     cycle = find_cycle(key, lookup)
     if cycle:
         raise DependencyCycle(f"dependency cycle detected: {' -> '.join(cycle)}")
-    own_source = source_of(obj)
+    own_source = source_of(obj) if source_revision is not None else None
     for dep_key in dependency_keys(obj):
         dep = lookup(dep_key)
         if dep is None:
@@ -104,7 +104,7 @@ def check(obj: JSON, lookup: Lookup, *, source_revision: str | None) -> None:
 
 
 def dependents(changed_key: str, objects: list[JSON]) -> list[str]:
-    """Keys of the Kustomizations that depend on `changed_key`."""
+    """Keys of the objects (of one kind) that depend on `changed_key`."""
     found = []
     for obj in objects:
         if changed_key in dependency_keys(obj):

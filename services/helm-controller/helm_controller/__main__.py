@@ -1,0 +1,87 @@
+"""helm-controller: releases HelmRelease charts with the real helm.
+
+Wiring only: flags, the helm binary check, the caches a HelmRelease reads
+(HelmCharts, other HelmReleases for dependsOn, Gates), and the watches that
+make it react to a new chart artifact, a dependency becoming ready or a gate
+opening.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import aiohttp
+import structlog
+
+from helm_controller import helmrelease
+from sluice_api import Gate, HelmChart, HelmRelease
+from sluice_runtime import app, gates
+from sluice_runtime.helming import HelmMissing, helm_binary
+from sluice_runtime.kube.resources import ResourceType
+
+log = structlog.get_logger(__name__)
+
+SERVICE = "helm-controller"
+KINDS = (HelmRelease, HelmChart, Gate)
+"""Every kind this process reads; startup fails clearly if one is not served."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--requeue-dependency",
+        type=app.duration,
+        default=30.0,
+        help="how long to wait before looking again at a dependency or chart that is not ready",
+    )
+    app.switch(parser, "--no-cross-namespace-refs", help="refuse chart sources in other namespaces")
+    parser.add_argument(
+        "--default-service-account",
+        default="",
+        help="service account to impersonate when a HelmRelease names none",
+    )
+
+
+async def setup(runtime: app.Runtime) -> None:
+    """Wire the HelmRelease controller; it also watches HelmCharts and Gates."""
+    options = runtime.options
+    try:
+        helm = helm_binary()
+    except HelmMissing as error:
+        raise app.StartupError(str(error)) from None
+    log.info("helm", binary=str(helm))
+    session = aiohttp.ClientSession()
+    runtime.stack.push_async_callback(session.close)
+
+    hr_rt = ResourceType.of_model(HelmRelease)
+    chart_rt = ResourceType.of_model(HelmChart)
+    gate_rt = ResourceType.of_model(Gate)
+    hrs = runtime.informers.get(hr_rt, selected=True).store
+    services = helmrelease.Services(
+        session=session,
+        releases=hrs,
+        charts=runtime.informers.get(chart_rt).store,
+        gates=runtime.informers.get(gate_rt).store,
+        kubeconfig=options.kubeconfig,
+        default_service_account=options.default_service_account or None,
+        requeue_dependency=options.requeue_dependency,
+        no_cross_namespace_refs=options.no_cross_namespace_refs,
+    )
+    controller = runtime.controller(helmrelease.reconciler(services))
+    controller.watch(chart_rt, helmrelease.chart_watchers(hrs))
+    controller.watch(hr_rt, helmrelease.dependent_watchers(hrs), selected=True)
+    controller.watch(gate_rt, gates.consumers_of(hrs))
+
+
+def main() -> None:
+    app.main(
+        service=SERVICE,
+        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
+        kinds=KINDS,
+        setup=setup,
+        concurrency=4,
+        add_arguments=add_arguments,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Helm releases as Helm stores them, and the decisions made from them.
+
+Pure functions, unit-tested without a cluster: Flux's release naming, the
+decoding of Helm's release Secrets (`sh.helm.release.v1.<name>.v<N>`: base64
+of gzipped JSON, inside the Secret's own base64) into status.history
+snapshots, the composition and digest of values, and whether a reconcile
+must run a release action at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sluice_api.helm import Snapshot
+
+RELEASE_NAME_MAX = 53
+SNAPSHOT_API_VERSION = "helm.toolkit.fluxcd.io/v2"
+
+
+def release_name(name: str, target_namespace: str | None, release: str | None) -> str:
+    """`spec.releaseName`, else `[<targetNamespace>-]<name>`, shortened as Flux does:
+    past 53 characters, the first 40 and 12 hex digits of its SHA-256."""
+    if release:
+        return release
+    full = f"{target_namespace}-{name}" if target_namespace else name
+    if len(full) <= RELEASE_NAME_MAX:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:12]
+    return f"{full[:40]}-{digest}"
+
+
+def decode_release(encoded: str) -> dict[str, Any]:
+    """The release JSON held in a Secret's `data.release` (still base64 from the API)."""
+    raw = base64.b64decode(base64.b64decode(encoded))
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    release: dict[str, Any] = json.loads(raw)
+    return release
+
+
+def config_digest(values: dict[str, Any]) -> str:
+    """Digest of values, independent of key order (Flux: digest of the canonical JSON)."""
+    canonical = json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def snapshot(release: dict[str, Any], *, digest: str) -> Snapshot:
+    """One status.history entry for a decoded Helm release."""
+    info = release.get("info") or {}
+    meta = (release.get("chart") or {}).get("metadata") or {}
+    hooks: dict[str, Any] = {}
+    for hook in release.get("hooks") or []:
+        if "test" in (hook.get("events") or []):
+            run = hook.get("last_run") or {}
+            hooks[hook["name"]] = {
+                "lastStarted": run.get("started_at") or None,
+                "lastCompleted": run.get("completed_at") or None,
+                "phase": run.get("phase") or None,
+            }
+    return Snapshot.model_validate(
+        {
+            "apiVersion": SNAPSHOT_API_VERSION,
+            "digest": digest,
+            "name": release["name"],
+            "namespace": release.get("namespace", ""),
+            "version": int(release["version"]),
+            "status": info.get("status", "unknown"),
+            "chartName": meta.get("name", ""),
+            "chartVersion": meta.get("version", ""),
+            "appVersion": meta.get("appVersion") or None,
+            "configDigest": config_digest(release.get("config") or {}),
+            "firstDeployed": _time(info.get("first_deployed")),
+            "lastDeployed": _time(info.get("last_deployed")),
+            "deleted": _time(info.get("deleted")) or None,
+            "testHooks": hooks or None,
+        }
+    )
+
+
+def _time(text: str | None) -> str:
+    """Helm writes RFC 3339 with nanoseconds and an offset; status keeps seconds, UTC Z."""
+    if not text or text.startswith("0001-"):
+        return ""
+    match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", text)
+    return (match[1] + "Z") if match else text
+
+
+def history(secrets: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Snapshot]]:
+    """Decoded releases of Helm's storage Secrets, newest version first."""
+    out = []
+    for secret in secrets:
+        encoded = (secret.get("data") or {}).get("release")
+        if not encoded:
+            continue
+        release = decode_release(encoded)
+        digest = "sha256:" + hashlib.sha256(encoded.encode()).hexdigest()
+        out.append((release, snapshot(release, digest=digest)))
+    out.sort(key=lambda item: item[1].version, reverse=True)
+    return out
+
+
+def last_successful(found: list[tuple[dict[str, Any], Snapshot]]) -> Snapshot | None:
+    """The newest release that was deployed successfully, the one to roll back to.
+
+    Helm marks a failed upgrade `superseded` once a rollback replaces it, so
+    the status alone cannot tell; the description Helm writes on failure
+    (`Upgrade "x" failed: ...`) can.
+    """
+    for release, snap in found:
+        description = str((release.get("info") or {}).get("description") or "")
+        if snap.status in ("deployed", "superseded") and "failed" not in description.lower():
+            return snap
+    return None
+
+
+@dataclass(frozen=True)
+class Desired:
+    chart_name: str
+    chart_version: str
+    config_digest: str
+
+
+def next_action(
+    latest: Snapshot | None, desired: Desired, *, generation_changed: bool, forced: bool
+) -> str | None:
+    """`install`, `upgrade`, or None when the release already is what the spec asks.
+
+    A steady-state reconcile (same chart version, same values, same
+    generation, no forceAt) must not run `helm upgrade`.
+    """
+    if latest is None or latest.status == "uninstalled":
+        return "install"
+    if latest.status != "deployed":
+        # failed, pending-*, superseded as newest: Helm's state needs an upgrade.
+        return "upgrade"
+    if forced or generation_changed:
+        return "upgrade"
+    if (latest.chart_name, latest.chart_version, latest.config_digest) != (
+        desired.chart_name,
+        desired.chart_version,
+        desired.config_digest,
+    ):
+        return "upgrade"
+    return None
+
+
+class ValuesError(Exception):
+    pass
+
+
+def set_path(values: dict[str, Any], path: str, value: Any) -> None:
+    """Set `value` at a `--set`-style path (`a.b[0].c`, `\\.` escapes a dot)."""
+    parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", path)]
+    node: Any = values
+    for i, part in enumerate(parts):
+        match = re.fullmatch(r"([^\[\]]*)((?:\[\d+\])*)", part)
+        if not match or (not match[1] and not match[2]):
+            raise ValuesError(f"invalid targetPath '{path}'")
+        keys: list[str | int] = [match[1]] if match[1] else []
+        keys += [int(x) for x in re.findall(r"\[(\d+)\]", match[2])]
+        for j, key in enumerate(keys):
+            last = i == len(parts) - 1 and j == len(keys) - 1
+            nxt: Any = value if last else ({} if j == len(keys) - 1 else [])
+            if isinstance(key, int):
+                if not isinstance(node, list):
+                    raise ValuesError(f"targetPath '{path}': not a list at [{key}]")
+                while len(node) <= key:
+                    node.append(None)
+                if last or node[key] is None:
+                    node[key] = nxt
+                node = node[key]
+            else:
+                if not isinstance(node, dict):
+                    raise ValuesError(f"targetPath '{path}': not a map at '{key}'")
+                if last or not isinstance(node.get(key), dict | list):
+                    node[key] = nxt
+                node = node[key]
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's merge of values: maps merge recursively, anything else replaces."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

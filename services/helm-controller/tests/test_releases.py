@@ -1,0 +1,189 @@
+"""Pure release logic: naming, Helm's storage format, values, and when to act."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from typing import Any
+
+import pytest
+
+from helm_controller import releases
+from helm_controller.helmrelease import unsupported_fields
+from sluice_api.helm import HelmRelease, Snapshot
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "release", "expected"),
+    [
+        pytest.param("web", None, None, "web", id="name"),
+        pytest.param("web", "prod", None, "prod-web", id="target-namespace-prefix"),
+        pytest.param("web", "prod", "custom", "custom", id="release-name-wins"),
+        pytest.param("a" * 53, None, None, "a" * 53, id="53-kept"),
+        pytest.param(
+            "b" * 30, "n" * 30, None,
+            "n" * 30 + "-" + "b" * 9 + "-" + releases.hashlib.sha256(("n" * 30 + "-" + "b" * 30).encode()).hexdigest()[:12],
+            id="long-shortened",
+        ),
+    ],
+)  # fmt: skip
+def test_release_names_follow_flux(
+    name: str, target: str | None, release: str | None, expected: str
+) -> None:
+    got = releases.release_name(name, target, release)
+    assert got == expected
+    assert len(got) <= 53
+
+
+def encoded(release: dict[str, Any]) -> str:
+    inner = base64.b64encode(gzip.compress(json.dumps(release).encode())).decode()
+    return base64.b64encode(inner.encode()).decode()
+
+
+RELEASE = {
+    "name": "web",
+    "namespace": "apps",
+    "version": 2,
+    "info": {
+        "status": "deployed",
+        "first_deployed": "2026-01-02T03:04:05.123456789+01:00",
+        "last_deployed": "2026-01-03T03:04:05.1Z",
+        "deleted": "",
+        "description": "Upgrade complete",
+    },
+    "chart": {"metadata": {"name": "app", "version": "1.1.0", "appVersion": "6.0"}},
+    "config": {"b": 1, "a": {"x": 2}},
+    "hooks": [
+        {
+            "name": "web-test",
+            "events": ["test"],
+            "last_run": {
+                "started_at": "2026-01-03T03:05:00Z",
+                "completed_at": "2026-01-03T03:05:09Z",
+                "phase": "Succeeded",
+            },
+        },
+        {"name": "web-pre", "events": ["pre-upgrade"]},
+    ],
+}
+
+
+def test_helm_storage_secrets_become_history_snapshots_newest_first() -> None:
+    older = {**RELEASE, "version": 1, "info": {**RELEASE["info"], "status": "superseded"}}  # type: ignore[dict-item]
+    found = releases.history(
+        [
+            {"data": {"release": encoded(older)}},
+            {"data": {"release": encoded(RELEASE)}},
+            {"data": {}},
+        ]
+    )
+    assert [snap.version for _, snap in found] == [2, 1]
+    snap = found[0][1]
+    assert (snap.name, snap.namespace, snap.status) == ("web", "apps", "deployed")
+    assert (snap.chart_name, snap.chart_version, snap.app_version) == ("app", "1.1.0", "6.0")
+    assert snap.first_deployed == "2026-01-02T03:04:05Z"
+    assert snap.deleted is None
+    assert snap.config_digest == releases.config_digest({"a": {"x": 2}, "b": 1})
+    assert snap.test_hooks is not None and list(snap.test_hooks) == ["web-test"]
+    assert snap.test_hooks["web-test"].phase == "Succeeded"
+
+
+def snap(version: int, status: str, chart: str = "1.0.0", config: str = "sha256:a") -> Snapshot:
+    return Snapshot(
+        digest="sha256:x", name="web", namespace="apps", version=version, status=status,
+        chart_name="app", chart_version=chart, config_digest=config,
+        first_deployed="", last_deployed="",
+    )  # fmt: skip
+
+
+DESIRED = releases.Desired(chart_name="app", chart_version="1.0.0", config_digest="sha256:a")
+
+
+@pytest.mark.parametrize(
+    ("latest", "generation_changed", "forced", "expected"),
+    [
+        pytest.param(None, False, False, "install", id="no-release"),
+        pytest.param(
+            snap(1, "uninstalled"), False, False, "install", id="uninstalled-kept-history"
+        ),
+        pytest.param(snap(1, "deployed"), False, False, None, id="steady-state-no-upgrade"),
+        pytest.param(snap(1, "deployed", chart="0.9.0"), False, False, "upgrade", id="new-chart"),
+        pytest.param(
+            snap(1, "deployed", config="sha256:b"), False, False, "upgrade", id="new-values"
+        ),
+        pytest.param(snap(1, "deployed"), True, False, "upgrade", id="new-generation"),
+        pytest.param(snap(1, "deployed"), False, True, "upgrade", id="forceAt"),
+        pytest.param(snap(2, "failed"), False, False, "upgrade", id="failed-latest"),
+        pytest.param(snap(2, "pending-upgrade"), False, False, "upgrade", id="pending"),
+    ],
+)
+def test_the_next_action(
+    latest: Snapshot | None, generation_changed: bool, forced: bool, expected: str | None
+) -> None:
+    got = releases.next_action(
+        latest, DESIRED, generation_changed=generation_changed, forced=forced
+    )
+    assert got == expected
+
+
+def test_rollback_target_skips_failed_upgrades_that_were_superseded() -> None:
+    failed = ({"info": {"description": 'Upgrade "web" failed: boom'}}, snap(2, "superseded"))
+    good = ({"info": {"description": "Install complete"}}, snap(1, "superseded"))
+    assert releases.last_successful([failed, good]) == good[1]
+    assert releases.last_successful([failed]) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        pytest.param("a", "x", {"a": "x", "keep": 1}, id="top"),
+        pytest.param("a.b.c", "x", {"a": {"b": {"c": "x"}}, "keep": 1}, id="nested"),
+        pytest.param("keep", "x", {"keep": "x"}, id="replace"),
+        pytest.param("l[1]", "x", {"l": [None, "x"], "keep": 1}, id="list-index"),
+        pytest.param("a\\.b", "x", {"a.b": "x", "keep": 1}, id="escaped-dot"),
+    ],
+)
+def test_target_path_sets_like_helm_set(path: str, value: str, expected: dict[str, Any]) -> None:
+    values: dict[str, Any] = {"keep": 1}
+    releases.set_path(values, path, value)
+    assert values == expected
+
+
+def test_a_bad_target_path_is_refused() -> None:
+    with pytest.raises(releases.ValuesError, match="invalid targetPath"):
+        releases.set_path({}, "a..b", "x")
+
+
+def hr(**spec: Any) -> HelmRelease:
+    return HelmRelease.from_obj(
+        {
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": {
+                "interval": "5m",
+                "chart": {
+                    "spec": {"chart": "app", "sourceRef": {"kind": "HelmRepository", "name": "r"}}
+                },
+                **spec,
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        pytest.param({}, [], id="plain"),
+        pytest.param({"driftDetection": {"mode": "disabled"}}, [], id="drift-disabled-is-fine"),
+        pytest.param({"driftDetection": {"mode": "warn"}}, ["spec.driftDetection.mode=warn"], id="drift-warn"),
+        pytest.param({"kubeConfig": {"secretRef": {"name": "k"}}}, ["spec.kubeConfig"], id="kubeconfig"),
+        pytest.param({"postRenderers": [{"kustomize": {}}]}, ["spec.postRenderers"], id="post-renderers"),
+        pytest.param({"storageNamespace": "apps"}, [], id="storage-same"),
+        pytest.param({"storageNamespace": "other"}, ["spec.storageNamespace (different from the release namespace)"], id="storage-other"),
+        pytest.param({"upgrade": {"crds": "CreateReplace"}}, ["spec.upgrade.crds=CreateReplace"], id="upgrade-crds"),
+        pytest.param({"dependsOn": [{"name": "x", "readyExpr": "true"}]}, ["spec.dependsOn[].readyExpr"], id="ready-expr"),
+        pytest.param({"commonMetadata": {"labels": {"a": "b"}}}, ["spec.commonMetadata"], id="common-metadata"),
+    ],
+)  # fmt: skip
+def test_unbuilt_fields_are_named(spec: dict[str, Any], expected: list[str]) -> None:
+    assert unsupported_fields(hr(**spec)) == expected

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sluice_cli import crds_command, dev, gate_command
+from sluice_cli import crds_command, dev, gate_command, getting, reconciling, suspending
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -15,6 +15,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     dev.register(commands)
     crds_command.register(commands)
     gate_command.register(commands)
+    getting.register(commands)
+    reconciling.register(commands)
+    suspending.register(commands)
     args = parser.parse_args(argv)
     sys.exit(args.run(args))
 

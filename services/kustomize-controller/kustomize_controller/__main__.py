@@ -12,10 +12,10 @@ import argparse
 import aiohttp
 import structlog
 
-from kustomize_controller import building, kustomization
+from kustomize_controller import kustomization
 from kustomize_controller.targets import Targets
 from sluice_api import Bucket, Gate, GitRepository, Kustomization, OCIRepository
-from sluice_runtime import app, gates
+from sluice_runtime import app, building, gates
 from sluice_runtime.kube.resources import ResourceType
 
 log = structlog.get_logger(__name__)

@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from kustomize_controller import building, dependencies, substituting
+from kustomize_controller import dependencies
 from kustomize_controller.targets import TargetError, TargetRefused, Targets
 from sluice_api.kustomize import (
     NAME_LABEL,
@@ -32,7 +32,7 @@ from sluice_api.kustomize import (
     ResourceInventory,
 )
 from sluice_api.meta import Artifact, format_duration, parse_duration
-from sluice_runtime import gates
+from sluice_runtime import building, gates, substituting
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube.applying import (

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kustomize_controller.building import (
+from sluice_runtime.building import (
     BuildError,
     Kustomize,
     Sandbox,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kustomize_controller.substituting import (
+from sluice_runtime.substituting import (
     SubstitutionError,
     collect,
     expand,

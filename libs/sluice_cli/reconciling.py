@@ -177,6 +177,11 @@ def _outcome(obj: JSON, token: str) -> tuple[str, str] | None:
     observed = ready.get("observedGeneration", status.get("observedGeneration"))
     if generation is not None and observed is not None and int(observed) < int(generation):
         return None
-    if ready.get("status") == "False" and ready.get("reason") == "Progressing":
-        return None  # the controller is still at it and said so
+    for condition in status.get("conditions") or []:
+        # Reconciling=True/Progressing: the object waits (for its source's
+        # artifact, a dependency, a gate) and is not failing; with retry it is.
+        if (condition.get("type"), condition.get("status"), condition.get("reason")) == (
+            "Reconciling", "True", "Progressing",
+        ):  # fmt: skip
+            return None
     return str(ready["status"]), " ".join(str(ready.get("message") or "").split())

@@ -110,6 +110,7 @@ class Progress:
         """A finished step: `► annotating Kustomization flux-system/apps`."""
         self.stop()
         self.err.print(message)
+        self._last = message
 
     def update(self, message: str) -> None:
         """The step in progress, redrawn in place on a terminal, printed once otherwise."""

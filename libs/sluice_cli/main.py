@@ -6,7 +6,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sluice_cli import crds_command, dev, gate_command, getting, reconciling, suspending
+from sluice_cli import (
+    checking,
+    crds_command,
+    dev,
+    events_command,
+    gate_command,
+    getting,
+    reconciling,
+    suspending,
+    version_command,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -18,6 +28,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     getting.register(commands)
     reconciling.register(commands)
     suspending.register(commands)
+    events_command.register(commands)
+    checking.register(commands)
+    version_command.register(commands)
     args = parser.parse_args(argv)
     sys.exit(args.run(args))
 

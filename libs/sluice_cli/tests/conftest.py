@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from sluice_cli import getting, reconciling, suspending
+from sluice_cli import checking, events_command, getting, reconciling, suspending, version_command
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import Observer, running_service
@@ -32,7 +32,7 @@ GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "Git
 KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
 CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
 
-VERBS = (getting, reconciling, suspending)
+VERBS = (getting, reconciling, suspending, events_command, checking, version_command)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -11,6 +11,9 @@ import time
 
 import yaml
 
+from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.kube.client import KubeClient
+
 from .conftest import (
     CONFIG_MAP,
     GITREPO,
@@ -21,8 +24,6 @@ from .conftest import (
     config_map,
     sluice,
 )
-from sluice_envtest.pytest_plugin import Cluster
-from sluice_runtime.kube.client import KubeClient
 
 GATES = ("gating.toolkit.fluxcd.io", "v1alpha1")
 

@@ -20,7 +20,17 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from sluice_cli import checking, events_command, getting, reconciling, suspending, version_command
+from sluice_cli import (
+    building_command,
+    checking,
+    diffing,
+    events_command,
+    getting,
+    reconciling,
+    suspending,
+    tree_command,
+    version_command,
+)
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import Observer, running_service
@@ -32,7 +42,10 @@ GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "Git
 KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
 CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
 
-VERBS = (getting, reconciling, suspending, events_command, checking, version_command)
+VERBS = (
+    getting, reconciling, suspending, events_command, checking, version_command,
+    tree_command, building_command, diffing,
+)  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sluice_api.kustomize import KustomizationSpec
 from sluice_runtime.building import (
     BuildError,
     Kustomize,
@@ -18,7 +19,6 @@ from sluice_runtime.building import (
     kustomization_file,
     load_yaml,
 )
-from sluice_api.kustomize import KustomizationSpec
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 
+from sluice_api.kustomize import PostBuild
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.resources import CONFIG_MAP, SECRET
 from sluice_runtime.substituting import (
     SubstitutionError,
     collect,
@@ -15,9 +18,6 @@ from sluice_runtime.substituting import (
     substitute,
     validate_names,
 )
-from sluice_api.kustomize import PostBuild
-from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.resources import CONFIG_MAP, SECRET
 
 VARS = {
     "env": "prod",

@@ -7,14 +7,17 @@ import sys
 from collections.abc import Sequence
 
 from sluice_cli import (
+    building_command,
     checking,
     crds_command,
     dev,
+    diffing,
     events_command,
     gate_command,
     getting,
     reconciling,
     suspending,
+    tree_command,
     version_command,
 )
 
@@ -31,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     events_command.register(commands)
     checking.register(commands)
     version_command.register(commands)
+    tree_command.register(commands)
+    diffing.register(commands)
+    building_command.register(commands)
     args = parser.parse_args(argv)
     sys.exit(args.run(args))
 

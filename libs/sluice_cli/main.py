@@ -15,6 +15,7 @@ from sluice_cli import (
     events_command,
     gate_command,
     getting,
+    logs_command,
     reconciling,
     suspending,
     tree_command,
@@ -32,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     reconciling.register(commands)
     suspending.register(commands)
     events_command.register(commands)
+    logs_command.register(commands)
     checking.register(commands)
     version_command.register(commands)
     tree_command.register(commands)

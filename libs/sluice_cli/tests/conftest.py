@@ -26,6 +26,7 @@ from sluice_cli import (
     diffing,
     events_command,
     getting,
+    logs_command,
     reconciling,
     suspending,
     tree_command,
@@ -44,7 +45,7 @@ CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
 
 VERBS = (
     getting, reconciling, suspending, events_command, checking, version_command,
-    tree_command, building_command, diffing,
+    tree_command, building_command, diffing, logs_command,
 )  # fmt: skip
 
 

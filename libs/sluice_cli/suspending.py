@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -70,12 +71,12 @@ def register(commands: Any) -> None:
             subcommands,
             verb=verb,
             kinds=suspendable,
-            configure=lambda p, k, verb=verb: _configure(p, k, verb),
+            configure=functools.partial(_configure, verb=verb),
             description=_SUB_DESCRIPTIONS[verb],
         )
 
 
-def _configure(parser: argparse.ArgumentParser, kinds: tuple[Kind, ...], verb: str) -> None:
+def _configure(parser: argparse.ArgumentParser, kinds: tuple[Kind, ...], *, verb: str) -> None:
     (kind,) = kinds
     parser.add_argument("name", help=f"name of the {kind.rt.kind}")
     add_cluster_flags(parser)

@@ -75,7 +75,8 @@ def _configure(parser: argparse.ArgumentParser, kinds: tuple[Kind, ...]) -> None
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_verb("get", lambda: asyncio.run(_get(args)))
+    watching = bool(getattr(args, "watch", False))
+    return run_verb("get", lambda: asyncio.run(_get(args)), streaming=watching)
 
 
 async def _get(args: argparse.Namespace) -> int:

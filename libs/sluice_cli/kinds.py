@@ -162,7 +162,8 @@ def add_kind_parsers(
     `configure` adds the kind's arguments and `run`; it gets the kinds the
     sub-command stands for (several for `get sources all` and `get all`).
     `description` is Flux's sentence for each sub-command, with `{command}`
-    (`get kustomizations`) and `{kind}` (`Kustomization`) filled in.
+    (`get kustomizations`), `{kind}` (`Kustomization`) and `{a_kind}`
+    (`an OCIRepository`) filled in.
     """
 
     def add(
@@ -172,7 +173,9 @@ def add_kind_parsers(
             word,
             aliases=aliases,
             help=summary,
-            description=description.format(command=command, kind=kind),
+            description=description.format(
+                command=command, kind=kind, a_kind=("an " if kind[0] in "AEIOU" else "a ") + kind
+            ),
         )
 
     sources = tuple(kind for kind in kinds if kind.source)

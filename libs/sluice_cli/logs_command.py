@@ -92,7 +92,7 @@ def register(commands: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_verb("logs", lambda: asyncio.run(_logs(args)))
+    return run_verb("logs", lambda: asyncio.run(_logs(args)), streaming=args.follow)
 
 
 def format_line(line: str, wanted: Filter) -> str | None:

@@ -61,7 +61,7 @@ def register(commands: Any) -> None:
         subcommands,
         verb="reconcile",
         configure=_configure,
-        description="The {command} command triggers a reconciliation of a {kind} resource "
+        description="The {command} command triggers a reconciliation of {a_kind} resource "
         "and waits for it to finish.",
     )
 

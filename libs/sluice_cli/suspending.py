@@ -51,7 +51,7 @@ examples:
 }
 
 _SUB_DESCRIPTIONS = {
-    "suspend": "The {command} command disables the reconciliation of a {kind} resource.",
+    "suspend": "The {command} command disables the reconciliation of {a_kind} resource.",
     "resume": "The {command} command marks a previously suspended {kind} resource for "
     "reconciliation and waits for it to finish.",
 }

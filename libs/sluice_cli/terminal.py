@@ -141,8 +141,12 @@ class Failure(Exception):
         return self.message
 
 
-def run_verb(verb: str, body: Any) -> int:
-    """Run `body()`, turning the errors a user can meet into one line and an exit code."""
+def run_verb(verb: str, body: Any, *, streaming: bool = False) -> int:
+    """Run `body()`, turning the errors a user can meet into one line and an exit code.
+
+    `streaming` verbs (`get --watch`, `logs --follow`) end with Ctrl-C: that is
+    their normal end, exit 0, not an interruption.
+    """
     try:
         return int(body())
     except Failure as failure:
@@ -152,7 +156,7 @@ def run_verb(verb: str, body: Any) -> int:
     except (KubeError, OSError) as error:
         return fail(verb, one_line(error), ERROR)
     except KeyboardInterrupt:
-        return fail(verb, "interrupted", ERROR)
+        return OK if streaming else fail(verb, "interrupted", ERROR)
 
 
 def fail(verb: str, message: str, code: int) -> int:

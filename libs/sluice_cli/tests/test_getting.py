@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 
 import yaml
@@ -181,9 +182,15 @@ async def test_get_watch_prints_a_row_per_change(
         assert line.split() == ["apps", "v2", "False", "True", "Applied", "revision:", "v2"]
         # A row of its own: no repeated header, no ANSI colour in a pipe.
         assert "\x1b" not in first + line
+        # Ctrl-C is how a watch ends: quietly, exit 0.
+        watcher.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(watcher.wait(), 20) == 0
+        assert watcher.stderr is not None
+        assert (await watcher.stderr.read()).decode() == ""
     finally:
-        watcher.terminate()
-        await watcher.wait()
+        if watcher.returncode is None:
+            watcher.kill()
+            await watcher.wait()
 
 
 # -- reconcile, suspend, resume with the controllers running -----------------------

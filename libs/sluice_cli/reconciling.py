@@ -79,25 +79,23 @@ def _configure(parser: argparse.ArgumentParser, kinds: tuple[Kind, ...]) -> None
 
 
 def _run(args: argparse.Namespace) -> int:
+    return run_verb("reconcile", lambda: asyncio.run(_reconcile(args)))
+
+
+def timeout_seconds(value: str) -> float:
+    """`--timeout` as seconds; a Failure (exit 2) unless it is a positive Go duration."""
     try:
-        timeout = parse_duration(args.timeout).total_seconds()
+        seconds = parse_duration(value).total_seconds()
     except ValueError:
-        timeout = -1.0
-    if timeout <= 0:
-        return run_verb("reconcile", _bad_timeout(args.timeout))
-    return run_verb("reconcile", lambda: asyncio.run(_reconcile(args, timeout)))
-
-
-def _bad_timeout(value: str) -> Any:
-    def refuse() -> int:
+        seconds = 0.0
+    if seconds <= 0:
         raise Failure(f"--timeout {value!r} is not a duration such as 30s or 5m", ERROR)
+    return seconds
 
-    return refuse
 
-
-async def _reconcile(args: argparse.Namespace, timeout: float) -> int:
+async def _reconcile(args: argparse.Namespace) -> int:
     (kind,) = args.kinds
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout_seconds(args.timeout)
     async with connected(args.kubeconfig, args.context) as client:
         obj = await _get(client, kind, args.namespace, args.name)
         if getattr(args, "with_source", False):

@@ -14,12 +14,10 @@ import functools
 import time
 from typing import Any
 
-from sluice_api.meta import parse_duration
 from sluice_cli import kinds as kinds_
 from sluice_cli.kinds import Kind
 from sluice_cli.reconciling import request_and_wait
 from sluice_cli.terminal import (
-    ERROR,
     OK,
     Failure,
     add_cluster_flags,
@@ -98,14 +96,7 @@ def _run(args: argparse.Namespace, verb: str) -> int:
 async def _set_suspend(args: argparse.Namespace, suspend: bool) -> int:
     (kind,) = args.kinds
     what = kind.describe(args.namespace, args.name)
-    timeout = 0.0
-    if not suspend:
-        try:
-            timeout = parse_duration(args.timeout).total_seconds()
-        except ValueError:
-            raise Failure(
-                f"--timeout {args.timeout!r} is not a duration such as 5m", ERROR
-            ) from None
+    timeout = 0.0 if suspend else timeout_seconds(args.timeout)
     async with connected(args.kubeconfig, args.context) as client:
         # null removes the field, as `flux resume` leaves no `suspend: false` behind.
         patch = {"spec": {"suspend": True if suspend else None}}

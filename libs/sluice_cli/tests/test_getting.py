@@ -22,6 +22,7 @@ from .conftest import (
     cli_output,
     config_map,
     sluice,
+    sluice_sync,
 )
 
 GATES = ("gating.toolkit.fluxcd.io", "v1alpha1")
@@ -276,3 +277,13 @@ async def test_suspend_missing_object(cluster: Cluster, namespace: str, capsys: 
     )
     assert code == 1
     assert cli_output(capsys)[1] == f"✗ sluice suspend: GitRepository {namespace}/nope not found\n"
+
+
+def test_reconcile_timeout_must_be_a_duration(capsys: Capture) -> None:
+    assert (
+        sluice_sync("reconcile", "ks", "apps", "--timeout", "soon", "--kubeconfig", "/nonexistent")
+        == 2
+    )
+    assert capsys.readouterr().err == (
+        "✗ sluice reconcile: --timeout 'soon' is not a duration such as 30s or 5m\n"
+    )

@@ -16,7 +16,7 @@ from typing import Any
 
 from sluice_cli import kinds as kinds_
 from sluice_cli.kinds import Kind
-from sluice_cli.reconciling import request_and_wait
+from sluice_cli.reconciling import request_and_wait, timeout_seconds
 from sluice_cli.terminal import (
     OK,
     Failure,

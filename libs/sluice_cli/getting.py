@@ -18,6 +18,7 @@ import yaml
 from sluice_cli import kinds as kinds_
 from sluice_cli.kinds import Kind
 from sluice_cli.terminal import (
+    ERROR,
     OK,
     Failure,
     add_cluster_flags,
@@ -83,6 +84,8 @@ async def _get(args: argparse.Namespace) -> int:
     kinds: tuple[Kind, ...] = args.kinds
     namespace = None if args.all_namespaces else args.namespace
     name: str | None = getattr(args, "name", None)
+    if name is not None and namespace is None:
+        raise Failure(f"{name}: a name needs a namespace; use -n instead of -A", ERROR)
     async with connected(args.kubeconfig, args.context) as client:
         found: list[tuple[Kind, list[JSON], str]] = []
         for kind in kinds:

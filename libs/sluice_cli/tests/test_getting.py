@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import signal
+import subprocess
 import sys
 
 import yaml
@@ -287,3 +289,55 @@ def test_reconcile_timeout_must_be_a_duration(capsys: Capture) -> None:
     assert capsys.readouterr().err == (
         "✗ sluice reconcile: --timeout 'soon' is not a duration such as 30s or 5m\n"
     )
+
+
+def test_get_a_name_across_namespaces_is_refused(capsys: Capture) -> None:
+    assert sluice_sync("get", "ks", "apps", "-A", "--kubeconfig", "/nonexistent") == 2
+    assert capsys.readouterr().err == (
+        "✗ sluice get: apps: a name needs a namespace; use -n instead of -A\n"
+    )
+
+
+async def test_a_terminal_gets_colour_a_pipe_does_not(
+    cluster: Cluster, kube: KubeClient, namespace: str
+) -> None:
+    await make_kustomization(kube, namespace, "apps")
+    argv = [sys.executable, "-m", "sluice_cli", "get", "ks", "-n", namespace,
+            "--kubeconfig", str(cluster.kubeconfig)]  # fmt: skip
+
+    def on_a_terminal() -> str:
+        primary, secondary = pty.openpty()
+        try:
+            done = subprocess.run(argv, stdout=secondary, stderr=secondary, timeout=60, check=False)
+            os.close(secondary)
+            secondary = -1
+            chunks = []
+            while True:
+                try:
+                    chunk = os.read(primary, 65536)
+                except OSError:  # EIO: the terminal's other end is closed
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            assert done.returncode == 0
+            return b"".join(chunks).decode()
+        finally:
+            os.close(primary)
+            if secondary >= 0:
+                os.close(secondary)
+
+    shown = await asyncio.to_thread(on_a_terminal)
+    assert "\x1b[1m" in shown  # a bold header
+    assert "apps" in shown
+    piped = await asyncio.to_thread(
+        subprocess.run, argv, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "\x1b" not in piped.stdout
+    assert piped.stdout.splitlines()[0].split() == [
+        "NAME",
+        "REVISION",
+        "SUSPENDED",
+        "READY",
+        "MESSAGE",
+    ]

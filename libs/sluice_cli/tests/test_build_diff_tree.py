@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import gzip
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sluice_cli.diffing import mask_secrets
+from sluice_cli.tree_command import release_objects
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import KubeClient
 
@@ -298,3 +301,83 @@ async def test_tree_of_missing_kustomization(
     )
     assert code == 1
     assert capsys.readouterr().err == f"✗ sluice tree: Kustomization {namespace}/nope not found\n"
+
+
+def helm_secret_value(manifest: str, *, gzipped: bool = True) -> str:
+    """`data.release` of a Helm storage Secret, encoded as Helm encodes it."""
+    raw = json.dumps(
+        {"name": "podinfo", "namespace": "web", "version": 3, "manifest": manifest}
+    ).encode()
+    helm = base64.b64encode(gzip.compress(raw) if gzipped else raw)
+    return base64.b64encode(helm).decode()
+
+
+RELEASE_MANIFEST = """---
+# Source: podinfo/templates/service.yaml
+apiVersion: v1
+kind: Service
+metadata:
+  name: podinfo
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: podinfo-reader
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: podinfo
+  namespace: elsewhere
+"""
+
+
+@pytest.mark.parametrize(
+    "gzipped", [pytest.param(True, id="gzipped"), pytest.param(False, id="plain")]
+)
+def test_release_objects_decodes_helm_storage(gzipped: bool) -> None:
+    assert release_objects(helm_secret_value(RELEASE_MANIFEST, gzipped=gzipped)) == [
+        ("v1", "Service", "", "podinfo"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole", "", "podinfo-reader"),
+        ("apps/v1", "Deployment", "elsewhere", "podinfo"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stored", "problem"),
+    [
+        pytest.param("not base64!", "base64", id="not-base64"),
+        pytest.param(base64.b64encode(b"also not").decode(), "base64", id="inner-not-base64"),
+        pytest.param(base64.b64encode(base64.b64encode(b"{not json")).decode(), "Expecting property name", id="not-json"),
+    ],
+)  # fmt: skip
+def test_release_objects_refuses_what_is_not_a_release(stored: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        release_objects(stored)
+
+
+async def test_tree_shows_a_helmrelease_where_its_api_is_not_served(
+    cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
+) -> None:
+    await kube.create(KUSTOMIZATION, {
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": namespace},
+        "spec": {"interval": "10m", "path": "./", "prune": True,
+                 "sourceRef": {"kind": "GitRepository", "name": "fleet"}},
+    })  # fmt: skip
+    await kube.merge_patch(KUSTOMIZATION, "apps", {"status": {"inventory": {"entries": [
+        {"id": f"{namespace}_podinfo_helm.toolkit.fluxcd.io_HelmRelease", "v": "v2"},
+        {"id": f"_{namespace}__Namespace", "v": "v1"},
+        {"id": f"{namespace}_settings__ConfigMap", "v": "v1"},
+    ]}}}, namespace=namespace, subresource="status")  # fmt: skip
+    code = await sluice(
+        "tree", "ks", "apps", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig)
+    )
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert out == (
+        f"Kustomization/{namespace}/apps\n"
+        f"├── Namespace/{namespace}\n"
+        f"├── ConfigMap/{namespace}/settings\n"
+        f"└── HelmRelease/{namespace}/podinfo\n"
+    )

@@ -6,6 +6,9 @@ controller's apply would send it (`ResourceManager.preview_all`), compared
 with the live objects; and, when the Kustomization prunes, what its
 inventory holds that the build no longer has. Secret values never reach the
 terminal: each is shown as `***`, marked `(before)`/`(after)` when it changes.
+The dry-run runs as the user of the kubeconfig (as `flux diff` does), not as
+the Kustomization's `serviceAccountName`; one that targets another cluster
+(`spec.kubeConfig`) is refused rather than compared with this one.
 
 Exit codes, as `flux diff` and diff(1): 0 no differences, 1 differences, 2 the
 diff could not be made.
@@ -82,6 +85,15 @@ def _run(args: argparse.Namespace) -> int:
 async def _diff(args: argparse.Namespace) -> int:
     async with connected(args.kubeconfig, args.context) as client:
         ks = await load_kustomization(client, args.namespace, args.name, args.kustomization_file)
+        if ks.spec.kube_config is not None and args.kustomization_file is None:
+            # Its objects live in another cluster: a dry-run here would compare
+            # them with the wrong objects.
+            raise Failure(
+                f"Kustomization {args.namespace}/{args.name} applies to another cluster "
+                "(spec.kubeConfig); diff it with --kubeconfig of that cluster and "
+                "--kustomization-file",
+                ERROR,
+            )
         objects = await build_local(client, ks, args.path)
         manager = ResourceManager(
             client, RestMapper(client), field_manager=FIELD_MANAGER, owner_labels=owner_labels(ks)

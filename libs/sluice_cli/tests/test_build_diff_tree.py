@@ -381,3 +381,23 @@ async def test_tree_shows_a_helmrelease_where_its_api_is_not_served(
         f"├── ConfigMap/{namespace}/settings\n"
         f"└── HelmRelease/{namespace}/podinfo\n"
     )
+
+
+async def test_diff_of_a_remote_cluster_kustomization_is_refused(
+    cluster: Cluster, kube: KubeClient, namespace: str, tmp_path: Path, capsys: Capture
+) -> None:
+    await kube.create(KUSTOMIZATION, {
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "remote", "namespace": namespace},
+        "spec": {"interval": "10m", "path": "./", "prune": True,
+                 "kubeConfig": {"secretRef": {"name": "prod-kubeconfig"}},
+                 "sourceRef": {"kind": "GitRepository", "name": "fleet"}},
+    })  # fmt: skip
+    local = write(tmp_path / "apps", {"cm.yaml": config_map("settings")})
+    code = await sluice("diff", "ks", "remote", "--path", str(local), "-n", namespace,
+                        "--kubeconfig", str(cluster.kubeconfig))  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"✗ sluice diff: Kustomization {namespace}/remote applies to another cluster "
+        "(spec.kubeConfig); diff it with --kubeconfig of that cluster and --kustomization-file\n"
+    )

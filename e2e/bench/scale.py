@@ -7,7 +7,7 @@ processes with their default flags against the local control plane. Each
 run uses a fresh namespace, GitRepository and Kustomization; the figures are
 medians over `--runs`:
 
-- build: `kustomize_controller.building.build` + `substituting.substitute`,
+- build: `sluice_runtime.building.build` + `substituting.substitute`,
   called in this process on a copy of the same tree with the same spec (the
   controller's build and substitution steps; no download, no API).
 - apply: from creating the Kustomization (its source already has the
@@ -100,7 +100,7 @@ def _spec(target: str) -> dict[str, Any]:
 
 
 async def measure_build(files: dict[str, str], runs: int, workdir: Path) -> list[dict[str, float]]:
-    from kustomize_controller import building, substituting
+    from sluice_runtime import building, substituting
 
     kustomize = building.find_kustomize()
     spec = KustomizationSpec.model_validate(

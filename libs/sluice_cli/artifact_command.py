@@ -31,16 +31,26 @@ def register(commands: Any) -> None:
         "pull": ("artifact", "pull an OCI artifact and unpack it", _pull_flags, _pull),
         "tag": ("artifact", "tag an OCI artifact with another tag", _tag_flags, _tag),
         "list": ("artifacts", "list an OCI repository's artifacts", _list_flags, _list),
-        "diff": ("artifact", "compare a directory with a pushed artifact", _diff_flags, _diff),
     }
     for verb, (noun, help_text, add_flags, run) in verbs.items():
         parser: argparse.ArgumentParser = commands.add_parser(verb, help=help_text)
-        nouns = parser.add_subparsers(dest="noun", required=True, metavar="KIND")
-        command = nouns.add_parser(noun, help=help_text)
-        command.add_argument("url", help="oci://<host>/<repository>[:tag|@digest]")
-        add_flags(command)
-        _connection_flags(command)
-        command.set_defaults(run=_guarded(f"{verb} {noun}", run))
+        kinds = parser.add_subparsers(dest="noun", required=True, metavar="KIND")
+        _add(kinds, verb, noun, help_text, add_flags, run)
+
+
+def add_diff(kinds: Any) -> None:
+    """`diff artifact`, a sub-command of the `diff` verb it shares with `diff kustomization`."""
+    _add(
+        kinds, "diff", "artifact", "compare a directory with a pushed artifact", _diff_flags, _diff
+    )
+
+
+def _add(kinds: Any, verb: str, noun: str, help_text: str, add_flags: Any, run: Any) -> None:
+    command = kinds.add_parser(noun, help=help_text)
+    command.add_argument("url", help="oci://<host>/<repository>[:tag|@digest]")
+    add_flags(command)
+    _connection_flags(command)
+    command.set_defaults(run=_guarded(f"{verb} {noun}", run))
 
 
 def _connection_flags(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,22 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sluice_cli import artifact_command, crds_command, dev, gate_command
+from sluice_cli import (
+    artifact_command,
+    building_command,
+    checking,
+    crds_command,
+    dev,
+    diffing,
+    events_command,
+    gate_command,
+    getting,
+    logs_command,
+    reconciling,
+    suspending,
+    tree_command,
+    version_command,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -16,6 +31,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     crds_command.register(commands)
     gate_command.register(commands)
     artifact_command.register(commands)
+    getting.register(commands)
+    reconciling.register(commands)
+    suspending.register(commands)
+    events_command.register(commands)
+    logs_command.register(commands)
+    checking.register(commands)
+    version_command.register(commands)
+    tree_command.register(commands)
+    diffing.register(commands, artifact_command.add_diff)
+    building_command.register(commands)
     args = parser.parse_args(argv)
     sys.exit(args.run(args))
 

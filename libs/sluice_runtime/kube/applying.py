@@ -239,6 +239,19 @@ class Deferred:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """What applying one object would do, as the server-side dry-run tells it."""
+
+    id: ObjectId
+    existing: JSON | None
+    """The live object, None when it would be created."""
+    dry_run: JSON | None
+    """The object as the apply would leave it; None when it is not applied (`note`)."""
+    note: str = ""
+    """Why it was not dry-run: skipped, deferred, or to be re-created."""
+
+
 # -- errors -----------------------------------------------------------------------
 
 
@@ -994,6 +1007,32 @@ class ResourceManager:
         self.validate(objects)
         _, deferred = await self._check_all(objects, force=force)
         return deferred
+
+    async def preview_all(
+        self, objects: Sequence[Mapping[str, Any]], *, force: bool = False
+    ) -> list[Preview]:
+        """Dry-run every object and return, in order, the live object beside the result.
+
+        The same checks as `apply_all_staged` makes before it writes, so that a
+        person can see what the controller would change (`sluice diff`).
+        Raises ValidationFailed, or ApplyFailed naming every refused object.
+        """
+        self.validate(objects)
+        checked, deferred = await self._check_all(objects, force=force)
+        waiting = {item.id: item for item in deferred}
+        previews = []
+        for obj in objects:
+            oid = ObjectId.of(obj)
+            check = checked.get(oid)
+            if check is None:
+                reason = waiting[oid].reason if oid in waiting else "not dry-run"
+                previews.append(Preview(oid, None, None, f"deferred: {reason}"))
+                continue
+            note = check.skip or (
+                "to be re-created: immutable fields changed" if check.recreate else ""
+            )
+            previews.append(Preview(check.plan.id, check.existing, check.dry_run, note))
+        return previews
 
     async def _check_all(
         self, objects: Sequence[Mapping[str, Any]], *, force: bool

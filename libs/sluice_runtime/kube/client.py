@@ -332,6 +332,26 @@ class KubeClient:
             raise error_from_response(response.status, text)
         return json.loads(text) if text else None
 
+    async def stream_lines(
+        self, path: str, *, query: Sequence[tuple[str, str]] = ()
+    ) -> AsyncIterator[str]:
+        """The lines of a plain-text answer as they arrive (pods/log, with or without follow)."""
+        timeout = aiohttp.ClientTimeout(total=None, connect=DEFAULT_TIMEOUT, sock_read=None)
+        response = await self._send("GET", path, query=query, timeout=timeout, throttle=False)
+        try:
+            if response.status >= 400:
+                raise error_from_response(response.status, await response.text())
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (TimeoutError, aiohttp.ClientError, ValueError) as error:
+                    raise ApiUnavailable(f"stream of {path} interrupted: {error}") from None
+                if not line:
+                    return
+                yield line.decode(errors="replace").rstrip("\n")
+        finally:
+            response.close()
+
     # -- typed verbs ------------------------------------------------------
 
     async def get(self, rt: ResourceType, name: str, namespace: str | None = None) -> JSON:

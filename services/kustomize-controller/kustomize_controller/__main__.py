@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import structlog
 
-from kustomize_controller import building, decrypting, kustomization
+from kustomize_controller import decrypting, kustomization
 from kustomize_controller.targets import Targets
 from sluice_api import (
     Bucket,
@@ -23,7 +23,7 @@ from sluice_api import (
     Kustomization,
     OCIRepository,
 )
-from sluice_runtime import app, gates
+from sluice_runtime import app, building, gates
 from sluice_runtime.kube.resources import ResourceType
 
 log = structlog.get_logger(__name__)

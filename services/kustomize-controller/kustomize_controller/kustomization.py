@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from kustomize_controller import building, decrypting, substituting
+from kustomize_controller import decrypting
 from kustomize_controller.targets import TargetError, TargetRefused, Targets
 from sluice_api.kustomize import (
     KUBECONFIG_ONE_OF,
@@ -34,7 +34,7 @@ from sluice_api.kustomize import (
     ResourceInventory,
 )
 from sluice_api.meta import Artifact, format_duration, parse_duration
-from sluice_runtime import dependencies, gates
+from sluice_runtime import building, dependencies, gates, substituting
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.describing import describe
 from sluice_runtime.informing.watching import Change, Store

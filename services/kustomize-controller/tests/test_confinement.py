@@ -22,7 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
-from kustomize_controller.building import (
+from sluice_api.kustomize import KustomizationSpec
+from sluice_envtest.harness import condition
+from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime import confining
+from sluice_runtime.building import (
     BuildError,
     Kustomize,
     Sandbox,
@@ -30,10 +34,6 @@ from kustomize_controller.building import (
     choose_sandbox,
     find_kustomize,
 )
-from sluice_api.kustomize import KustomizationSpec
-from sluice_envtest.harness import condition
-from sluice_envtest.pytest_plugin import Cluster
-from sluice_runtime import confining
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import SECRET
 

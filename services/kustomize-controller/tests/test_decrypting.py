@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kustomize_controller import building, decrypting
+from kustomize_controller import decrypting
 from kustomize_controller.decrypting import Decryptor, Keys, find_sops, keys_from_entries
+from sluice_runtime import building
 
 from .sopsfiles import age_key, encrypt, has_gpg, pgp_key, secret_manifest, tamper
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kustomize_controller.building import (
+from sluice_api.kustomize import KustomizationSpec
+from sluice_runtime.building import (
     BuildError,
     Kustomize,
     build,
@@ -18,7 +19,6 @@ from kustomize_controller.building import (
     kustomization_file,
     load_yaml,
 )
-from sluice_api.kustomize import KustomizationSpec
 
 
 @pytest.fixture(scope="module")

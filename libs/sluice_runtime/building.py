@@ -1,5 +1,9 @@
 """Building a Kustomization's manifests with kustomize, the way Flux's kustomize-controller does.
 
+It lives in the runtime because two programs need the very same build: the
+kustomize-controller, which applies it, and `sluice build`/`sluice diff`,
+which show a person what the controller would apply.
+
 Flux links kustomize as a library and gives it a filesystem that cannot
 leave the artifact. Sluice runs the kustomize binary (or the copy built into
 kubectl) instead, and gets the same guarantee from the kernel: the process

@@ -38,8 +38,8 @@ from typing import Any
 
 import yaml
 
-from kustomize_controller.building import load_yaml, yaml_problem
 from sluice_api.kustomize import SUBSTITUTE_ANNOTATION, PostBuild, SubstituteReference
+from sluice_runtime.building import load_yaml, yaml_problem
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from kustomize_controller.substituting import (
+from sluice_api.kustomize import PostBuild
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.resources import CONFIG_MAP, SECRET
+from sluice_runtime.substituting import (
     SubstitutionError,
     collect,
     expand,
@@ -15,9 +18,6 @@ from kustomize_controller.substituting import (
     substitute,
     validate_names,
 )
-from sluice_api.kustomize import PostBuild
-from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.resources import CONFIG_MAP, SECRET
 
 VARS = {
     "env": "prod",

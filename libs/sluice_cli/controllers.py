@@ -1,0 +1,63 @@
+"""The controllers as deployed in a cluster: their Deployments, versions and pods.
+
+The chart runs each controller as a Deployment named after it, labelled
+`app: <name>`, in the controllers' namespace (flux-system), with one
+container called `manager`; its image tag is the controller's version.
+`sluice check`, `version` and `logs` find them the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import ResourceType
+
+CONTROLLERS = (
+    "source-controller",
+    "kustomize-controller",
+    "notification-controller",
+    "gating-controller",
+)
+CONTAINER = "manager"
+DEPLOYMENT = ResourceType("apps", "v1", "deployments", "Deployment")
+POD = ResourceType("", "v1", "pods", "Pod")
+
+
+@dataclass(frozen=True, slots=True)
+class Deployed:
+    name: str
+    image: str
+    replicas: int
+    ready: int
+
+    @property
+    def version(self) -> str:
+        """The image's tag (or digest), the version of the controller it runs."""
+        image = self.image
+        if "@" in image:
+            return image.split("@", 1)[1]
+        last = image.rsplit("/", 1)[-1]
+        return last.split(":", 1)[1] if ":" in last else "latest"
+
+
+def deployed(deployment: JSON) -> Deployed:
+    spec = deployment.get("spec") or {}
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    manager = next((c for c in containers if c.get("name") == CONTAINER), None)
+    image = str((manager or (containers[0] if containers else {})).get("image") or "")
+    status = deployment.get("status") or {}
+    return Deployed(
+        name=str((deployment.get("metadata") or {}).get("name") or ""),
+        image=image,
+        replicas=int(spec.get("replicas", 1) or 0),
+        ready=int(status.get("readyReplicas") or 0),
+    )
+
+
+async def find(client: KubeClient, namespace: str, name: str) -> Deployed | None:
+    try:
+        return deployed(await client.get(DEPLOYMENT, name, namespace))
+    except NotFound:
+        return None

@@ -1,0 +1,211 @@
+"""The kinds the everyday verbs know, named on the command line as the flux CLI names them.
+
+`flux get sources git`, `flux reconcile kustomization`, `flux suspend hr`: a
+kind is one word (with a short alias) or `source <type>`. Each kind also says
+which of Flux's columns it has (receivers and alerts have no revision,
+providers nothing to suspend) and where its revision is read from.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sluice_api import (
+    Alert,
+    Bucket,
+    Gate,
+    GitRepository,
+    HelmChart,
+    HelmRepository,
+    Kustomization,
+    OCIRepository,
+    Provider,
+    Receiver,
+)
+from sluice_runtime.kube.client import JSON
+from sluice_runtime.kube.resources import ResourceType
+
+HELM_RELEASE = ResourceType("helm.toolkit.fluxcd.io", "v2", "helmreleases", "HelmRelease")
+"""Flux's helm-controller kind. Sluice does not serve it: the verbs work on it
+where Flux's helm-controller is installed, and say so where it is not."""
+
+
+def _artifact_revision(obj: JSON) -> str:
+    return str(((obj.get("status") or {}).get("artifact") or {}).get("revision") or "")
+
+
+def _applied_revision(obj: JSON) -> str:
+    return str((obj.get("status") or {}).get("lastAppliedRevision") or "")
+
+
+def _release_revision(obj: JSON) -> str:
+    status = obj.get("status") or {}
+    history = status.get("history") or []
+    if history and isinstance(history[0], dict) and history[0].get("chartVersion"):
+        return str(history[0]["chartVersion"])
+    return str(status.get("lastAttemptedRevision") or "")
+
+
+def _no_revision(obj: JSON) -> str:
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    rt: ResourceType
+    word: str
+    """The singular on the command line: `kustomization`, or the type of a source: `git`."""
+    plural: str
+    """What `get` calls a list of them: `kustomizations`, or `git` under `get sources`."""
+    aliases: tuple[str, ...] = ()
+    source: bool = False
+    """Named `source <word>`, as Flux names its sources."""
+    revision: Callable[[JSON], str] = _no_revision
+    has_revision: bool = True
+    suspendable: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.rt.kind
+
+    def describe(self, namespace: str, name: str) -> str:
+        return f"{self.rt.kind} {namespace}/{name}"
+
+
+def _source(model: Any, word: str) -> Kind:
+    return Kind(ResourceType.of_model(model), word, word, source=True, revision=_artifact_revision)
+
+
+SOURCES = (
+    _source(GitRepository, "git"),
+    _source(OCIRepository, "oci"),
+    _source(HelmRepository, "helm"),
+    _source(HelmChart, "chart"),
+    _source(Bucket, "bucket"),
+)
+KUSTOMIZATION = Kind(
+    ResourceType.of_model(Kustomization),
+    "kustomization",
+    "kustomizations",
+    aliases=("ks",),
+    revision=_applied_revision,
+)
+HELMRELEASE = Kind(
+    HELM_RELEASE, "helmrelease", "helmreleases", aliases=("hr",), revision=_release_revision
+)
+GATE = Kind(ResourceType.of_model(Gate), "gate", "gates", has_revision=False, suspendable=False)
+RECEIVER = Kind(ResourceType.of_model(Receiver), "receiver", "receivers", has_revision=False)
+ALERT = Kind(ResourceType.of_model(Alert), "alert", "alerts", has_revision=False)
+PROVIDER = Kind(
+    ResourceType.of_model(Provider), "alert-provider", "alert-providers", has_revision=False
+)
+
+DELIVERY = (KUSTOMIZATION, HELMRELEASE)
+OTHERS = (GATE, RECEIVER, ALERT, PROVIDER)
+ALL = (*SOURCES, *DELIVERY, *OTHERS)
+"""Every kind, in the order `get all` lists them (sources first, as Flux does)."""
+
+
+def of_kind(kind: str) -> Kind | None:
+    """The Kind for a Kubernetes kind name (`Kustomization`), if the verbs know it."""
+    for candidate in ALL:
+        if candidate.rt.kind == kind:
+            return candidate
+    return None
+
+
+def source_of(obj: JSON) -> tuple[Kind, str, str] | None:
+    """The source a Kustomization or HelmRelease reads: its Kind, namespace and name."""
+    spec = obj.get("spec") or {}
+    ref = spec.get("sourceRef")
+    if ref is None:  # a HelmRelease names its chart's source under chart.spec
+        ref = ((spec.get("chart") or {}).get("spec") or {}).get("sourceRef")
+    if not isinstance(ref, dict):
+        return None
+    kind = of_kind(str(ref.get("kind") or ""))
+    if kind is None or not kind.source:
+        return None
+    namespace = str(ref.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
+    return kind, namespace, str(ref.get("name") or "")
+
+
+def ready_condition(obj: JSON) -> JSON | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "Ready":
+            return condition
+    return None
+
+
+def status_and_message(obj: JSON) -> tuple[str, str]:
+    """READY and MESSAGE as Flux shows them; never reconciled: False, waiting."""
+    ready = ready_condition(obj)
+    if ready is None:
+        return "False", "waiting to be reconciled"
+    message = " ".join(str(ready.get("message") or "").split())
+    return str(ready.get("status") or "Unknown"), message
+
+
+def add_kind_parsers(
+    commands: Any,
+    *,
+    verb: str,
+    configure: Callable[[argparse.ArgumentParser, tuple[Kind, ...]], None],
+    description: str,
+    kinds: tuple[Kind, ...] = ALL,
+    plural: bool = False,
+) -> None:
+    """One sub-command per kind under `verb`, and `source <type>` for sources.
+
+    `configure` adds the kind's arguments and `run`; it gets the kinds the
+    sub-command stands for (several for `get sources all` and `get all`).
+    `description` is Flux's sentence for each sub-command, with `{command}`
+    (`get kustomizations`), `{kind}` (`Kustomization`) and `{a_kind}`
+    (`an OCIRepository`) filled in.
+    """
+
+    def add(
+        group: Any, word: str, aliases: list[str], command: str, kind: str, summary: str
+    ) -> Any:
+        return group.add_parser(
+            word,
+            aliases=aliases,
+            help=summary,
+            description=description.format(
+                command=command, kind=kind, a_kind=("an " if kind[0] in "AEIOU" else "a ") + kind
+            ),
+        )
+
+    sources = tuple(kind for kind in kinds if kind.source)
+    if sources:
+        word, aliases = ("sources", ["source"]) if plural else ("source", [])
+        group = commands.add_parser(
+            word, aliases=aliases, help=f"{verb} sources",
+            description=f"The {verb} source sub-commands {verb} sources.",
+        )  # fmt: skip
+        types = group.add_subparsers(dest="source_type", required=True, metavar="TYPE")
+        for kind in sources:
+            summary = f"{verb} {kind.rt.kind} sources" if plural else f"{verb} a {kind.rt.kind}"
+            command = f"{verb} {word} {kind.word}"
+            configure(add(types, kind.word, [], command, kind.rt.kind, summary), (kind,))
+        if plural:
+            every = add(types, "all", [], f"{verb} {word} all", "source", f"{verb} all sources")
+            configure(every, sources)
+    for kind in kinds:
+        if kind.source:
+            continue
+        if plural:
+            word, aliases = kind.plural, [kind.word, *kind.aliases]
+            summary = f"{verb} {kind.rt.kind} statuses"
+        else:
+            word, aliases = kind.word, list(kind.aliases)
+            summary = f"{verb} a {kind.rt.kind}"
+        command = f"{verb} {word}"
+        configure(add(commands, word, aliases, command, kind.rt.kind, summary), (kind,))
+    if plural:
+        every = add(
+            commands, "all", [], f"{verb} all", "Flux", f"{verb} all resources and statuses"
+        )
+        configure(every, kinds)

@@ -26,6 +26,7 @@ from sluice_cli.terminal import (
 )
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.installing import for_server, supports_cel
 from sluice_runtime.kube.resources import CRD
 
 MIN_KUBERNETES = (1, 20, 0)
@@ -127,8 +128,10 @@ async def _check(args: argparse.Namespace) -> int:
 
 async def _crds(client: KubeClient) -> list[tuple[bool, str]]:
     results = []
+    # Compared with what `sluice crds install` would install on this server.
+    cel = supports_cel(await client.request("GET", "/version"))
     for model in ALL_KINDS:
-        wanted = crds.crd_for(model)
+        wanted = for_server(crds.crd_for(model), cel=cel)
         name = wanted["metadata"]["name"]
         storage = next(v["name"] for v in wanted["spec"]["versions"] if v.get("storage"))
         try:

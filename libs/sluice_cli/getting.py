@@ -132,11 +132,7 @@ async def _fetch(
 
 
 def _not_served(kind: Kind) -> str:
-    hint = (
-        "install Flux's helm-controller to manage HelmReleases"
-        if kind is kinds_.HELMRELEASE
-        else "install the CRDs with `sluice crds | kubectl apply --server-side -f -`"
-    )
+    hint = "install the CRDs with `sluice crds install`"
     return f"the {kind.rt.kind} API ({kind.rt.api_version}) is not served by this cluster: {hint}"
 
 

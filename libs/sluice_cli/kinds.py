@@ -29,8 +29,7 @@ from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.resources import ResourceType
 
 HELM_RELEASE = ResourceType("helm.toolkit.fluxcd.io", "v2", "helmreleases", "HelmRelease")
-"""Flux's helm-controller kind. Sluice does not serve it: the verbs work on it
-where Flux's helm-controller is installed, and say so where it is not."""
+"""The helm-controller's kind (Sluice's or Flux's: the same API)."""
 
 
 def _artifact_revision(obj: JSON) -> str:

@@ -5,7 +5,7 @@ through the Kustomizations it applied (their own inventories, as deep as
 they go) and through the HelmReleases it applied: their objects are read,
 as `flux tree` reads them, from the manifest of the release's current
 version in Helm's storage Secret (`sh.helm.release.v1.<release>.v<version>`).
-Where the HelmRelease API is not served (Sluice does not run Flux's
+Where the HelmRelease API is not served (a cluster without a
 helm-controller) a HelmRelease is a leaf. A Kustomization that appears twice
 on one path (a cycle) is shown once, then marked.
 """

@@ -35,15 +35,19 @@ def supports_cel(version: Mapping[str, Any]) -> bool:
     return (int(major), int(minor)) >= (1, CEL_MINOR)
 
 
+def for_server(crd: dict[str, Any], *, cel: bool) -> dict[str, Any]:
+    """`crd` as Sluice installs it on a server that does (or does not) evaluate CEL."""
+    # Without CEL the rules would be refused; the controllers enforce them instead.
+    return crd if cel else without_cel_rules(crd)
+
+
 async def install_crds(
     client: KubeClient, crds: Iterable[dict[str, Any]], *, timeout: float = 60.0
 ) -> list[str]:
     names = []
     cel = supports_cel(await client.request("GET", "/version"))
-    for crd in crds:
-        if not cel:
-            # The controllers enforce the same rules themselves.
-            crd = without_cel_rules(crd)
+    for given in crds:
+        crd = for_server(given, cel=cel)
         await client.apply(CRD, crd, field_manager=FIELD_MANAGER, force=True)
         names.append(crd["metadata"]["name"])
     deadline = time.monotonic() + timeout

@@ -325,7 +325,7 @@ async def test_a_failed_action_answers_500_naming_what_failed(platform: Platform
     resources = [
         {"kind": "GitRepository", "name": "missing"},
         {"kind": "GitRepository", "name": "present"},
-        {"kind": "HelmRelease", "name": "uninstalled"},  # no such CRD in the cluster
+        {"kind": "ImageRepository", "name": "uninstalled"},  # no such CRD in the cluster
     ]
     url = await p.receiver("partial", "generic", "unused", resources)
     with capture_logs() as entries:
@@ -338,7 +338,7 @@ async def test_a_failed_action_answers_500_naming_what_failed(platform: Platform
     assert len(failures) == 2, text
     assert failures[0].startswith(f"GitRepository/{ns}/missing: ")
     assert failures[1].startswith(
-        f"HelmRelease/{ns}/uninstalled: the API server serves no kind 'HelmRelease'"
+        f"ImageRepository/{ns}/uninstalled: the API server serves no kind 'ImageRepository'"
     )
     failed = [e for e in entries if e["event"] == "webhook action failed"]
     assert [(e["error"], e.get("trailing", False)) for e in failed] == [(text, False), (text, True)]

@@ -50,6 +50,9 @@ from sluice_runtime.kube.discovery import UnknownKind
 from sluice_runtime.kube.errors import KubeError, is_transient
 from sluice_runtime.kube.expressions import HealthCheckExpr, HealthRules, InvalidExpression
 from sluice_runtime.kube.health import Health, Target, wait_for_health
+from sluice_runtime.kube.ignoring import IgnoreRule, InvalidSelector
+from sluice_runtime.kube.ignoring import Target as IgnoreTarget
+from sluice_runtime.kube.ignoring import validate as validate_ignore_rules
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
@@ -175,7 +178,35 @@ async def reconcile_spec(ctx: KustomizationContext) -> Result | None:
         ctx.health_rules = health_rules(ctx.ks)
     except InvalidExpression as error:
         raise Stalling(Reason.RECONCILIATION_FAILED, str(error)) from None
+    try:
+        validate_ignore_rules(ignore_rules(ctx.ks))
+    except InvalidSelector as error:
+        raise Stalling(Reason.RECONCILIATION_FAILED, f"driftIgnoreRules: {error}") from None
     return None
+
+
+def ignore_rules(ks: Kustomization) -> list[IgnoreRule]:
+    """`driftIgnoreRules` in the apply's terms."""
+    rules = []
+    for rule in ks.spec.drift_ignore_rules or []:
+        target = rule.target
+        rules.append(
+            IgnoreRule(
+                paths=tuple(rule.paths),
+                target=None
+                if target is None
+                else IgnoreTarget(
+                    group=target.group,
+                    version=target.version,
+                    kind=target.kind,
+                    namespace=target.namespace,
+                    name=target.name,
+                    label_selector=target.label_selector,
+                    annotation_selector=target.annotation_selector,
+                ),
+            )
+        )
+    return rules
 
 
 def health_rules(ks: Kustomization) -> HealthRules:
@@ -390,7 +421,11 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     except TargetError as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, str(error)) from None
     ctx.manager = ResourceManager(
-        ctx.target, mapper, field_manager=FIELD_MANAGER, owner_labels=owner_labels(ctx.ks)
+        ctx.target,
+        mapper,
+        field_manager=FIELD_MANAGER,
+        owner_labels=owner_labels(ctx.ks),
+        ignore_rules=ignore_rules(ctx.ks),
     )
     try:
         ctx.manager.validate(ctx.objects)

@@ -58,6 +58,7 @@ from sluice_runtime.kube.health import (
     compute_status,
     wait_for_health,
 )
+from sluice_runtime.kube.ignoring import IgnoreRule, without_ignored
 from sluice_runtime.kube.resources import ResourceType
 
 ANNOTATION_PREFIX = "kustomize.toolkit.fluxcd.io"
@@ -566,6 +567,9 @@ class _Plan:
     version: str
     rt: ResourceType
     obj: JSON
+    # The whole object when drift ignore rules took paths out of `obj`: a
+    # re-creation applies it all, as rules have no effect on creation.
+    whole: JSON | None = None
 
 
 @dataclass
@@ -593,8 +597,10 @@ class ResourceManager:
         owner_labels: Mapping[str, str],
         concurrency: int = 8,
         wait_interval: float = 2.0,
+        ignore_rules: Sequence[IgnoreRule] = (),
     ) -> None:
         self.client = client
+        self.ignore_rules = tuple(ignore_rules)
         self.mapper = mapper
         self.field_manager = field_manager
         self.owner_labels = dict(owner_labels)
@@ -863,6 +869,10 @@ class ResourceManager:
         skip = self._skip(plan, existing)
         if skip:
             return _Checked(plan, existing, skip=skip)
+        if existing is not None and self.ignore_rules:
+            # Updates only, as in Flux: the ignored paths are neither compared
+            # nor applied, so the values other managers set there stay.
+            plan.whole, plan.obj = plan.obj, without_ignored(plan.obj, self.ignore_rules)
         try:
             dry_run = await self._dry_run(plan)
         except NotFound as error:
@@ -894,6 +904,8 @@ class ResourceManager:
         if check.recreate and existing is not None:
             await self._delete_and_wait(plan, existing, timeout=wait_timeout)
             existing = None
+            if plan.whole is not None:
+                plan.obj = plan.whole
             try:
                 dry_run = await self._dry_run(plan)
             except (ApiError, ApiUnavailable) as error:

@@ -463,7 +463,13 @@ class HealthReport:
         return self.summary()
 
 
-async def read_health(client: KubeClient, target: Target) -> ObjectHealth:
+StatusRule = Callable[[Mapping[str, Any]], Health]
+
+
+async def read_health(
+    client: KubeClient, target: Target, status: StatusRule = compute_status
+) -> ObjectHealth:
+    """One reading of `target`; `status` judges it (kstatus unless a caller has its own rules)."""
     rt, namespace, name = target
     subject = display(rt, namespace, name)
     try:
@@ -475,7 +481,7 @@ async def read_health(client: KubeClient, target: Target) -> ObjectHealth:
         return ObjectHealth(subject, Health("Unknown", f"cannot read {rt.kind}: {describe(error)}"))
     obj.setdefault("kind", rt.kind)
     obj.setdefault("apiVersion", rt.api_version)
-    return ObjectHealth(subject, compute_status(obj))
+    return ObjectHealth(subject, status(obj))
 
 
 async def wait_for_health(
@@ -489,6 +495,7 @@ async def wait_for_health(
     clock: Callable[[], float] = time.monotonic,
     on_waiting: Callable[[], Awaitable[None]] | None = None,
     known: Mapping[Target, Health] | None = None,
+    status: StatusRule = compute_status,
 ) -> HealthReport:
     """Poll until every object is Current, one is Failed, `timeout` passes or `cancel` is set.
 
@@ -497,13 +504,14 @@ async def wait_for_health(
     `on_waiting` runs once, when the first reading shows there is something
     to wait for (a caller reports progress then, not for instant successes).
     `known` holds first readings the caller already has (the API's answers to
-    an apply): those objects are not read in the first round.
+    an apply): those objects are not read in the first round. `status` judges
+    each reading (kstatus by default; custom health checks replace it).
     """
     limit = asyncio.Semaphore(max(concurrency, 1))
 
     async def read(target: Target) -> ObjectHealth:
         async with limit:
-            return await read_health(client, target)
+            return await read_health(client, target, status)
 
     deadline = clock() + timeout
     results: dict[Target, ObjectHealth] = {

@@ -48,7 +48,11 @@ from sluice_runtime.kube.applying import (
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import UnknownKind
 from sluice_runtime.kube.errors import KubeError, is_transient
+from sluice_runtime.kube.expressions import HealthCheckExpr, HealthRules, InvalidExpression
 from sluice_runtime.kube.health import Health, Target, wait_for_health
+from sluice_runtime.kube.ignoring import IgnoreRule, InvalidSelector
+from sluice_runtime.kube.ignoring import Target as IgnoreTarget
+from sluice_runtime.kube.ignoring import validate as validate_ignore_rules
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
@@ -95,6 +99,7 @@ class KustomizationContext(ReconcileContext):
     target: KubeClient | None = None
     manager: ResourceManager | None = None
     changeset: ChangeSet = field(default_factory=ChangeSet)
+    health_rules: HealthRules = field(default_factory=lambda: HealthRules(()))
 
     @property
     def ks(self) -> Kustomization:
@@ -167,7 +172,55 @@ async def reconcile_spec(ctx: KustomizationContext) -> Result | None:
     problem = unsupported(ctx.ks)
     if problem is not None:
         raise Stalling(Reason.RECONCILIATION_FAILED, problem)
+    # Expressions are compiled before anything is applied: a typo in one is the
+    # spec's fault, which no retry fixes.
+    try:
+        ctx.health_rules = health_rules(ctx.ks)
+    except InvalidExpression as error:
+        raise Stalling(Reason.RECONCILIATION_FAILED, str(error)) from None
+    try:
+        validate_ignore_rules(ignore_rules(ctx.ks))
+    except InvalidSelector as error:
+        raise Stalling(Reason.RECONCILIATION_FAILED, f"driftIgnoreRules: {error}") from None
     return None
+
+
+def ignore_rules(ks: Kustomization) -> list[IgnoreRule]:
+    """`driftIgnoreRules` in the apply's terms."""
+    rules = []
+    for rule in ks.spec.drift_ignore_rules or []:
+        target = rule.target
+        rules.append(
+            IgnoreRule(
+                paths=tuple(rule.paths),
+                target=None
+                if target is None
+                else IgnoreTarget(
+                    group=target.group,
+                    version=target.version,
+                    kind=target.kind,
+                    namespace=target.namespace,
+                    name=target.name,
+                    label_selector=target.label_selector,
+                    annotation_selector=target.annotation_selector,
+                ),
+            )
+        )
+    return rules
+
+
+def health_rules(ks: Kustomization) -> HealthRules:
+    """The compiled `healthCheckExprs`; raises InvalidExpression naming a bad one."""
+    return HealthRules(
+        HealthCheckExpr(
+            api_version=check.api_version,
+            kind=check.kind,
+            current=check.current,
+            in_progress=check.in_progress,
+            failed=check.failed,
+        )
+        for check in ks.spec.health_check_exprs or []
+    )
 
 
 # -- 1. gates -------------------------------------------------------------------
@@ -368,7 +421,11 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     except TargetError as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, str(error)) from None
     ctx.manager = ResourceManager(
-        ctx.target, mapper, field_manager=FIELD_MANAGER, owner_labels=owner_labels(ctx.ks)
+        ctx.target,
+        mapper,
+        field_manager=FIELD_MANAGER,
+        owner_labels=owner_labels(ctx.ks),
+        ignore_rules=ignore_rules(ctx.ks),
     )
     try:
         ctx.manager.validate(ctx.objects)
@@ -520,6 +577,7 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
             cancel=cancel,
             on_waiting=show_progress,
             known=known,
+            status=ctx.health_rules.status,
         )
     if report.cancelled:
         raise Waiting(
@@ -544,7 +602,8 @@ async def _health_targets(ctx: KustomizationContext) -> tuple[list[Target], dict
     health the apply already showed of it."""
     assert ctx.manager is not None
     if ctx.ks.spec.wait:
-        return await ctx.manager.health_targets(ctx.changeset)
+        waited, known = await ctx.manager.health_targets(ctx.changeset)
+        return waited, _without_custom(ctx, known)
     mapper = ctx.manager.mapper
     targets: list[Target] = []
     for check in ctx.ks.spec.health_checks or []:
@@ -559,7 +618,13 @@ async def _health_targets(ctx: KustomizationContext) -> tuple[list[Target], dict
             raise ctx.failed(Reason.HEALTH_CHECK_FAILED, str(error)) from None
         namespace = check.namespace or (ctx.namespace if rt.namespaced else None)
         targets.append((rt, namespace if rt.namespaced else None, check.name))
-    return targets, ctx.changeset.observed(targets)
+    return targets, _without_custom(ctx, ctx.changeset.observed(targets))
+
+
+def _without_custom(ctx: KustomizationContext, known: dict[Target, Health]) -> dict[Target, Health]:
+    """The apply's readings were judged by kstatus; kinds with expressions are read again."""
+    rules = ctx.health_rules
+    return {t: h for t, h in known.items() if not rules.covers(t[0].api_version, t[0].kind)}
 
 
 @contextlib.contextmanager

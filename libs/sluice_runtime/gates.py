@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sluice_runtime.conditions import Conditions
 from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.reconciling.errors import Waiting
 
 JSON = dict[str, Any]
 OPENED = "Opened"
@@ -71,3 +73,36 @@ def consumers_of(store: Store) -> Callable[[Change], list[str]]:
         return keys
 
     return mapper
+
+
+APPROVED = "Approved"
+"""The condition a delivery's gates decide (Kustomization, HelmRelease)."""
+GATE_CLOSED = "GateClosed"
+
+
+def hold_while_closed(
+    refs: Sequence[GateRef] | None,
+    *,
+    namespace: str,
+    store: Store,
+    conditions: Conditions,
+    requeue_after: float,
+) -> None:
+    """Raise Waiting (Approved=False, GateClosed) while one of `refs` is closed;
+    once every gate is open, mark Approved=True. A delivery is woken by the Gate
+    watch, so `requeue_after` (its interval) is only a backstop."""
+    if not refs:
+        return
+    closed = closed_gates(refs, namespace=namespace, store=store)
+    if closed:
+        first = closed[0]
+        raise Waiting(
+            GATE_CLOSED,
+            f"Reconciliation is waiting approval, gate '{first.key}' {first.why}.",
+            requeue_after=requeue_after,
+            condition=APPROVED,
+        )
+    names = ", ".join(f"'{namespace}/{ref.name}'" for ref in refs)
+    conditions.mark_true(
+        APPROVED, "GateOpened", f"Reconciliation is approved, gates {names} are open."
+    )

@@ -181,21 +181,12 @@ async def reconcile_unsupported(ctx: HelmReleaseContext) -> Result | None:
 @step(Condition.APPROVED)
 async def reconcile_gates(ctx: HelmReleaseContext) -> Result | None:
     """A closed gate holds install and upgrade (the release stays as it is)."""
-    refs = ctx.hr.spec.gates
-    if not refs:
-        return None
-    closed = gates.closed_gates(refs, namespace=ctx.namespace, store=ctx.services.gates)
-    if closed:
-        first = closed[0]
-        raise Waiting(
-            Reason.GATE_CLOSED,
-            f"Reconciliation is waiting approval, gate '{first.key}' {first.why}.",
-            requeue_after=parse_duration(ctx.hr.spec.interval).total_seconds(),
-            condition=Condition.APPROVED,
-        )
-    names = ", ".join(f"'{ctx.namespace}/{ref.name}'" for ref in refs)
-    ctx.conditions.mark_true(
-        Condition.APPROVED, "GateOpened", f"Reconciliation is approved, gates {names} are open."
+    gates.hold_while_closed(
+        ctx.hr.spec.gates,
+        namespace=ctx.namespace,
+        store=ctx.services.gates,
+        conditions=ctx.conditions,
+        requeue_after=parse_duration(ctx.hr.spec.interval).total_seconds(),
     )
     return None
 

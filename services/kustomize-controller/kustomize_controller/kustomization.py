@@ -229,22 +229,12 @@ def health_rules(ks: Kustomization) -> HealthRules:
 @step(Condition.APPROVED)
 async def reconcile_gates(ctx: KustomizationContext) -> Result | None:
     """A closed gate holds the Kustomization before it looks at its source."""
-    refs = ctx.ks.spec.gates
-    if not refs:
-        return None
-    closed = gates.closed_gates(refs, namespace=ctx.namespace, store=ctx.services.gates)
-    if closed:
-        first = closed[0]
-        raise Waiting(
-            Reason.GATE_CLOSED,
-            f"Reconciliation is waiting approval, gate '{first.key}' {first.why}.",
-            # Woken by the Gate watch; the interval is a backstop.
-            requeue_after=parse_duration(ctx.ks.spec.interval).total_seconds(),
-            condition=Condition.APPROVED,
-        )
-    names = ", ".join(f"'{ctx.namespace}/{ref.name}'" for ref in refs)
-    ctx.conditions.mark_true(
-        Condition.APPROVED, "GateOpened", f"Reconciliation is approved, gates {names} are open."
+    gates.hold_while_closed(
+        ctx.ks.spec.gates,
+        namespace=ctx.namespace,
+        store=ctx.services.gates,
+        conditions=ctx.conditions,
+        requeue_after=parse_duration(ctx.ks.spec.interval).total_seconds(),
     )
     return None
 

@@ -147,6 +147,15 @@ class Controller:
         found = re.search(r"^rest_client_requests_total\{[^}]*\} ([0-9.e+]+)$", text, re.MULTILINE)
         return float(found.group(1)) if found else float("nan")
 
+    def reconciles(self) -> float:
+        """Reconciles this process has run, every kind and result (lost on a restart)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        found = re.findall(
+            r"^controller_runtime_reconcile_total\{[^}]*\} ([0-9.e+]+)$", text, re.MULTILINE
+        )
+        return sum(float(value) for value in found)
+
     def tracebacks(self) -> list[str]:
         """Lines of its log that show an unhandled exception."""
         text = self.log.read_text(errors="replace")
@@ -195,7 +204,11 @@ async def prepare_namespace(client: KubeClient, ns: str, *, create: bool = True)
         )
     await client.create(
         SERVICE_ACCOUNT,
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "flux", "namespace": ns}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "flux", "namespace": ns},
+        },
     )
     await client.create(
         ROLE_BINDING,

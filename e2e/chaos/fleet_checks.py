@@ -97,7 +97,9 @@ class Violations:
     artifacts: list[str] = field(default_factory=list)
 
     def total(self) -> int:
-        return len(self.half_applied) + len(self.from_refused) + len(self.lost) + len(self.artifacts)
+        return (
+            len(self.half_applied) + len(self.from_refused) + len(self.lost) + len(self.artifacts)
+        )
 
 
 async def app_objects(client: KubeClient, ns: str) -> dict[tuple[str, str], JSON]:
@@ -159,9 +161,13 @@ async def check_inventories(
         wanted = {(kind, f"podinfo-{i}app") for kind in expect}
         if listed != wanted:
             violations.lost.append(f"podinfo-{i}: inventory {sorted(listed)} != {sorted(wanted)}")
-    present = {key for key in objects if key[1].endswith("app") and key[1].split("-")[-1][:-3].isdigit()}
+    present = {
+        key for key in objects if key[1].endswith("app") and key[1].split("-")[-1][:-3].isdigit()
+    }
     stray = {key for key in present if key[0] not in expect}
-    violations.lost.extend(f"{kind}/{name} left behind (not pruned)" for kind, name in sorted(stray))
+    violations.lost.extend(
+        f"{kind}/{name} left behind (not pruned)" for kind, name in sorted(stray)
+    )
 
 
 async def check_artifacts(

@@ -27,8 +27,8 @@ import pytest
 from e2e.chaos.fleet_checks import (
     Killer,
     Violations,
-    apps,
     applied,
+    apps,
     check_artifacts,
     check_fleet,
     check_inventories,

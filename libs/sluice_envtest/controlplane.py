@@ -128,7 +128,7 @@ class ControlPlane(Startable):
     PARTS = ("etcd", "kube-apiserver")
 
     def stop_part(self, name: str, *, kill: bool = False, grace: float = 10.0) -> None:
-        """Stop one part (`etcd` or `kube-apiserver`), SIGKILL with `kill`; the other keeps running."""
+        """Stop `etcd` or `kube-apiserver` (SIGKILL with `kill`); the other part keeps running."""
         for index, (part, proc, log) in enumerate(self._procs):
             if part != name:
                 continue

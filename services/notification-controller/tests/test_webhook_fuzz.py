@@ -23,7 +23,6 @@ import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 import pytest
@@ -79,9 +78,7 @@ HEADER_NAMES = (
     "Transfer-Encoding", "X-Forwarded-For", "User-Agent",
 )  # fmt: skip
 
-header_text = st.text(
-    alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=200
-)
+header_text = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=200)
 forged_signature = st.builds(
     lambda algo, digest: f"{algo}={digest}",
     st.sampled_from(["sha1", "sha256", "sha512", "md5", "SHA256", ""]),
@@ -103,7 +100,9 @@ header_value = st.one_of(
 )  # fmt: skip
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5)
+    ),
     max_leaves=20,
 )
 
@@ -179,7 +178,9 @@ def fuzzed(paths: dict[str, str]) -> st.SearchStrategy[Fuzzed]:
 def check_answer(request: Fuzzed, status: int, text: str, findings: Findings) -> None:
     findings.sent += 1
     findings.statuses[status] += 1
-    where = f"{request.method} {request.type_} real_path={request.real_path} -> {status} {text[:80]!r}"
+    where = (
+        f"{request.method} {request.type_} real_path={request.real_path} -> {status} {text[:80]!r}"
+    )
     if status not in DOCUMENTED:
         findings.problems.append(f"undocumented {where}")
     if status == 200 and request.type_ in TOKEN_TYPES:
@@ -219,9 +220,7 @@ async def test_fuzzed_webhooks_never_crash_and_never_act_unauthenticated(
     )  # fmt: skip
     assert status == 200
     await p.webhooks.settle()
-    before = {
-        t: requested_at(await p.kube.get(GITREPO, f"target-{t}", p.namespace)) for t in TYPES
-    }
+    before = {t: requested_at(await p.kube.get(GITREPO, f"target-{t}", p.namespace)) for t in TYPES}
     assert all(before[t] for t in signed)
 
     loop = asyncio.get_running_loop()

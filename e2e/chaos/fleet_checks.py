@@ -208,5 +208,14 @@ class Killer:
         self.last_restart = time.monotonic()
 
 
+def report(line: str) -> None:
+    """Print a figure, and append it to `$SLUICE_CHAOS_REPORT` when set (`tox -e chaos`)."""
+    print(line)
+    target = os.environ.get("SLUICE_CHAOS_REPORT")
+    if target:
+        with open(target, "a") as handle:
+            handle.write(line + "\n")
+
+
 def summary(values: list[float]) -> tuple[float, float]:
     return (statistics.median(values), max(values)) if values else (float("nan"), float("nan"))

@@ -24,6 +24,7 @@ from e2e.chaos.fleet_checks import (
     check_inventories,
     manifests,
     poke_all,
+    report,
     revision_of,
 )
 from e2e.fleet import (
@@ -107,7 +108,7 @@ async def test_a_fleet_converges_across_a_control_plane_restart(
         kustomize.stop()
         await client.close()
         plane.stop()
-    print(
+    report(
         f"CHAOS restart {part}: apps={count} down={restarted - down:.1f}s "
         f"converged_after_restart={converged_r2:.1f}s next_change={converged_r3:.1f}s "
         f"reconciles_per_app={reconciles / count:.1f} violations={violations.total()}"

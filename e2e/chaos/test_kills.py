@@ -35,6 +35,7 @@ from e2e.chaos.fleet_checks import (
     manifests,
     poke_all,
     refused,
+    report,
     revision_of,
     summary,
 )
@@ -180,7 +181,7 @@ async def test_kill_9_controllers_while_delivering(
         for controller in controllers:
             controller.stop()
     median, longest = summary(times)
-    print(
+    report(
         f"CHAOS kill-9 {source}: apps={count} injections={killer.injections} "
         f"convergence median={median:.1f}s max={longest:.1f}s "
         f"lost={len(violations.lost)} half_applied={len(violations.half_applied)} "

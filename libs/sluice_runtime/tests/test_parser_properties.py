@@ -10,8 +10,10 @@ from __future__ import annotations
 import base64
 import io
 import tarfile
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -23,6 +25,20 @@ from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
 from sluice_runtime.kube import kubeconfigs
 from sluice_runtime.kube.kubeconfigs import KubeconfigError
+
+T = TypeVar("T")
+
+
+def outcome(call: Callable[[], T], refusal: type[Exception]) -> tuple[T | None, str]:
+    """What `call` answers, or the message of its documented refusal (never empty);
+    any other exception propagates and fails the property."""
+    try:
+        return call(), ""
+    except refusal as error:
+        message = str(error)
+    assert message, f"{refusal.__name__} without a message"
+    return None, message
+
 
 PROPERTIES = settings(max_examples=300, deadline=None)
 
@@ -43,12 +59,8 @@ go_duration = st.lists(
 @example(text="1e308h")
 @example(text="9" * 400 + "h")
 def test_a_duration_parses_or_is_refused_by_name(text: str) -> None:
-    try:
-        value = parse_duration(text)
-    except ValueError as error:
-        assert repr(text) in str(error) or "duration" in str(error)
-        return
-    assert isinstance(value, timedelta)
+    value, refusal = outcome(lambda: parse_duration(text), ValueError)
+    assert isinstance(value, timedelta) or f"invalid duration {text!r}" in refusal
 
 
 @PROPERTIES
@@ -111,14 +123,13 @@ kubeconfig_docs = st.fixed_dictionaries(
 def test_a_kubeconfig_parses_or_is_refused_by_name(
     text: str, allow_exec: bool, allow_insecure_tls: bool
 ) -> None:
-    try:
-        credentials = kubeconfigs.parse(
+    credentials, refusal = outcome(
+        lambda: kubeconfigs.parse(
             text, allow_exec=allow_exec, allow_insecure_tls=allow_insecure_tls
-        )
-    except KubeconfigError as error:
-        assert str(error)
-        return
-    assert credentials.server.startswith("https://")
+        ),
+        KubeconfigError,
+    )
+    assert refusal or credentials.server.startswith("https://")
 
 
 # -- archives --------------------------------------------------------------------------
@@ -172,10 +183,10 @@ def test_an_archive_unpacks_inside_or_is_refused_whole(blob: bytes, tmp_path: Pa
     archive = case / "a.tar.gz"
     archive.write_bytes(blob)
     dest = case / "out"
-    try:
-        extract_tarball(archive, dest, max_size=1 << 20, max_members=100)
-    except ArtifactError as error:
-        assert str(error)
+    _, refusal = outcome(
+        lambda: extract_tarball(archive, dest, max_size=1 << 20, max_members=100), ArtifactError
+    )
+    if refusal:
         assert not dest.exists() or not any(dest.iterdir()), "a refused archive wrote files"
         return
     root = dest.resolve()
@@ -204,10 +215,9 @@ ignore_lines = st.lists(
 def test_ignore_rules_answer_or_are_refused_by_name(
     spec: str | None, sourceignore: str, paths: list[str]
 ) -> None:
-    try:
-        rules = IgnoreRules(spec_ignore=spec)
-    except InvalidIgnorePattern as error:
-        assert "spec.ignore" in str(error)
+    rules, refusal = outcome(lambda: IgnoreRules(spec_ignore=spec), InvalidIgnorePattern)
+    if rules is None:
+        assert "spec.ignore" in refusal
         return
     # A .sourceignore is the repository's, not the user's spec: bad lines are skipped.
     rules.add_sourceignore("sub", sourceignore)

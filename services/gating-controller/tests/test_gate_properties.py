@@ -70,6 +70,7 @@ def test_a_gate_evaluates_or_is_refused_by_name(
     try:
         state = evaluate(subject, now=now)
     except InvalidGate as error:
-        assert error.message
-        return
-    assert state.reason
+        message = error.message
+    else:
+        message = state.reason
+    assert message

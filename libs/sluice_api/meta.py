@@ -28,7 +28,6 @@ DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 TIMEOUT_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m))+$"
 
 
-
 def _in_range(text: str) -> str:
     # The pattern admits any number of digits; Go's ParseDuration (so Flux)
     # refuses what overflows, and so does the model, making such a spec
@@ -37,9 +36,7 @@ def _in_range(text: str) -> str:
     return text
 
 
-Duration = Annotated[
-    str, StringConstraints(pattern=DURATION_PATTERN), AfterValidator(_in_range)
-]
+Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN), AfterValidator(_in_range)]
 """A Go duration as Flux accepts it in a spec, e.g. `30s`, `5m`, `1h30m`."""
 
 TimeoutDuration = Annotated[

@@ -10,6 +10,7 @@ a test can SIGKILL and start again on the same ports and storage.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
@@ -94,8 +95,17 @@ spec:
 class Controller:
     """One controller process: ready probe, peak memory, SIGKILL and restart on the same ports."""
 
-    def __init__(self, name: str, module: str, argv: list[str], log: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        module: str,
+        argv: list[str],
+        log: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
+        self.env = {**os.environ, **(env or {})}
         self.module = module
         self.port = free_port()
         self.log = log
@@ -108,7 +118,7 @@ class Controller:
         return subprocess.Popen(
             [sys.executable, "-m", self.module, "--health-addr", f"127.0.0.1:{self.port}",
              "--metrics-addr", f"127.0.0.1:{self.port}", "--log-level", "warning", *self.argv],
-            stdout=self.handle, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+            stdout=self.handle, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=self.env,
         )  # fmt: skip
 
     def wait_ready(self, timeout: float = 60) -> None:
@@ -186,13 +196,20 @@ def source_controller(
 
 
 def kustomize_controller(
-    kubeconfig: str, workdir: Path, *, concurrent: int = 20, extra: list[str] | None = None
+    kubeconfig: str,
+    workdir: Path,
+    *,
+    concurrent: int = 20,
+    extra: list[str] | None = None,
+    replica: str = "",
+    env: Mapping[str, str] | None = None,
 ) -> Controller:
     return Controller(
-        "kustomize-controller",
+        f"kustomize-controller{replica}",
         "kustomize_controller",
         ["--kubeconfig", kubeconfig, "--concurrent", str(concurrent), *(extra or [])],
-        workdir / "kustomize-controller.log",
+        workdir / f"kustomize-controller{replica}.log",
+        env=env,
     )
 
 

@@ -119,13 +119,16 @@ async def check_fleet(
     order: list[str],
     refused_phases: set[str],
     violations: Violations,
+    removed: dict[str, set[str]] | None = None,
 ) -> None:
     """One sweep of the invariants that must hold at every instant.
 
     - An object never carries the annotation of a revision that was refused.
     - A Kustomization reporting revision R as applied has every object of its
-      inventory present and written by R or a later revision.
+      inventory present (unless a later revision, in `removed`, drops its kind)
+      and written by R or a later revision.
     """
+    removed = removed or {}
     objects = await app_objects(client, ns)
     for (kind, name), obj in objects.items():
         phase = ((obj["metadata"].get("annotations") or {}).get(PHASE)) or ""
@@ -142,7 +145,11 @@ async def check_fleet(
             obj = objects.get((kind, name))
             name_ = f"{ks['metadata']['name']}: {kind}/{name}"
             if obj is None:
-                violations.half_applied.append(f"{name_} missing at applied {phase}")
+                # Gone is fine once a later revision that drops the kind is out:
+                # its prune runs before its status patch (and its health wait).
+                later = order[order.index(phase) + 1 :]
+                if not any(kind in removed.get(p, ()) and p in phases for p in later):
+                    violations.half_applied.append(f"{name_} missing at applied {phase}")
                 continue
             written = (obj["metadata"].get("annotations") or {}).get(PHASE, "")
             if written not in order or order.index(written) < order.index(phase):

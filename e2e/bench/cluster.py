@@ -1,6 +1,6 @@
 """What the reaction, scale and webhook-load benchmarks share.
 
-Controllers run as separate processes (`mttp.Controller`), as they do in a
+Controllers run as separate processes (`e2e.fleet.Controller`), as they do in a
 cluster, so the benchmark's own work (polling, load generation) never runs
 on a controller's event loop. What the benchmark observes it reads through
 API watches: `Watching` stamps every change of a kind with the moment it
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from e2e.bench.mttp import Controller
+from e2e.fleet import Controller
 from sluice_envtest import harness
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiUnavailable, Gone

@@ -31,31 +31,33 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from e2e.bench.common import table, write
+from e2e.fleet import (
+    APP,
+    KUSTOMIZATION,
+    Controller,
+    Origin,
+    all_ready,
+    create_apps,
+    git_origin,
+    kustomize_controller,
+    oci_origin,
+    prepare_namespace,
+    source_controller,
+)
 from sluice_cli.crds_command import all_crds
-from sluice_envtest.controlplane import ControlPlane, die_with_parent, free_port
+from sluice_envtest.controlplane import ControlPlane
 from sluice_envtest.gitserver import GitHttpServer
-from sluice_envtest.harness import is_ready
 from sluice_envtest.registry import OciRegistry
 from sluice_envtest.workloads import simulated_rollouts
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.installing import install_crds
-from sluice_runtime.kube.resources import NAMESPACE, SERVICE_ACCOUNT, ResourceType
-
-OCIREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "ocirepositories", "OCIRepository")
-GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
-KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
-ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+from sluice_runtime.kube.resources import NAMESPACE, ResourceType
 
 HELMRELEASE = ResourceType("helm.toolkit.fluxcd.io", "v2", "helmreleases", "HelmRelease")
 HELMREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "helmrepositories", "HelmRepository")
@@ -67,124 +69,6 @@ FLUX_V2_6 = {  # published figures, 16-core runner, kind with 3 nodes
     500: {"source": "43s", "kustomization": "2m2s", "source_mem": "65Mi", "ks_mem": "122Mi"},
     1000: {"source": "1m25s", "kustomization": "4m16s", "source_mem": "67Mi", "ks_mem": "175Mi"},
 }
-
-APP = """apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: podinfo-${INDEX}
-spec:
-  replicas: 0
-  selector:
-    matchLabels:
-      app: podinfo-${INDEX}
-  template:
-    metadata:
-      labels:
-        app: podinfo-${INDEX}
-    spec:
-      serviceAccountName: podinfo-${INDEX}
-      containers:
-        - name: podinfo
-          image: ghcr.io/stefanprodan/podinfo:6.5.3
-          resources:
-            requests:
-              cpu: "${MCPU}"
----
-apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: podinfo-${INDEX}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: podinfo-${INDEX}
-spec:
-  selector:
-    app: podinfo-${INDEX}
-  ports:
-    - name: http
-      port: 9898
-      protocol: TCP
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: podinfo-${INDEX}
-spec:
-  rules:
-    - host: podinfo-${INDEX}.example.com
-      http:
-        paths:
-          - path: /
-            pathType: Prefix
-            backend:
-              service:
-                name: podinfo-${INDEX}
-                port:
-                  number: 9898
-"""
-
-
-class Controller:
-    """One controller process, with its peak memory read from /proc."""
-
-    def __init__(self, name: str, module: str, argv: list[str], log: Path) -> None:
-        self.name = name
-        self.port = free_port()
-        self.log = log
-        self.handle = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, "--health-addr", f"127.0.0.1:{self.port}",
-             "--metrics-addr", f"127.0.0.1:{self.port}", "--log-level", "warning", *argv],
-            stdout=self.handle, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
-        )  # fmt: skip
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"{self.name} not ready")
-
-    def peak_mib(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def api_requests(self) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as answer:
-            text = answer.read().decode()
-        found = re.search(r"^rest_client_requests_total\{[^}]*\} ([0-9.e+]+)$", text, re.MULTILINE)
-        return float(found.group(1)) if found else float("nan")
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.handle.close()
-
-
-async def _all_ready(
-    client: KubeClient, rt: ResourceType, ns: str, count: int, *, limit: float = 1800
-) -> float:
-    start = time.monotonic()
-    while True:
-        listed = await client.list(rt, namespace=ns)
-        if sum(1 for o in listed.items if is_ready(o)) >= count:
-            return time.monotonic() - start
-        if time.monotonic() - start > limit:
-            stuck = next(o for o in listed.items if not is_ready(o))
-            raise RuntimeError(f"{rt.kind}s not ready after {limit}s, e.g. {stuck['status']}")
-        await asyncio.sleep(0.5)
 
 
 async def run_helm(apps: int, workdir: Path) -> dict[str, Any]:
@@ -200,14 +84,7 @@ async def run_helm(apps: int, workdir: Path) -> dict[str, Any]:
             NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
         )
         kubeconfig = str(plane.kubeconfig)
-        storage_port = free_port()
-        source = Controller(
-            "source-controller",
-            "source_controller",
-            ["--kubeconfig", kubeconfig, "--concurrent", "10", "--storage-path", str(workdir / "storage"),
-             "--storage-addr", f"127.0.0.1:{storage_port}", "--storage-adv-addr", f"127.0.0.1:{storage_port}"],
-            workdir / "source-controller.log",
-        )  # fmt: skip
+        source = source_controller(kubeconfig, workdir)
         helm = Controller(
             "helm-controller",
             "helm_controller",
@@ -239,7 +116,7 @@ async def run_helm(apps: int, workdir: Path) -> dict[str, Any]:
                               "values": {"greeting": f"app-{i}"}}},
                 )  # fmt: skip
             created = time.monotonic() - start
-            ready = await _all_ready(client, HELMRELEASE, ns, apps) + created
+            ready = await all_ready(client, HELMRELEASE, ns, apps) + created
             return {
                 "apps": apps,
                 "source_kind": "helm",
@@ -262,113 +139,38 @@ async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
         client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig), qps=0)
         await install_crds(client, all_crds())
         ns = "benchmark"
-        await client.create(
-            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-        )
-        await client.create(
-            SERVICE_ACCOUNT,
-            {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": {"name": "flux", "namespace": ns},
-            },
-        )
-        await client.create(
-            ROLE_BINDING,
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": "flux", "namespace": ns},
-                # `admin` is an aggregated ClusterRole, and aggregation is the
-                # controller-manager's job, which this control plane lacks;
-                # cluster-admin bound in one namespace grants the same there.
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": "cluster-admin",
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": "flux", "namespace": ns}],
-            },
-        )
+        await prepare_namespace(client, ns)
         kubeconfig = str(plane.kubeconfig)
-        storage_port = free_port()
-        source = Controller(
-            "source-controller",
-            "source_controller",
-            ["--kubeconfig", kubeconfig, "--concurrent", "10", "--storage-path", str(workdir / "storage"),
-             "--storage-addr", f"127.0.0.1:{storage_port}", "--storage-adv-addr", f"127.0.0.1:{storage_port}"],
-            workdir / "source-controller.log",
-        )  # fmt: skip
-        kustomize = Controller(
-            "kustomize-controller",
-            "kustomize_controller",
-            ["--kubeconfig", kubeconfig, "--concurrent", "20"],
-            workdir / "kustomize-controller.log",
-        )
+        source = source_controller(kubeconfig, workdir)
+        kustomize = kustomize_controller(kubeconfig, workdir)
         servers: list[Any] = []
         try:
             source.wait_ready()
             kustomize.wait_ready()
+            origin: Origin
             if kind == "oci":
                 registry = OciRegistry(workdir=workdir / "registry")
                 registry.start()
                 servers.append(registry)
-                registry.push_artifact("manifests/podinfo", "latest", files={"podinfo.yaml": APP})
-                source_rt, source_kind = OCIREPO, "OCIRepository"
-                source_spec: dict[str, Any] = {
-                    "url": registry.oci_url("manifests/podinfo"),
-                    "insecure": True,
-                    "ref": {"tag": "latest"},
-                }
+                origin = oci_origin(registry)
             else:
                 git = GitHttpServer(root=workdir / "git")
                 git.start()
                 servers.append(git)
-                work = git.create_repo("podinfo")
-                work.commit("podinfo", files={"podinfo.yaml": APP})
-                work.push()
-                source_rt, source_kind = GITREPO, "GitRepository"
-                source_spec = {"url": git.url("podinfo"), "ref": {"branch": "main"}}
+                origin = git_origin(git)
+            origin.publish({"podinfo.yaml": APP})
             requests_before = kustomize.api_requests()
 
             async with simulated_rollouts(client, namespace=ns, interval=0.5):
                 start = time.monotonic()
-                for i in range(apps):
-                    await client.create(
-                        source_rt,
-                        {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": source_kind,
-                         "metadata": {"name": f"podinfo-{i}", "namespace": ns},
-                         "spec": {"interval": "60m", **source_spec}},
-                    )  # fmt: skip
-                    await client.create(
-                        KUSTOMIZATION,
-                        {
-                            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
-                            "kind": "Kustomization",
-                            "metadata": {"name": f"podinfo-{i}", "namespace": ns},
-                            "spec": {
-                                "sourceRef": {"kind": source_kind, "name": f"podinfo-{i}"},
-                                "interval": "60m",
-                                "retryInterval": "2m",
-                                "path": "./",
-                                "prune": True,
-                                "wait": True,
-                                "timeout": "1m",
-                                "serviceAccountName": "flux",
-                                "targetNamespace": ns,
-                                "postBuild": {
-                                    "substitute": {"INDEX": f"{i}app", "PODS": "1", "MCPU": "1m"}
-                                },
-                            },
-                        },
-                    )
+                await create_apps(client, origin, ns, apps)
                 created = time.monotonic() - start
-                sources_ready = await _all_ready(client, source_rt, ns, apps) + created
-                ks_ready = await _all_ready(client, KUSTOMIZATION, ns, apps) + created
+                sources_ready = await all_ready(client, origin.rt, ns, apps) + created
+                ks_ready = await all_ready(client, KUSTOMIZATION, ns, apps) + created
             requests = kustomize.api_requests() - requests_before
             return {
                 "apps": apps,
-                "source_kind": source_kind,
+                "source_kind": origin.kind,
                 "create_seconds": created,
                 "sources_ready_seconds": sources_ready,
                 "kustomizations_ready_seconds": ks_ready,

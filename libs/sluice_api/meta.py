@@ -14,7 +14,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 FINALIZER = "finalizers.fluxcd.io"
@@ -27,10 +27,21 @@ DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 # Flux does not accept hours for the network timeouts of sources and providers.
 TIMEOUT_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m))+$"
 
-Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
+
+def _in_range(text: str) -> str:
+    # The pattern admits any number of digits; Go's ParseDuration (so Flux)
+    # refuses what overflows, and so does the model, making such a spec
+    # Stalled as invalid rather than failing each reconcile.
+    parse_duration(text)
+    return text
+
+
+Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN), AfterValidator(_in_range)]
 """A Go duration as Flux accepts it in a spec, e.g. `30s`, `5m`, `1h30m`."""
 
-TimeoutDuration = Annotated[str, StringConstraints(pattern=TIMEOUT_PATTERN)]
+TimeoutDuration = Annotated[
+    str, StringConstraints(pattern=TIMEOUT_PATTERN), AfterValidator(_in_range)
+]
 """A Go duration without hours, as Flux accepts it for network timeouts."""
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
@@ -329,6 +340,10 @@ _UNIT_MICROSECONDS = {
 }
 
 
+# Go's Duration is int64 nanoseconds: about 2562047h47m16.85s.
+_MAX_DURATION_MICROSECONDS = (2**63 - 1) / 1_000
+
+
 def parse_duration(text: str) -> timedelta:
     """Parse a Go duration string (`1h30m`, `0.5s`, `-1m`, `0`) like time.ParseDuration.
 
@@ -347,6 +362,8 @@ def parse_duration(text: str) -> timedelta:
         position = match.end()
     if not body or position != len(body):
         raise ValueError(f"invalid duration {text!r}")
+    if microseconds > _MAX_DURATION_MICROSECONDS:
+        raise ValueError(f"invalid duration {text!r}: out of range")
     sign = -1 if text.startswith("-") else 1
     return timedelta(microseconds=sign * microseconds)
 

@@ -65,6 +65,10 @@ class ControlPlane(Startable):
         self.server = f"https://127.0.0.1:{self.port}"
         self.kubeconfig = self.workdir / "kubeconfig"
         self._procs: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = []
+        # Each part's command line, so it can be stopped and started again on
+        # the same ports and data directory (fault-injection tests).
+        self._argv: dict[str, list[str]] = {}
+        self._client_files: tuple[Path, Path, Path] | None = None
 
     def start(self, *, timeout: float = 90.0) -> None:
         binaries = self._binaries or ensure_binaries()
@@ -118,9 +122,47 @@ class ControlPlane(Startable):
             ],
         )  # fmt: skip
         self._write_kubeconfig(pki.ca.cert, pki.admin.cert, pki.admin.key)
-        self._wait_ready(files["ca.crt"], files["admin.crt"], files["admin.key"], timeout)
+        self._client_files = (files["ca.crt"], files["admin.crt"], files["admin.key"])
+        self._wait_ready(*self._client_files, timeout)
+
+    PARTS = ("etcd", "kube-apiserver")
+
+    def stop_part(self, name: str, *, kill: bool = False, grace: float = 10.0) -> None:
+        """Stop `etcd` or `kube-apiserver` (SIGKILL with `kill`); the other part keeps running."""
+        for index, (part, proc, log) in enumerate(self._procs):
+            if part != name:
+                continue
+            if kill:
+                proc.kill()
+            else:
+                proc.terminate()
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log.close()
+            del self._procs[index]
+            return
+        raise ValueError(f"{name} is not running (parts: {', '.join(self.PARTS)})")
+
+    def start_part(self, name: str, *, timeout: float = 90.0) -> None:
+        """Start a stopped part again with the same flags, ports and data; wait for /readyz."""
+        if any(part == name for part, _, _ in self._procs):
+            raise ValueError(f"{name} is already running")
+        if name not in self._argv or self._client_files is None:
+            raise ValueError(f"{name} was never started")
+        self._spawn(name, self._argv[name])
+        self._wait_ready(*self._client_files, timeout)
+
+    def restart_part(self, name: str, *, kill: bool = False, down: float = 0.0) -> None:
+        """Stop one part, leave it down `down` seconds, start it again and wait until ready."""
+        self.stop_part(name, kill=kill)
+        time.sleep(down)
+        self.start_part(name)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
+        self._argv[name] = argv
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         proc = subprocess.Popen(
             argv,

@@ -27,7 +27,12 @@ def split_addr(addr: str, *, default_host: str = "0.0.0.0") -> tuple[str, int]: 
 async def serving(app: web.Application, addr: str) -> AsyncIterator[web.AppRunner]:
     """Run `app` on `addr` for the duration of the block."""
     host, port = split_addr(addr)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # Request bodies are taken as sent, never decompressed (as Go's net/http in
+    # Flux): webhook signatures cover the bytes on the wire, a compressed bomb
+    # stays its compressed size, and a body that fails to decompress can no
+    # longer raise inside aiohttp's own drain of an unread body (found by the
+    # webhook fuzz: a traceback per request).
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
     await runner.setup()
     # A burst of webhooks must not overflow the listen queue (128 by default):
     # overflowed connections wait a SYN retry, about a second.

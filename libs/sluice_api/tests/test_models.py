@@ -563,6 +563,9 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
         pytest.param(" 1s", id="leading-space"),
         pytest.param("-", id="sign-only"),
         pytest.param("1 m", id="inner-space"),
+        pytest.param("9" * 400 + "h", id="overflows-a-float"),
+        pytest.param("99999999999999999999h", id="overflows-timedelta"),
+        pytest.param("2562048h", id="over-go-int64-nanoseconds"),
     ],
 )
 def test_parse_duration_rejects(text: str) -> None:

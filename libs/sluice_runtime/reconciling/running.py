@@ -180,7 +180,9 @@ class Runner(Generic[C]):
         written: list[JSON] = [raw.get("status") or {}]
 
         async def publish() -> None:
-            written[0] = await self._write_status(ctx, raw, base=written[0], announce=False)
+            written[0] = (
+                await self._write_status(ctx, raw, base=written[0], announce=False) or written[0]
+            )
 
         ctx.publish = publish
         try:
@@ -189,7 +191,14 @@ class Runner(Generic[C]):
             await ctx.cleanup.aclose()
         # Waiting (for a dependency, an artifact, a gate) is not news: the
         # condition says so, without an event on every wait.
-        await self._write_status(ctx, raw, base=written[0], announce=outcome.result != "waiting")
+        final = await self._write_status(
+            ctx, raw, base=written[0], announce=outcome.result != "waiting"
+        )
+        if final is None:
+            # The work is done but the status still tells the old story (the API
+            # server restarted, say): retry with backoff rather than leave it
+            # wrong until the next interval. Found by the chaos suite.
+            return Outcome("error", backoff=True)
         return outcome
 
     async def _run_steps(self, ctx: C, generation: int) -> Outcome:
@@ -306,8 +315,9 @@ class Runner(Generic[C]):
 
     async def _write_status(
         self, ctx: ReconcileContext, raw: JSON, *, base: JSON, announce: bool
-    ) -> JSON:
-        """Patch status from `base` (what the server has) to the context's; return it."""
+    ) -> JSON | None:
+        """Patch status from `base` (what the server has) to the context's; return it,
+        or None when the write failed."""
         status = ctx.obj.status
         status.conditions = ctx.conditions.as_list()
         new: JSON = status.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -330,7 +340,7 @@ class Runner(Generic[C]):
             return new  # deleted while we worked
         except KubeError as error:
             ctx.log.warning("status update failed", error=str(error))
-            return base
+            return None
         return new
 
     @staticmethod

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import SERVICE_ACCOUNT, ResourceType
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.steps import Result, Step
 
@@ -22,6 +26,9 @@ from .conftest import (
     gitrepo,
     running_controller,
 )
+
+ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -305,3 +312,79 @@ async def test_an_unchanged_object_is_reconciled_again_after_its_interval(
         harness.journal.urls[key]
     )
     assert harness.journal.count(f"{namespace}/idle") == 1, "a 1h interval must not requeue"
+
+
+async def restricted_client(
+    kube: KubeClient, namespace: str, kubeconfig: Path, tmp_path: Path
+) -> KubeClient:
+    """A client as ServiceAccount `runner`, which may do anything to GitRepositories
+    and Events of `namespace` but, until `grant_status`, not write their status."""
+    await kube.create(
+        SERVICE_ACCOUNT,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "runner", "namespace": namespace},
+        },
+    )
+    await kube.create(
+        ROLE,
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "objects", "namespace": namespace},
+         "rules": [{"apiGroups": ["source.toolkit.fluxcd.io"], "resources": ["gitrepositories"], "verbs": ["*"]},
+                   {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["*"]}]},
+    )  # fmt: skip
+    await bind(kube, namespace, "objects")
+    answer = await kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/runner/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+              "spec": {"expirationSeconds": 600}},
+    )  # fmt: skip
+    config = yaml.safe_load(kubeconfig.read_text())
+    config["users"] = [{"name": "runner", "user": {"token": answer["status"]["token"]}}]
+    config["contexts"][0]["context"]["user"] = "runner"
+    path = tmp_path / "runner.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return await KubeClient.connect(kubeconfig=str(path), qps=0)
+
+
+async def bind(kube: KubeClient, namespace: str, role: str) -> None:
+    await kube.create(
+        ROLE_BINDING,
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": role, "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": "runner", "namespace": namespace}]},
+    )  # fmt: skip
+
+
+async def test_a_failed_status_write_is_retried_with_backoff_not_at_the_interval(
+    kube: KubeClient, namespace: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Found by the chaos suite: when the API server restarted between a reconcile's
+    work and its status patch, the failed patch was only logged, and the object
+    showed its old revision until its interval (1h here) came round."""
+    client = await restricted_client(kube, namespace, cluster.kubeconfig, tmp_path)
+    try:
+        async with running_controller(
+            client, namespace, backoff=ExponentialBackoff(base=0.1, cap=1.0)
+        ) as harness:
+            await kube.create(GITREPO, gitrepo("app", namespace))
+            key = f"{namespace}/app"
+            await eventually(lambda: harness.journal.count(key) >= 1, message="reconciled")
+            await eventually(lambda: harness.controller.queue.failures(key) >= 1, message="retried")
+            assert condition(await kube.get(GITREPO, "app", namespace), "Ready") is None
+            await kube.create(
+                ROLE,
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                 "metadata": {"name": "status", "namespace": namespace},
+                 "rules": [{"apiGroups": ["source.toolkit.fluxcd.io"],
+                            "resources": ["gitrepositories/status"], "verbs": ["*"]}]},
+            )  # fmt: skip
+            await bind(kube, namespace, "status")
+            await eventually(
+                lambda: ready(kube, namespace, "app"), message="status written on a retry"
+            )
+    finally:
+        await client.close()

@@ -268,3 +268,28 @@ async def test_a_broken_source_keeps_serving_its_last_artifact(
     stored = condition(failed, "ArtifactInStorage")
     assert stored is not None and stored["status"] == "True"
     assert (sc.storage / artifact["path"]).is_file()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        pytest.param("interval", "99999999999999999999h", id="interval-overflows"),
+        pytest.param("timeout", "9" * 400 + "s", id="timeout-overflows"),
+    ],
+)
+async def test_a_duration_past_go_s_range_is_stalled_as_invalid(
+    source_controller: SourceController, git_http: GitHttpServer, field: str, value: str
+) -> None:
+    """Found by the duration property: the CRD pattern admits any number of digits,
+    and such a duration raised OverflowError in every reconcile (a traceback, no
+    condition). Go's ParseDuration refuses it, so Flux never reads such an object."""
+    sc = source_controller
+    seeded(git_http, f"huge-{sc.namespace}")
+    obj = gitrepo("huge", git_http.url(f"huge-{sc.namespace}"), ref={"branch": "main"})
+    obj["spec"][field] = value
+    await sc.client.create(GITREPO, obj, namespace=sc.namespace)
+    stalled = await sc.wait_reason(GITREPO, "huge", "InvalidSpec")
+    ready = condition(stalled, "Ready") or {}
+    assert f"spec.{field}" in ready["message"]
+    assert "out of range" in ready["message"]
+    assert (condition(stalled, "Stalled") or {}).get("status") == "True"

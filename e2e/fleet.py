@@ -1,0 +1,351 @@
+"""A fleet of MTTP-shaped apps and the controllers that deliver them, as processes.
+
+Shared by the MTTP benchmark (`e2e/bench/mttp.py`) and the chaos suite
+(`e2e/chaos/`): N apps, each its own source (OCIRepository or GitRepository)
+plus a Kustomization with prune, wait and a tenant service account, applied
+by the source- and kustomize-controller running as separate processes that
+a test can SIGKILL and start again on the same ports and storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sluice_envtest.controlplane import die_with_parent, free_port
+from sluice_envtest.gitserver import GitHttpServer, WorkRepo
+from sluice_envtest.harness import is_ready
+from sluice_envtest.registry import OciRegistry
+from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.resources import NAMESPACE, SERVICE_ACCOUNT, ResourceType
+
+OCIREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "ocirepositories", "OCIRepository")
+GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
+KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
+ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+
+APP = """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: podinfo-${INDEX}
+spec:
+  replicas: 0
+  selector:
+    matchLabels:
+      app: podinfo-${INDEX}
+  template:
+    metadata:
+      labels:
+        app: podinfo-${INDEX}
+    spec:
+      serviceAccountName: podinfo-${INDEX}
+      containers:
+        - name: podinfo
+          image: ghcr.io/stefanprodan/podinfo:6.5.3
+          resources:
+            requests:
+              cpu: "${MCPU}"
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: podinfo-${INDEX}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: podinfo-${INDEX}
+spec:
+  selector:
+    app: podinfo-${INDEX}
+  ports:
+    - name: http
+      port: 9898
+      protocol: TCP
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: podinfo-${INDEX}
+spec:
+  rules:
+    - host: podinfo-${INDEX}.example.com
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend:
+              service:
+                name: podinfo-${INDEX}
+                port:
+                  number: 9898
+"""
+
+
+class Controller:
+    """One controller process: ready probe, peak memory, SIGKILL and restart on the same ports."""
+
+    def __init__(
+        self,
+        name: str,
+        module: str,
+        argv: list[str],
+        log: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.env = {**os.environ, **(env or {})}
+        self.module = module
+        self.port = free_port()
+        self.log = log
+        self.argv = argv
+        self.restarts = 0
+        self.handle = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", self.module, "--health-addr", f"127.0.0.1:{self.port}",
+             "--metrics-addr", f"127.0.0.1:{self.port}", "--log-level", "warning", *self.argv],
+            stdout=self.handle, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=self.env,
+        )  # fmt: skip
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"{self.name} not ready")
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no shutdown hooks, whatever it was doing is cut."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self) -> None:
+        """Start again with the same flags, ports and storage, as a Deployment would."""
+        if self.proc.poll() is None:
+            raise RuntimeError(f"{self.name} is still running")
+        self.restarts += 1
+        self.proc = self._spawn()
+
+    def peak_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def api_requests(self) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        found = re.search(r"^rest_client_requests_total\{[^}]*\} ([0-9.e+]+)$", text, re.MULTILINE)
+        return float(found.group(1)) if found else float("nan")
+
+    def reconciles(self) -> float:
+        """Reconciles this process has run, every kind and result (lost on a restart)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        found = re.findall(
+            r"^controller_runtime_reconcile_total\{[^}]*\} ([0-9.e+]+)$", text, re.MULTILINE
+        )
+        return sum(float(value) for value in found)
+
+    def tracebacks(self) -> list[str]:
+        """Lines of its log that show an unhandled exception."""
+        text = self.log.read_text(errors="replace")
+        return [line for line in text.splitlines() if "Traceback" in line]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.handle.close()
+
+
+def source_controller(
+    kubeconfig: str, workdir: Path, *, concurrent: int = 10, extra: list[str] | None = None
+) -> Controller:
+    storage_port = free_port()
+    return Controller(
+        "source-controller",
+        "source_controller",
+        ["--kubeconfig", kubeconfig, "--concurrent", str(concurrent),
+         "--storage-path", str(workdir / "storage"), "--storage-addr", f"127.0.0.1:{storage_port}",
+         "--storage-adv-addr", f"127.0.0.1:{storage_port}", *(extra or [])],
+        workdir / "source-controller.log",
+    )  # fmt: skip
+
+
+def kustomize_controller(
+    kubeconfig: str,
+    workdir: Path,
+    *,
+    concurrent: int = 20,
+    extra: list[str] | None = None,
+    replica: str = "",
+    env: Mapping[str, str] | None = None,
+) -> Controller:
+    return Controller(
+        f"kustomize-controller{replica}",
+        "kustomize_controller",
+        ["--kubeconfig", kubeconfig, "--concurrent", str(concurrent), *(extra or [])],
+        workdir / f"kustomize-controller{replica}.log",
+        env=env,
+    )
+
+
+async def prepare_namespace(client: KubeClient, ns: str, *, create: bool = True) -> None:
+    """The namespace (unless it exists) and the `flux` tenant with admin rights in it."""
+    if create:
+        await client.create(
+            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        )
+    await client.create(
+        SERVICE_ACCOUNT,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "flux", "namespace": ns},
+        },
+    )
+    await client.create(
+        ROLE_BINDING,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "flux", "namespace": ns},
+            # `admin` is an aggregated ClusterRole, and aggregation is the
+            # controller-manager's job, which this control plane lacks;
+            # cluster-admin bound in one namespace grants the same there.
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "flux", "namespace": ns}],
+        },
+    )
+
+
+@dataclass
+class Origin:
+    """Where the apps' manifests are published: one OCI repository or one Git repository."""
+
+    kind: str
+    rt: ResourceType
+    spec: dict[str, Any]
+    registry: OciRegistry | None = None
+    work: WorkRepo | None = None
+    repository: str = "manifests/podinfo"
+
+    def publish(self, files: Mapping[str, str]) -> str:
+        """Publish `files` (over the same paths each time); the manifest digest or commit id."""
+        if self.registry is not None:
+            return self.registry.push_artifact(self.repository, "latest", files=dict(files))
+        assert self.work is not None
+        commit = self.work.commit("publish", files=dict(files))
+        self.work.push()
+        return commit
+
+
+def oci_origin(registry: OciRegistry, repository: str = "manifests/podinfo") -> Origin:
+    return Origin(
+        kind="OCIRepository",
+        rt=OCIREPO,
+        spec={"url": registry.oci_url(repository), "insecure": True, "ref": {"tag": "latest"}},
+        registry=registry,
+        repository=repository,
+    )
+
+
+def git_origin(git: GitHttpServer, name: str = "podinfo") -> Origin:
+    work = git.create_repo(name)
+    return Origin(
+        kind="GitRepository",
+        rt=GITREPO,
+        spec={"url": git.url(name), "ref": {"branch": "main"}},
+        work=work,
+    )
+
+
+async def create_apps(
+    client: KubeClient,
+    origin: Origin,
+    ns: str,
+    count: int,
+    *,
+    interval: str = "60m",
+    retry_interval: str = "2m",
+    timeout: str = "1m",
+) -> None:
+    """Each app's source and Kustomization, in Flux's benchmark shape."""
+    for i in range(count):
+        await client.create(
+            origin.rt,
+            {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": origin.kind,
+             "metadata": {"name": f"podinfo-{i}", "namespace": ns},
+             "spec": {"interval": interval, **origin.spec}},
+        )  # fmt: skip
+        await client.create(
+            KUSTOMIZATION,
+            {
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+                "kind": "Kustomization",
+                "metadata": {"name": f"podinfo-{i}", "namespace": ns},
+                "spec": {
+                    "sourceRef": {"kind": origin.kind, "name": f"podinfo-{i}"},
+                    "interval": interval,
+                    "retryInterval": retry_interval,
+                    "path": "./",
+                    "prune": True,
+                    "wait": True,
+                    "timeout": timeout,
+                    "serviceAccountName": "flux",
+                    "targetNamespace": ns,
+                    "postBuild": {"substitute": {"INDEX": f"{i}app", "PODS": "1", "MCPU": "1m"}},
+                },
+            },
+        )
+
+
+async def all_ready(
+    client: KubeClient,
+    rt: ResourceType,
+    ns: str,
+    count: int,
+    *,
+    limit: float = 1800,
+    check: Any = is_ready,
+) -> float:
+    """Seconds until `count` objects of `rt` pass `check` (Ready for their generation)."""
+    start = time.monotonic()
+    while True:
+        listed = await client.list(rt, namespace=ns)
+        if sum(1 for o in listed.items if check(o)) >= count:
+            return time.monotonic() - start
+        if time.monotonic() - start > limit:
+            stuck: JSON = next((o for o in listed.items if not check(o)), {})
+            raise RuntimeError(
+                f"{rt.kind}s not ready after {limit}s, e.g. "
+                f"{stuck.get('metadata', {}).get('name')}: {stuck.get('status')}"
+            )
+        await asyncio.sleep(0.5)

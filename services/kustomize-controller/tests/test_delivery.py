@@ -438,7 +438,8 @@ async def test_wait_checks_every_applied_object(delivery: Delivery) -> None:
     repo.commit("c", files={"web.yaml": deployment("web", ns), "cm.yaml": config_map("cm", ns)})
     repo.push()
     await d.git_repository("waits")
-    await d.kustomization("waits", source="waits", wait=True, timeout="2s")
+    # A failure is retried after retryInterval (else interval, 1h here), as in Flux.
+    await d.kustomization("waits", source="waits", wait=True, timeout="2s", retryInterval="1s")
     # Nothing rolls the Deployment out: no healthChecks listed, yet it is waited for.
     obj = await d.observe.wait_reason(KUSTOMIZATION, "waits", "HealthCheckFailed")
     message = condition(obj, "Ready")["message"]  # type: ignore[index]

@@ -19,6 +19,7 @@ from sluice_api import (
     Gate,
     GitRepository,
     HelmChart,
+    HelmRelease,
     HelmRepository,
     Kustomization,
     OCIRepository,
@@ -28,8 +29,7 @@ from sluice_api import (
 from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.resources import ResourceType
 
-HELM_RELEASE = ResourceType("helm.toolkit.fluxcd.io", "v2", "helmreleases", "HelmRelease")
-"""The helm-controller's kind (Sluice's or Flux's: the same API)."""
+HELM_RELEASE = ResourceType.of_model(HelmRelease)
 
 
 def _artifact_revision(obj: JSON) -> str:

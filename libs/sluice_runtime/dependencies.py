@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sluice_runtime.reconciling.errors import Stalling, Waiting
+
 JSON = dict[str, Any]
 Lookup = Callable[[str], JSON | None]
 
@@ -111,3 +113,23 @@ def dependents(changed_key: str, objects: list[JSON]) -> list[str]:
             meta = obj["metadata"]
             found.append(f"{meta.get('namespace', '')}/{meta['name']}")
     return found
+
+
+DEPENDENCY_NOT_READY = "DependencyNotReady"
+
+
+def require_ready(
+    obj: JSON, lookup: Lookup, *, source_revision: str | None, requeue_after: float
+) -> None:
+    """`check` as a reconcile step sees it: a cycle stalls (it never resolves by
+    waiting), a dependency not yet ready waits `requeue_after` seconds."""
+    try:
+        check(obj, lookup, source_revision=source_revision)
+    except DependencyCycle as error:
+        raise Stalling(DEPENDENCY_NOT_READY, str(error)) from None
+    except DependencyNotReady as error:
+        raise Waiting(
+            DEPENDENCY_NOT_READY,
+            f"{error}, retrying in {requeue_after:g}s",
+            requeue_after=requeue_after,
+        ) from None

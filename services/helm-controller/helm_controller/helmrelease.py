@@ -198,16 +198,12 @@ async def reconcile_gates(ctx: HelmReleaseContext) -> Result | None:
 async def reconcile_dependencies(ctx: HelmReleaseContext) -> Result | None:
     if not ctx.hr.spec.depends_on:
         return None
-    try:
-        dependencies.check(ctx.raw, ctx.services.releases.get, source_revision=None)
-    except dependencies.DependencyCycle as error:
-        raise Stalling(Reason.DEPENDENCY_NOT_READY, str(error)) from None
-    except dependencies.DependencyNotReady as error:
-        raise Waiting(
-            Reason.DEPENDENCY_NOT_READY,
-            f"{error}, retrying in {ctx.services.requeue_dependency:g}s",
-            requeue_after=ctx.services.requeue_dependency,
-        ) from None
+    dependencies.require_ready(
+        ctx.raw,
+        ctx.services.releases.get,
+        source_revision=None,
+        requeue_after=ctx.services.requeue_dependency,
+    )
     return None
 
 

@@ -285,18 +285,12 @@ async def reconcile_dependencies(ctx: KustomizationContext) -> Result | None:
     if not ctx.ks.spec.depends_on:
         return None
     assert ctx.artifact is not None
-    try:
-        dependencies.check(
-            ctx.raw, ctx.services.kustomizations.get, source_revision=ctx.artifact.revision
-        )
-    except dependencies.DependencyCycle as error:
-        raise Stalling(Reason.DEPENDENCY_NOT_READY, str(error)) from None
-    except dependencies.DependencyNotReady as error:
-        raise Waiting(
-            Reason.DEPENDENCY_NOT_READY,
-            f"{error}, retrying in {ctx.services.requeue_dependency:g}s",
-            requeue_after=ctx.services.requeue_dependency,
-        ) from None
+    dependencies.require_ready(
+        ctx.raw,
+        ctx.services.kustomizations.get,
+        source_revision=ctx.artifact.revision,
+        requeue_after=ctx.services.requeue_dependency,
+    )
     return None
 
 

@@ -59,13 +59,14 @@ async def test_a_fleet_converges_across_a_control_plane_restart(
     client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig), qps=0)
     kubeconfig = str(plane.kubeconfig)
     watch = ["--watch-namespace", ns, *FLAGS]
+    # The controllers refuse to start until every CRD they serve is installed.
+    await install_crds(client, all_crds())
     source = source_controller(kubeconfig, tmp_path, extra=watch)
     kustomize = kustomize_controller(kubeconfig, tmp_path, extra=watch)
     origin = oci_origin(oci_registry, f"chaos-{part}/{tmp_path.name}")
     phases: dict[str, str] = {}
     violations = Violations()
     try:
-        await install_crds(client, all_crds())
         await prepare_namespace(client, ns)
         for controller in (source, kustomize):
             await asyncio.to_thread(controller.wait_ready)

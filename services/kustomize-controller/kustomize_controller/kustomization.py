@@ -23,7 +23,6 @@ from typing import Any
 import aiohttp
 
 from kustomize_controller import decrypting
-from kustomize_controller.targets import TargetError, TargetRefused, Targets
 from sluice_api.kustomize import (
     KUBECONFIG_ONE_OF,
     NAME_LABEL,
@@ -53,6 +52,12 @@ from sluice_runtime.kube.health import Health, Target, wait_for_health
 from sluice_runtime.kube.ignoring import IgnoreRule, InvalidSelector
 from sluice_runtime.kube.ignoring import Target as IgnoreTarget
 from sluice_runtime.kube.ignoring import validate as validate_ignore_rules
+from sluice_runtime.kube.impersonation import (
+    TargetCluster,
+    TargetClusterError,
+    TargetClusterRefused,
+    TargetClusters,
+)
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
@@ -74,7 +79,7 @@ class Services:
     sources: dict[str, Store]
     """Source caches by kind (GitRepository, OCIRepository, Bucket)."""
     kustomizations: Store
-    targets: Targets
+    targets: TargetClusters
     gates: Store
     requeue_dependency: float = 30.0
     no_cross_namespace_refs: bool = False
@@ -397,16 +402,17 @@ async def reconcile_substitution(ctx: KustomizationContext) -> Result | None:
 async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     """Pick the target client (tenant identity, remote cluster) and validate the objects."""
     try:
-        ctx.target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
-    except TargetRefused as error:
+        cluster = await target_cluster(ctx)
+    except TargetClusterRefused as error:
         # Flux retries a kubeconfig it cannot use, with ReconciliationFailed; retrying
         # cannot help here (docs/reasons.md), but the reason stays Flux's.
         raise Stalling(Reason.RECONCILIATION_FAILED, str(error)) from None
-    except TargetError as error:
+    except TargetClusterError as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, str(error)) from None
+    ctx.target = cluster.client
     ctx.manager = ResourceManager(
-        ctx.target,
-        mapper,
+        cluster.client,
+        cluster.mapper,
         field_manager=FIELD_MANAGER,
         owner_labels=owner_labels(ctx.ks),
         ignore_rules=ignore_rules(ctx.ks),
@@ -416,6 +422,21 @@ async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     except ValidationFailed as error:
         raise ctx.failed(Reason.BUILD_FAILED, str(error)) from None
     return None
+
+
+async def target_cluster(ctx: KustomizationContext) -> TargetCluster:
+    """The cluster and identity of `kubeConfig` and `serviceAccountName`."""
+    kube_config = ctx.ks.spec.kube_config
+    if kube_config is not None and kube_config.secret_ref is None:
+        # configMapRef (workload identity) is refused by reconcile_spec; deletion
+        # must not fall back to the local cluster for it either.
+        raise TargetClusterError("spec.kubeConfig names no secretRef")
+    return await ctx.services.targets.resolve(
+        namespace=ctx.namespace,
+        service_account_name=ctx.ks.spec.service_account_name,
+        kubeconfig=kube_config.secret_ref if kube_config is not None else None,
+        reader=ctx.client,
+    )
 
 
 def dry_run_first_of(ks: Kustomization) -> bool:
@@ -681,13 +702,16 @@ async def finalize(ctx: KustomizationContext) -> None:
     if not delete or not entries:
         return
     try:
-        target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
-    except TargetError as error:
+        cluster = await target_cluster(ctx)
+    except TargetClusterError as error:
         # The target cluster's credentials are gone; nothing can be cleaned.
         ctx.log.warning("cannot garbage-collect on deletion", error=str(error))
         return
     manager = ResourceManager(
-        target, mapper, field_manager=FIELD_MANAGER, owner_labels=owner_labels(ctx.ks)
+        cluster.client,
+        cluster.mapper,
+        field_manager=FIELD_MANAGER,
+        owner_labels=owner_labels(ctx.ks),
     )
     await manager.delete_all([ObjectId.from_inventory_id(e["id"]) for e in entries])
 

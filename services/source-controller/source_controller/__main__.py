@@ -2,13 +2,14 @@
 
 Wiring only: flags, the artifact storage and its file server, and one
 controller per kind it reconciles (GitRepository, OCIRepository,
-HelmRepository, HelmChart). Bucket is watched (so its CRD must exist) but
-not reconciled yet.
+HelmRepository, HelmChart, Bucket).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from pathlib import Path
 
 from sluice_api import Bucket, Gate, GitRepository, HelmChart, HelmRepository, OCIRepository
@@ -18,7 +19,7 @@ from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
-from source_controller import gitclient, gitrepository, helmchart, helmrepository, ocirepository
+from source_controller import bucket, gitclient, gitrepository, helmchart, helmrepository, ocirepository
 from source_controller.sources import Limits
 
 SERVICE = "source-controller"
@@ -139,7 +140,16 @@ async def setup(runtime: app.Runtime) -> None:
     chart.watch(helm_repo_rt, helmchart.charts_of(charts, "HelmRepository"), selected=True)
     chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
 
-    runtime.informers.get(ResourceType.of_model(Bucket), selected=True)
+    bucket_rt = ResourceType.of_model(Bucket)
+    buckets = runtime.informers.get(bucket_rt, selected=True).store
+    # The process's copies of buckets (for fetching only changed objects)
+    # stay out of the served storage; they are rebuilt after a restart.
+    cache_root = Path(tempfile.mkdtemp(prefix="sluice-buckets-"))
+    runtime.stack.callback(shutil.rmtree, cache_root, ignore_errors=True)
+    bucket_controller = runtime.controller(
+        bucket.reconciler(storage, cache_root=cache_root, gates=gate_store, limits=limits)
+    )
+    bucket_controller.watch(gate_rt, gates.consumers_of(buckets))
 
 
 def main() -> None:

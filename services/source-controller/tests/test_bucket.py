@@ -1,0 +1,209 @@
+"""Bucket against a real S3 implementation (moto's server, checking signatures) and the real
+API server."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+from sluice_envtest.harness import condition, make_secret
+from sluice_envtest.s3server import S3Server
+from sluice_runtime.kube.resources import SECRET, ResourceType
+
+from .conftest import SourceController, served_files
+
+BUCKET = ResourceType("source.toolkit.fluxcd.io", "v1", "buckets", "Bucket")
+MANIFEST = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"
+
+
+def bucket(name: str, server: S3Server, bucket_name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "Bucket",
+        "metadata": {"name": name},
+        "spec": {
+            "bucketName": bucket_name,
+            "endpoint": server.endpoint,
+            "insecure": not server.tls,
+            "interval": "10m",
+            "secretRef": {"name": "s3-creds"},
+            **spec,
+        },
+    }
+
+
+async def setup(sc: SourceController, server: S3Server, name: str, files: dict[str, str]) -> str:
+    """A bucket named after the test's namespace with `files`, and the credentials Secret."""
+    bucket_name = f"{name}-{sc.namespace}"[:63]
+    server.create_bucket(bucket_name, dict(files))
+    await make_secret(sc.client, sc.namespace, "s3-creds", server.secret_data())
+    return bucket_name
+
+
+def flux_revision(server: S3Server, bucket_name: str, keys: list[str]) -> str:
+    """Flux's revision for `keys`, from the ETags the server lists (computed independently)."""
+    listed = server.client().list_objects_v2(Bucket=bucket_name)["Contents"]
+    etags = {o["Key"]: o["ETag"].strip('"') for o in listed}
+    lines = "".join(f"{k} {etags[k]}\n" for k in sorted(keys))
+    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+
+
+async def test_a_bucket_goes_ready_and_an_unchanged_one_costs_one_listing(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(
+        sc,
+        s3_server,
+        "ready",
+        {
+            "deploy/app.yaml": MANIFEST,
+            "deploy/logo.png": "png",
+            "notes.txt": "ignored by .sourceignore",
+            ".sourceignore": "*.txt\n",
+        },
+    )
+    await sc.client.create(BUCKET, bucket("app", s3_server, name), namespace=sc.namespace)
+    obj = await sc.wait_ready(BUCKET, "app")
+    listings = s3_server.listings(name)
+    downloads = s3_server.downloads(name)
+    assert listings == 1
+    assert sorted(downloads) == [".sourceignore", "deploy/app.yaml", "deploy/logo.png"]
+    artifact = obj["status"]["artifact"]
+    # The index holds what .sourceignore keeps (the .png too: the default
+    # exclusions apply to the archive, not the revision, as in Flux).
+    assert artifact["revision"] == flux_revision(
+        s3_server, name, ["deploy/app.yaml", "deploy/logo.png"]
+    )
+    assert sorted(await served_files(obj)) == ["deploy/app.yaml"]
+    assert (condition(obj, "Ready") or {})["message"] == (
+        f"stored artifact for revision '{artifact['revision']}'"
+    )
+    listings = s3_server.listings(name)  # and the test's own listing
+
+    again = await sc.poke(BUCKET, "app", "unchanged")
+    # One listing, no object fetched, the same artifact.
+    assert s3_server.listings(name) == listings + 1
+    assert s3_server.downloads(name) == downloads
+    assert again["status"]["artifact"] == artifact
+
+
+async def test_a_changed_object_makes_a_new_revision_fetching_only_it(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(sc, s3_server, "change", {"a.yaml": MANIFEST, "b.yaml": MANIFEST})
+    await sc.client.create(BUCKET, bucket("app", s3_server, name), namespace=sc.namespace)
+    first = (await sc.wait_ready(BUCKET, "app"))["status"]["artifact"]
+    fetched = len(s3_server.downloads(name))
+
+    changed = MANIFEST + "data:\n  k: v2\n"
+    s3_server.put(name, "b.yaml", changed)
+    s3_server.delete(name, "a.yaml")
+    obj = await sc.poke(BUCKET, "app", "changed")
+    artifact = obj["status"]["artifact"]
+    assert artifact["revision"] != first["revision"]
+    assert artifact["revision"] == flux_revision(s3_server, name, ["b.yaml"])
+    assert s3_server.downloads(name)[fetched:] == ["b.yaml"]
+    assert await served_files(obj) == {"b.yaml": changed.encode()}
+    await sc.wait_events("app", lambda e: len(e) == 2, reason="NewArtifact")
+
+
+async def test_a_prefix_limits_the_listing(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(sc, s3_server, "prefix", {"apps/a.yaml": MANIFEST, "other/b.yaml": "x"})
+    await sc.client.create(
+        BUCKET, bucket("app", s3_server, name, prefix="apps/"), namespace=sc.namespace
+    )
+    obj = await sc.wait_ready(BUCKET, "app")
+    assert sorted(await served_files(obj)) == ["apps/a.yaml"]
+
+
+async def test_bad_credentials_and_a_missing_bucket_fail_naming_the_problem(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(sc, s3_server, "fail", {"a.yaml": MANIFEST})
+    await sc.client.create(BUCKET, bucket("app", s3_server, name), namespace=sc.namespace)
+    good = (await sc.wait_ready(BUCKET, "app"))["status"]["artifact"]
+
+    wrong = base64.b64encode(b"not-the-secret-key").decode()
+    await sc.client.merge_patch(
+        SECRET, "s3-creds", {"data": {"secretkey": wrong}}, namespace=sc.namespace
+    )
+    await sc.client.merge_patch(
+        BUCKET, "app", {"spec": {"interval": "11m"}}, namespace=sc.namespace
+    )
+    obj = await sc.wait_failed(BUCKET, "app", "BucketOperationFailed")
+    message = (condition(obj, "Ready") or {})["message"]
+    assert f"bucket '{name}'" in message
+    assert "SignatureDoesNotMatch" in message and "spec.secretRef" in message
+    assert "not-the-secret-key" not in str(obj)
+    assert (condition(obj, "FetchFailed") or {}).get("status") == "True"
+    assert obj["status"]["artifact"] == good  # the last artifact stays
+
+    await sc.client.create(
+        BUCKET, bucket("missing", s3_server, f"gone-{sc.namespace}"), namespace=sc.namespace
+    )
+    await make_secret(sc.client, sc.namespace, "right", s3_server.secret_data())
+    await sc.client.merge_patch(
+        BUCKET, "missing", {"spec": {"secretRef": {"name": "right"}}}, namespace=sc.namespace
+    )
+    obj = await sc.wait(
+        BUCKET,
+        "missing",
+        lambda o: "does not exist" in ((condition(o, "Ready") or {}).get("message") or ""),
+        what="missing bucket reported",
+    )
+    ready = condition(obj, "Ready") or {}
+    assert ready["status"] == "False" and ready["reason"] == "BucketOperationFailed"
+    assert f"gone-{sc.namespace}" in ready["message"]
+
+
+async def test_a_ca_from_cert_secret_ref_is_trusted(
+    source_controller: SourceController, s3_server_tls: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(sc, s3_server_tls, "tls", {"a.yaml": MANIFEST})
+    assert s3_server_tls.ca_pem is not None
+    await make_secret(sc.client, sc.namespace, "ca", {"ca.crt": s3_server_tls.ca_pem.decode()})
+    await sc.client.create(BUCKET, bucket("untrusted", s3_server_tls, name), namespace=sc.namespace)
+    await sc.client.create(
+        BUCKET,
+        bucket("trusted", s3_server_tls, name, certSecretRef={"name": "ca"}),
+        namespace=sc.namespace,
+    )
+    obj = await sc.wait_ready(BUCKET, "trusted")
+    assert sorted(await served_files(obj)) == ["a.yaml"]
+    failed = await sc.wait_failed(BUCKET, "untrusted", "BucketOperationFailed")
+    assert "certificate" in (condition(failed, "Ready") or {})["message"].lower()
+
+
+async def test_unsupported_providers_and_sts_are_refused(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    cases = {
+        "gcp": ({"provider": "gcp"}, "spec.provider 'gcp'"),
+        "azure": ({"provider": "azure"}, "spec.provider 'azure'"),
+        "sts": (
+            {"provider": "aws", "sts": {"provider": "aws", "endpoint": "https://sts.example"}},
+            "spec.sts",
+        ),
+    }
+    for name, (spec, _) in cases.items():
+        await sc.client.create(
+            BUCKET, bucket(name, s3_server, "any-bucket", **spec), namespace=sc.namespace
+        )
+    for name, (_, named) in cases.items():
+        obj = await sc.wait(
+            BUCKET,
+            name,
+            lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+            what="Stalled",
+        )
+        assert named in (condition(obj, "Ready") or {})["message"]
+        assert obj["status"].get("artifact") is None

@@ -72,9 +72,7 @@ class S3Server(ChildServer):
         self._launched(process, self._listening, timeout=timeout)
         iam = self._client("iam", access_key="setup", secret_key="setup")  # noqa: S106
         iam.create_user(UserName="sluice")
-        iam.put_user_policy(
-            UserName="sluice", PolicyName="s3", PolicyDocument=json.dumps(_POLICY)
-        )
+        iam.put_user_policy(UserName="sluice", PolicyName="s3", PolicyDocument=json.dumps(_POLICY))
         key = iam.create_access_key(UserName="sluice")["AccessKey"]
         self.access_key = key["AccessKeyId"]
         self.secret_key = key["SecretAccessKey"]

@@ -19,7 +19,14 @@ from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
-from source_controller import bucket, gitclient, gitrepository, helmchart, helmrepository, ocirepository
+from source_controller import (
+    bucket,
+    gitclient,
+    gitrepository,
+    helmchart,
+    helmrepository,
+    ocirepository,
+)
 from source_controller.sources import Limits
 
 SERVICE = "source-controller"

@@ -299,7 +299,7 @@ async def _sourceignore(
     cached = ctx.cache_dir / IGNORE_FILE
     if state.get("sourceignore") == info.etag and cached.is_file():
         return cached.read_text(errors="replace")
-    await _download(client, ctx, IGNORE_FILE, info, cached)
+    await _download(client, ctx, key=IGNORE_FILE, info=info, dest=cached)
     state["sourceignore"] = info.etag
     await asyncio.to_thread(_write_state, ctx.cache_dir, state)
     return cached.read_text(errors="replace")
@@ -320,7 +320,9 @@ def _write_state(cache_dir: Path, state: dict[str, Any]) -> None:
     temp.replace(cache_dir / _STATE)
 
 
-async def _download(client: Any, ctx: BucketContext, key: str, info: ObjectInfo, dest: Path) -> None:
+async def _download(
+    client: Any, ctx: BucketContext, key: str, info: ObjectInfo, dest: Path
+) -> None:
     spec = ctx.bucket.spec
     arguments: dict[str, Any] = {"Bucket": spec.bucket_name, "Key": key}
     if info.etag:
@@ -416,7 +418,7 @@ async def _sync(ctx: BucketContext, files: Path) -> None:
     async def fetch(client: Any, key: str) -> None:
         async with limit:
             assert ctx.objects is not None
-            await _download(client, ctx, key, ctx.objects[key], files / key)
+            await _download(client, ctx, key=key, info=ctx.objects[key], dest=files / key)
             held[key] = ctx.objects[key].etag
 
     try:

@@ -130,23 +130,6 @@ async def setup(runtime: app.Runtime) -> None:
     )
     helm_repo.watch(gate_rt, gates.consumers_of(helm_repos))
 
-    chart_rt = ResourceType.of_model(HelmChart)
-    charts = runtime.informers.get(chart_rt, selected=True).store
-    chart = runtime.controller(
-        helmchart.reconciler(
-            storage,
-            stores=helmchart.ChartStores(
-                helm_repositories=helm_repos, git_repositories=repositories
-            ),
-            gates=gate_store,
-            limits=limits,
-            chart_max_size=options.helm_chart_max_size,
-        )
-    )
-    chart.watch(gate_rt, gates.consumers_of(charts))
-    chart.watch(helm_repo_rt, helmchart.charts_of(charts, "HelmRepository"), selected=True)
-    chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
-
     bucket_rt = ResourceType.of_model(Bucket)
     buckets = runtime.informers.get(bucket_rt, selected=True).store
     # The process's copies of buckets (for fetching only changed objects)
@@ -157,6 +140,25 @@ async def setup(runtime: app.Runtime) -> None:
         bucket.reconciler(storage, cache_root=cache_root, gates=gate_store, limits=limits)
     )
     bucket_controller.watch(gate_rt, gates.consumers_of(buckets))
+
+    chart_rt = ResourceType.of_model(HelmChart)
+    charts = runtime.informers.get(chart_rt, selected=True).store
+    chart = runtime.controller(
+        helmchart.reconciler(
+            storage,
+            stores=helmchart.ChartStores(
+                helm_repositories=helm_repos, git_repositories=repositories, buckets=buckets
+            ),
+            gates=gate_store,
+            limits=limits,
+            chart_max_size=options.helm_chart_max_size,
+        )
+    )
+    chart.watch(gate_rt, gates.consumers_of(charts))
+    chart.watch(helm_repo_rt, helmchart.charts_of(charts, "HelmRepository"), selected=True)
+    chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
+    chart.watch(bucket_rt, helmchart.charts_of(charts, "Bucket"), selected=True)
+
 
 
 def main() -> None:

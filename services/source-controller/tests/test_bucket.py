@@ -7,13 +7,17 @@ import base64
 import hashlib
 from typing import Any
 
+import yaml
+
+from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.s3server import S3Server
 from sluice_runtime.kube.resources import SECRET, ResourceType
 
-from .conftest import SourceController, served_files
+from .conftest import SourceController, served, served_files, tar_members
 
 BUCKET = ResourceType("source.toolkit.fluxcd.io", "v1", "buckets", "Bucket")
+HELMCHART = ResourceType("source.toolkit.fluxcd.io", "v1", "helmcharts", "HelmChart")
 MANIFEST = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"
 
 
@@ -207,3 +211,57 @@ async def test_unsupported_providers_and_sts_are_refused(
         )
         assert named in (condition(obj, "Ready") or {})["message"]
         assert obj["status"].get("artifact") is None
+
+
+async def test_a_helm_chart_is_packaged_from_a_chart_directory_in_a_bucket(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(
+        sc,
+        s3_server,
+        "chart",
+        {
+            "charts/app/Chart.yaml": "apiVersion: v2\nname: app\nversion: 1.2.0\n",
+            "charts/app/values.yaml": "greeting: hello\n",
+            "charts/app/templates/configmap.yaml": CONFIGMAP_TEMPLATE,
+        },
+    )
+    await sc.client.create(BUCKET, bucket("charts", s3_server, name), namespace=sc.namespace)
+    source = (await sc.wait_ready(BUCKET, "charts"))["status"]["artifact"]
+    await sc.client.create(
+        HELMCHART,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "HelmChart",
+            "metadata": {"name": "app"},
+            "spec": {
+                "chart": "charts/app",
+                "sourceRef": {"kind": "Bucket", "name": "charts"},
+                "interval": "10m",
+                "reconcileStrategy": "Revision",
+            },
+        },
+        namespace=sc.namespace,
+    )
+    obj = await sc.wait_ready(HELMCHART, "app", timeout=60)
+    digest = source["revision"].removeprefix("sha256:")
+    assert obj["status"]["artifact"]["revision"] == f"1.2.0+{digest[:12]}"
+    assert obj["status"]["observedSourceArtifactRevision"] == source["revision"]
+    files = tar_members(await served(obj))
+    assert yaml.safe_load(files["app/values.yaml"]) == {"greeting": "hello"}
+
+    # A new object in the bucket is a new source revision, so a new chart version.
+    s3_server.put(name, "charts/app/values.yaml", "greeting: hi\n")
+    changed = (await sc.poke(BUCKET, "charts", "changed"))["status"]["artifact"]["revision"]
+    obj = await sc.wait(
+        HELMCHART,
+        "app",
+        lambda o: (
+            o["status"].get("artifact", {}).get("revision")
+            == f"1.2.0+{changed.removeprefix('sha256:')[:12]}"
+        ),
+        what="chart rebuilt from the new bucket revision",
+    )
+    files = tar_members(await served(obj))
+    assert yaml.safe_load(files["app/values.yaml"]) == {"greeting": "hi"}

@@ -86,9 +86,9 @@ class OutputArtifact(KubeModel):
     revision: Annotated[str, StringConstraints(pattern=_ALIAS_REF, max_length=64)] | None = None
     """`@<alias>`: use that source's revision; default `latest@<digest of the artifact>`."""
 
-    origin_revision: (
-        Annotated[str, StringConstraints(pattern=_ALIAS_REF, max_length=64)] | None
-    ) = None
+    origin_revision: Annotated[str, StringConstraints(pattern=_ALIAS_REF, max_length=64)] | None = (
+        None
+    )
     """`@<alias>`: record that source's origin revision (e.g. its Git commit) in the
     artifact's `org.opencontainers.image.revision` metadata."""
 

@@ -2,7 +2,8 @@
 
 Wiring only: flags, the artifact storage and its file server, and one
 controller per kind it reconciles (GitRepository, OCIRepository,
-HelmRepository, HelmChart, Bucket).
+HelmRepository, HelmChart, Bucket, and ArtifactGenerator, whose
+ExternalArtifacts it writes).
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sluice_api import Bucket, Gate, GitRepository, HelmChart, HelmRepository, OCIRepository
+from sluice_api import (
+    ArtifactGenerator,
+    Bucket,
+    ExternalArtifact,
+    Gate,
+    GitRepository,
+    HelmChart,
+    HelmRepository,
+    OCIRepository,
+)
 from sluice_api.meta import parse_duration
 from sluice_runtime import app, gates
 from sluice_runtime.artifacts.serving import file_server
@@ -20,6 +30,7 @@ from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
 from source_controller import (
+    artifactgenerator,
     bucket,
     gitclient,
     gitrepository,
@@ -30,7 +41,16 @@ from source_controller import (
 from source_controller.sources import Limits
 
 SERVICE = "source-controller"
-KINDS = (GitRepository, OCIRepository, HelmRepository, HelmChart, Bucket, Gate)
+KINDS = (
+    GitRepository,
+    OCIRepository,
+    HelmRepository,
+    HelmChart,
+    Bucket,
+    ExternalArtifact,
+    ArtifactGenerator,
+    Gate,
+)
 """Every kind this process reads; startup fails clearly if one is not served."""
 
 
@@ -115,8 +135,9 @@ async def setup(runtime: app.Runtime) -> None:
     git.watch(gate_rt, gates.consumers_of(repositories))
 
     oci_rt = ResourceType.of_model(OCIRepository)
+    oci_repos = runtime.informers.get(oci_rt, selected=True).store
     oci = runtime.controller(ocirepository.reconciler(storage, gates=gate_store, limits=limits))
-    oci.watch(gate_rt, gates.consumers_of(runtime.informers.get(oci_rt, selected=True).store))
+    oci.watch(gate_rt, gates.consumers_of(oci_repos))
 
     helm_repo_rt = ResourceType.of_model(HelmRepository)
     helm_repos = runtime.informers.get(helm_repo_rt, selected=True).store
@@ -159,6 +180,31 @@ async def setup(runtime: app.Runtime) -> None:
     chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
     chart.watch(bucket_rt, helmchart.charts_of(charts, "Bucket"), selected=True)
 
+    external_rt = ResourceType.of_model(ExternalArtifact)
+    source_types = {
+        "GitRepository": git_rt,
+        "OCIRepository": oci_rt,
+        "Bucket": bucket_rt,
+        "ExternalArtifact": external_rt,
+    }
+    generator_rt = ResourceType.of_model(ArtifactGenerator)
+    generators = runtime.informers.get(generator_rt, selected=True).store
+    generator = runtime.controller(
+        artifactgenerator.reconciler(
+            storage,
+            stores={
+                kind: runtime.informers.get(rt, selected=kind != "ExternalArtifact").store
+                for kind, rt in source_types.items()
+            },
+            limits=limits,
+        )
+    )
+    for kind, rt in source_types.items():
+        generator.watch(
+            rt,
+            artifactgenerator.generators_of(generators, kind),
+            selected=kind != "ExternalArtifact",
+        )
 
 
 def main() -> None:

@@ -159,9 +159,7 @@ def test_copy_operations_follow_flux(
 @pytest.mark.parametrize(
     ("operation", "message"),
     [
-        pytest.param(
-            Operation("@repo/missing/**", "@artifact/"), "no files match", id="no-match"
-        ),
+        pytest.param(Operation("@repo/missing/**", "@artifact/"), "no files match", id="no-match"),
         pytest.param(Operation("@repo/missing.yaml", "@artifact/"), "does not exist", id="absent"),
         pytest.param(
             Operation("@other/x", "@artifact/"), "alias 'other' is not in", id="unknown-alias"
@@ -181,7 +179,9 @@ def test_copy_operations_follow_flux(
         ),
     ],
 )
-def test_bad_operations_name_the_problem(tmp_path: Path, operation: Operation, message: str) -> None:
+def test_bad_operations_name_the_problem(
+    tmp_path: Path, operation: Operation, message: str
+) -> None:
     with pytest.raises(CopyError, match=message):
         _copy(tmp_path, operation)
 

@@ -382,6 +382,9 @@ async def test_the_manifest_applies_to_a_real_api_server(
     args = container(notification)["args"]
     assert "--receiver-addr=:9292" in args
     assert "--no-cross-namespace-refs=true" in args
+    # ArtifactGenerators of a tenant read only its own sources.
+    source = await kube.get(DEPLOYMENT, "source-controller", "flux-system")
+    assert "--no-cross-namespace-refs=true" in container(source)["args"]
     webhooks = await kube.get(NETWORK_POLICY, "allow-webhooks", "flux-system")
     assert webhooks["spec"]["ingress"] == [{"ports": [{"port": 9292, "protocol": "TCP"}]}]
     # Every controller's pod is one the API server accepts (dry run: nothing

@@ -64,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: source-controller.$RUNTIME_NAMESPACE.svc.cluster.local.)",
     )
     parser.add_argument("--artifact-retention-records", type=int, default=2)
+    app.switch(
+        parser,
+        "--no-cross-namespace-refs",
+        help="ArtifactGenerators may read only sources of their own namespace",
+    )
     parser.add_argument("--artifact-retention-ttl", default="60s")
     defaults = Limits()
     parser.add_argument(
@@ -197,6 +202,7 @@ async def setup(runtime: app.Runtime) -> None:
                 for kind, rt in source_types.items()
             },
             limits=limits,
+            no_cross_namespace_refs=options.no_cross_namespace_refs,
         )
     )
     for kind, rt in source_types.items():

@@ -6,7 +6,9 @@ so a generator reads them from disk instead of downloading them.
 
 STEPS: validate → sources → generate → prune.
 
-- validate: aliases and artifact names unique, every `@alias` known, only
+- validate: aliases and artifact names unique, every `@alias` known, a
+  source in another namespace only without `--no-cross-namespace-refs`
+  (else Stalled, AccessDenied, as in Flux), only
   source kinds whose artifacts live in this storage (GitRepository,
   OCIRepository, Bucket, ExternalArtifact); anything else is Stalled
   (ValidationFailed), naming it.
@@ -67,6 +69,7 @@ generator of this controller made it)."""
 EXTERNAL_ARTIFACT = ResourceType.of_model(ExternalArtifact)
 STORAGE_KIND = "externalartifact"
 VALIDATION_FAILED = "ValidationFailed"
+ACCESS_DENIED = "AccessDenied"
 SOURCE_FETCH_FAILED = "SourceFetchFailed"
 BUILD_FAILED = "BuildFailed"
 RECONCILIATION_DISABLED = "ReconciliationDisabled"
@@ -90,6 +93,7 @@ class GeneratorContext(ReconcileContext):
     storage: Storage
     stores: dict[str, Store]
     limits: Limits
+    no_cross_namespace_refs: bool = False
     workdir: Path | None = None
     sources: dict[str, FetchedSource] = field(default_factory=dict)
     sources_digest: str = ""
@@ -132,6 +136,15 @@ async def reconcile_validate(ctx: GeneratorContext) -> Result | None:
             raise _invalid(
                 f"source '{source.alias}': kind {source.kind} is not supported by this version "
                 f"of Sluice (supported: {', '.join(SOURCE_KINDS)})"
+            )
+        namespace = source.namespace or ctx.namespace
+        if ctx.no_cross_namespace_refs and namespace != ctx.namespace:
+            # A tenant's generator must not copy another tenant's source.
+            raise Stalling(
+                ACCESS_DENIED,
+                f"source '{source.alias}': {source.kind} '{namespace}/{source.name}' is in "
+                "another namespace, and cross-namespace references are disabled "
+                "(--no-cross-namespace-refs)",
             )
         aliases[source.alias] = source.kind
     names: set[str] = set()
@@ -443,10 +456,20 @@ def generators_of(store: Store, kind: str) -> Callable[[Change], list[str]]:
 
 
 def reconciler(
-    storage: Storage, *, stores: dict[str, Store], limits: Limits | None = None
+    storage: Storage,
+    *,
+    stores: dict[str, Store],
+    limits: Limits | None = None,
+    no_cross_namespace_refs: bool = False,
 ) -> Reconciler[GeneratorContext]:
     def make(**base: Any) -> GeneratorContext:
-        return GeneratorContext(storage=storage, stores=stores, limits=limits or Limits(), **base)
+        return GeneratorContext(
+            storage=storage,
+            stores=stores,
+            limits=limits or Limits(),
+            no_cross_namespace_refs=no_cross_namespace_refs,
+            **base,
+        )
 
     return Reconciler(
         model=ArtifactGenerator,

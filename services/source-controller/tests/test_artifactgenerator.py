@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from sluice_api import ArtifactGenerator, ExternalArtifact
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition
+from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import ResourceType
 
-from .conftest import GITREPO, SourceController, gitrepo, served_files
+from .conftest import GITREPO, SourceController, gitrepo, served_files, start_source_controller
 
 GENERATOR = ResourceType.of_model(ArtifactGenerator)
 EXTERNAL = ResourceType.of_model(ExternalArtifact)
@@ -151,3 +154,32 @@ async def test_invalid_generators_stall_naming_the_problem(
     )
     obj = await sc.wait_failed(GENERATOR, "nomatch", "BuildFailed")
     assert "no files match pattern 'none/**'" in (condition(obj, "Ready") or {})["message"]
+
+
+async def test_no_cross_namespace_refs_refuses_another_namespaces_source(
+    cluster: Cluster, kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    async with start_source_controller(
+        cluster, kube, namespace, tmp_path, "--no-cross-namespace-refs"
+    ) as sc:
+        await sc.client.create(
+            GENERATOR,
+            generator(
+                "cross",
+                [{"name": "a", "copy": [{"from": "@repo/**", "to": "@artifact/"}]}],
+                sources=[
+                    {"alias": "repo", "kind": "GitRepository", "name": "x", "namespace": "other"}
+                ],
+            ),
+            namespace=sc.namespace,
+        )
+        obj = await sc.wait(
+            GENERATOR,
+            "cross",
+            lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+            what="Stalled",
+        )
+        ready = condition(obj, "Ready") or {}
+        assert ready["reason"] == "AccessDenied"
+        assert "GitRepository 'other/x'" in ready["message"]
+        assert "--no-cross-namespace-refs" in ready["message"]

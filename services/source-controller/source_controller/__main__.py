@@ -211,6 +211,7 @@ async def setup(runtime: app.Runtime) -> None:
             artifactgenerator.generators_of(generators, kind),
             selected=kind != "ExternalArtifact",
         )
+    generator.watch(external_rt, artifactgenerator.owners_of, selected=False)
 
 
 def main() -> None:

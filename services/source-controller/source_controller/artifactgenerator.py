@@ -25,7 +25,8 @@ STEPS: validate → sources → generate → prune.
   The ExternalArtifact is created (spec.sourceRef → the generator) or its
   status updated, Ready=True.
 - prune: ExternalArtifacts of the previous inventory that left the spec are
-  deleted with their files; deleting the generator deletes them all.
+  deleted with their files; deleting the generator deletes them all. An
+  ExternalArtifact deleted or changed by someone else is generated again.
 """
 
 from __future__ import annotations
@@ -228,12 +229,15 @@ async def reconcile_sources(ctx: GeneratorContext) -> Result | None:
 
 
 def _inventory_stored(ctx: GeneratorContext, inventory: list[ExternalArtifactReference]) -> bool:
-    return all(
-        ctx.storage.exists(
-            ctx.storage.relative_path(STORAGE_KIND, ref.namespace, ref.name, ref.filename)
-        )
-        for ref in inventory
-    )
+    """Every generated file still in storage, every ExternalArtifact still serving it."""
+    published = ctx.stores["ExternalArtifact"]
+    for ref in inventory:
+        rel = ctx.storage.relative_path(STORAGE_KIND, ref.namespace, ref.name, ref.filename)
+        current = published.get(f"{ref.namespace}/{ref.name}") or {}
+        artifact = (current.get("status") or {}).get("artifact") or {}
+        if artifact.get("digest") != ref.digest or not ctx.storage.exists(rel):
+            return False
+    return True
 
 
 def _ready_message(inventory: list[ExternalArtifactReference]) -> str:
@@ -453,6 +457,20 @@ def generators_of(store: Store, kind: str) -> Callable[[Change], list[str]]:
         return keys
 
     return mapper
+
+
+def owners_of(change: Change) -> list[str]:
+    """The generator of an ExternalArtifact that was deleted or changed by someone else."""
+    if change.kind == "updated":
+        old = ((change.old or {}).get("status") or {}).get("artifact") or {}
+        new = ((change.new or {}).get("status") or {}).get("artifact") or {}
+        if old.get("digest") == new.get("digest"):
+            return []
+    source_ref = (change.obj.get("spec") or {}).get("sourceRef") or {}
+    if source_ref.get("kind") != ArtifactGenerator.KIND or not source_ref.get("name"):
+        return []
+    namespace = source_ref.get("namespace") or change.obj["metadata"].get("namespace")
+    return [f"{namespace}/{source_ref['name']}"]
 
 
 def reconciler(

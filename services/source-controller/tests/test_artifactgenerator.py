@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,16 @@ async def wait_gone(sc: SourceController, name: str) -> None:
     raise AssertionError(f"ExternalArtifact {name} not deleted")
 
 
+async def wait_published(sc: SourceController, name: str, digest: str) -> dict[str, Any]:
+    for _ in range(300):
+        with contextlib.suppress(NotFound):
+            obj = await sc.get(EXTERNAL, name)
+            if (obj.get("status") or {}).get("artifact", {}).get("digest") == digest:
+                return obj
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"ExternalArtifact {name} not published again")
+
+
 async def test_artifacts_are_generated_pruned_and_deleted_with_the_generator(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
@@ -87,6 +98,11 @@ async def test_artifacts_are_generated_pruned_and_deleted_with_the_generator(
     assert backend["status"]["artifact"]["revision"] == repo["status"]["artifact"]["revision"]
     assert (condition(backend, "Ready") or {}).get("status") == "True"
     assert await served_files(backend) == {"app.yaml": b"backend"}
+
+    # An ExternalArtifact deleted by someone else is generated again.
+    await sc.client.delete(EXTERNAL, "frontend", namespace=sc.namespace)
+    again = await wait_published(sc, "frontend", frontend["digest"])
+    assert again["spec"]["sourceRef"]["name"] == "split"
 
     # An artifact that leaves the spec is deleted, with its files.
     await sc.client.merge_patch(

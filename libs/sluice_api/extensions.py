@@ -10,6 +10,7 @@ field.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
@@ -37,6 +38,16 @@ GENERATOR_LABEL = "source.extensions.fluxcd.io/generator"
 """Set on the ExternalArtifacts a generator made, to its name; with the
 ExternalArtifact's spec.sourceRef it tells whose an artifact is."""
 ORIGIN_REVISION_ANNOTATION = "org.opencontainers.image.revision"
+
+
+class GeneratorReason(StrEnum):
+    """Reasons of an ArtifactGenerator's conditions: Flux source-watcher's."""
+
+    VALIDATION_FAILED = "ValidationFailed"
+    ACCESS_DENIED = "AccessDenied"
+    SOURCE_FETCH_FAILED = "SourceFetchFailed"
+    BUILD_FAILED = "BuildFailed"
+    RECONCILIATION_DISABLED = "ReconciliationDisabled"
 
 
 class ArtifactSourceReference(KubeModel):

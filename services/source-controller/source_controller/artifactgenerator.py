@@ -48,6 +48,7 @@ from sluice_api.extensions import (
     RECONCILE_ANNOTATION,
     ArtifactGenerator,
     ExternalArtifactReference,
+    GeneratorReason,
     OutputArtifact,
 )
 from sluice_api.meta import Artifact
@@ -69,11 +70,11 @@ SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket", "ExternalArtifact")
 generator of this controller made it)."""
 EXTERNAL_ARTIFACT = ResourceType.of_model(ExternalArtifact)
 STORAGE_KIND = "externalartifact"
-VALIDATION_FAILED = "ValidationFailed"
-ACCESS_DENIED = "AccessDenied"
-SOURCE_FETCH_FAILED = "SourceFetchFailed"
-BUILD_FAILED = "BuildFailed"
-RECONCILIATION_DISABLED = "ReconciliationDisabled"
+VALIDATION_FAILED = GeneratorReason.VALIDATION_FAILED
+ACCESS_DENIED = GeneratorReason.ACCESS_DENIED
+SOURCE_FETCH_FAILED = GeneratorReason.SOURCE_FETCH_FAILED
+BUILD_FAILED = GeneratorReason.BUILD_FAILED
+RECONCILIATION_DISABLED = GeneratorReason.RECONCILIATION_DISABLED
 INTERVAL = 3600.0
 """Flux's generators are looked at again every hour; changes of their
 sources trigger them at once."""

@@ -223,6 +223,8 @@ async def reconcile_sources(ctx: GeneratorContext) -> Result | None:
         and status.observed_generation == generator.metadata.generation
         and status.inventory is not None
         and await asyncio.to_thread(_inventory_stored, ctx, status.inventory)
+        and len(_generated(ctx, {ref.name: ref for ref in status.inventory}))
+        == len(status.inventory)
     ):
         ctx.ready_message = _ready_message(status.inventory)
         return done()
@@ -262,7 +264,7 @@ async def reconcile_generate(ctx: GeneratorContext) -> Result | None:
                 metadata=ctx.event_metadata,
             )
     kept = {ref.name for ref in inventory}
-    await _prune(ctx, [ref for name, ref in previous.items() if name not in kept])
+    await _prune(ctx, [ref for name, ref in _generated(ctx, previous).items() if name not in kept])
     generator.status.inventory = inventory
     generator.status.observed_sources_digest = ctx.sources_digest
     ctx.ready_message = _ready_message(inventory)
@@ -427,8 +429,29 @@ async def _prune(ctx: GeneratorContext, gone: list[ExternalArtifactReference]) -
         ctx.log.info("deleted ExternalArtifact that left the spec", name=ref.name)
 
 
+def _generated(
+    ctx: GeneratorContext, inventory: dict[str, ExternalArtifactReference]
+) -> dict[str, ExternalArtifactReference]:
+    """The inventory, plus ExternalArtifacts naming this generator that it misses (made
+    by a reconcile whose status write was lost), so that none is left behind."""
+    found = dict(inventory)
+    for obj in ctx.stores["ExternalArtifact"].values(ctx.namespace):
+        source_ref = (obj.get("spec") or {}).get("sourceRef") or {}
+        name = obj["metadata"]["name"]
+        if (
+            source_ref.get("kind") == ArtifactGenerator.KIND
+            and source_ref.get("name") == ctx.generator.metadata.name
+            and name not in found
+        ):
+            found[name] = ExternalArtifactReference(
+                name=name, namespace=ctx.namespace, digest="", filename=""
+            )
+    return found
+
+
 async def finalize(ctx: GeneratorContext) -> None:
-    await _prune(ctx, list(ctx.generator.status.inventory or []))
+    inventory = {ref.name: ref for ref in ctx.generator.status.inventory or []}
+    await _prune(ctx, list(_generated(ctx, inventory).values()))
 
 
 STEPS = (reconcile_disabled, reconcile_validate, reconcile_sources, reconcile_generate)

@@ -86,8 +86,27 @@ async def test_artifacts_are_generated_pruned_and_deleted_with_the_generator(
             "copy": [{"from": "@repo/deploy/backend/**", "to": "@artifact/", "exclude": ["*.md"]}],
         },
     ]
+    # Left by a reconcile whose status write was lost: it names the generator
+    # but is in no inventory, and is deleted like any artifact that left the spec.
+    await sc.client.create(
+        EXTERNAL,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "ExternalArtifact",
+            "metadata": {"name": "orphan"},
+            "spec": {
+                "sourceRef": {
+                    "apiVersion": "source.extensions.fluxcd.io/v1beta1",
+                    "kind": "ArtifactGenerator",
+                    "name": "split",
+                }
+            },
+        },
+        namespace=sc.namespace,
+    )
     await sc.client.create(GENERATOR, generator("split", artifacts), namespace=sc.namespace)
     obj = await sc.wait_ready(GENERATOR, "split")
+    await wait_gone(sc, "orphan")
     assert [r["name"] for r in obj["status"]["inventory"]] == ["frontend", "backend"]
 
     frontend = (await sc.get(EXTERNAL, "frontend"))["status"]["artifact"]

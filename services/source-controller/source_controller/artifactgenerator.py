@@ -178,9 +178,9 @@ async def reconcile_validate(ctx: GeneratorContext) -> Result | None:
 
 @step()
 async def reconcile_sources(ctx: GeneratorContext) -> Result | None:
+    """Resolve every source's artifact; unpack them only when something changed."""
     generator = ctx.generator
-    ctx.workdir = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="generator-")))
-    digests = []
+    resolved: list[tuple[str, str, str, Artifact]] = []
     for ref in generator.spec.sources:
         namespace = ref.namespace or ctx.namespace
         key = f"{namespace}/{ref.name}"
@@ -197,8 +197,24 @@ async def reconcile_sources(ctx: GeneratorContext) -> Result | None:
                 f"source {described} has no artifact yet",
                 requeue_after=_SOURCE_WAIT,
             )
-        artifact = Artifact.model_validate(artifact_raw)
-        root = ctx.workdir / "sources" / ref.alias
+        resolved.append((ref.alias, ref.kind, key, Artifact.model_validate(artifact_raw)))
+    lines = "".join(f"{alias} {kind} {key} {a.digest}\n" for alias, kind, key, a in resolved)
+    ctx.sources_digest = "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+    status = generator.status
+    if (
+        status.observed_sources_digest == ctx.sources_digest
+        and status.observed_generation == generator.metadata.generation
+        and status.inventory is not None
+        and await asyncio.to_thread(_inventory_stored, ctx, status.inventory)
+        and len(_generated(ctx, {ref.name: ref for ref in status.inventory}))
+        == len(status.inventory)
+    ):
+        # Same sources, same spec, everything still published: nothing to unpack.
+        ctx.ready_message = _ready_message(status.inventory)
+        return done()
+    ctx.workdir = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="generator-")))
+    for alias, kind, key, artifact in resolved:
+        root = ctx.workdir / "sources" / alias
         try:
             await asyncio.to_thread(
                 extract_tarball,
@@ -210,24 +226,11 @@ async def reconcile_sources(ctx: GeneratorContext) -> Result | None:
         except (ArtifactError, OSError, ValueError) as error:
             raise StepError(
                 SOURCE_FETCH_FAILED,
-                f"cannot read the artifact of source {described}: {error}",
+                f"cannot read the artifact of source {kind} '{key}': {error}",
             ) from None
-        ctx.sources[ref.alias] = FetchedSource(
-            alias=ref.alias, kind=ref.kind, key=key, artifact=artifact, root=root
+        ctx.sources[alias] = FetchedSource(
+            alias=alias, kind=kind, key=key, artifact=artifact, root=root
         )
-        digests.append(f"{ref.alias} {ref.kind} {key} {artifact.digest}\n")
-    ctx.sources_digest = "sha256:" + hashlib.sha256("".join(digests).encode()).hexdigest()
-    status = generator.status
-    if (
-        status.observed_sources_digest == ctx.sources_digest
-        and status.observed_generation == generator.metadata.generation
-        and status.inventory is not None
-        and await asyncio.to_thread(_inventory_stored, ctx, status.inventory)
-        and len(_generated(ctx, {ref.name: ref for ref in status.inventory}))
-        == len(status.inventory)
-    ):
-        ctx.ready_message = _ready_message(status.inventory)
-        return done()
     return None
 
 

@@ -118,6 +118,14 @@ async def test_artifacts_are_generated_pruned_and_deleted_with_the_generator(
     assert (condition(backend, "Ready") or {}).get("status") == "True"
     assert await served_files(backend) == {"app.yaml": b"backend"}
 
+    # Nothing changed: a reconcile unpacks and writes nothing (same file, same object).
+    stored = sc.storage / frontend["path"]
+    inode = stored.stat().st_ino
+    version = (await sc.get(EXTERNAL, "frontend"))["metadata"]["resourceVersion"]
+    await sc.poke(GENERATOR, "split", "again")
+    assert stored.stat().st_ino == inode
+    assert (await sc.get(EXTERNAL, "frontend"))["metadata"]["resourceVersion"] == version
+
     # An ExternalArtifact deleted by someone else is generated again.
     await sc.client.delete(EXTERNAL, "frontend", namespace=sc.namespace)
     again = await wait_published(sc, "frontend", frontend["digest"])

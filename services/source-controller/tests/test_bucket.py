@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE
-from sluice_envtest.harness import condition, make_secret
+from sluice_envtest.harness import condition, is_ready, make_secret
 from sluice_envtest.s3server import S3Server
 from sluice_runtime.kube.resources import SECRET, ResourceType
 
@@ -265,3 +265,27 @@ async def test_a_helm_chart_is_packaged_from_a_chart_directory_in_a_bucket(
     )
     files = tar_members(await served(obj))
     assert yaml.safe_load(files["app/values.yaml"]) == {"greeting": "hi"}
+
+
+async def test_spec_ignore_leaves_objects_out_without_fetching_again(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(sc, s3_server, "ignore", {"a.yaml": MANIFEST, "notes.txt": "n"})
+    await sc.client.create(BUCKET, bucket("app", s3_server, name), namespace=sc.namespace)
+    first = await sc.wait_ready(BUCKET, "app")
+    assert sorted(await served_files(first)) == ["a.yaml", "notes.txt"]
+    fetched = s3_server.downloads(name)
+
+    await sc.client.merge_patch(
+        BUCKET, "app", {"spec": {"ignore": "*.txt\n"}}, namespace=sc.namespace
+    )
+    obj = await sc.wait(
+        BUCKET,
+        "app",
+        lambda o: (o.get("status") or {}).get("observedIgnore") == "*.txt\n" and is_ready(o),
+        what="artifact without notes.txt",
+    )
+    assert obj["status"]["artifact"]["revision"] == flux_revision(s3_server, name, ["a.yaml"])
+    assert sorted(await served_files(obj)) == ["a.yaml"]
+    assert s3_server.downloads(name) == fetched

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from sluice_api import ArtifactGenerator, ExternalArtifact
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE
 from sluice_envtest.harness import condition, is_ready, make_secret
 from sluice_envtest.s3server import S3Server
@@ -18,6 +19,8 @@ from .conftest import SourceController, served, served_files, tar_members
 
 BUCKET = ResourceType("source.toolkit.fluxcd.io", "v1", "buckets", "Bucket")
 HELMCHART = ResourceType("source.toolkit.fluxcd.io", "v1", "helmcharts", "HelmChart")
+GENERATOR = ResourceType.of_model(ArtifactGenerator)
+EXTERNAL = ResourceType.of_model(ExternalArtifact)
 MANIFEST = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"
 
 
@@ -289,3 +292,37 @@ async def test_spec_ignore_leaves_objects_out_without_fetching_again(
     assert obj["status"]["artifact"]["revision"] == flux_revision(s3_server, name, ["a.yaml"])
     assert sorted(await served_files(obj)) == ["a.yaml"]
     assert s3_server.downloads(name) == fetched
+
+
+async def test_an_artifact_generator_reads_a_bucket(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(
+        sc, s3_server, "gen", {"envs/prod/cm.yaml": MANIFEST, "envs/dev/cm.yaml": "dev"}
+    )
+    await sc.client.create(BUCKET, bucket("configs", s3_server, name), namespace=sc.namespace)
+    source = (await sc.wait_ready(BUCKET, "configs"))["status"]["artifact"]
+    await sc.client.create(
+        GENERATOR,
+        {
+            "apiVersion": "source.extensions.fluxcd.io/v1beta1",
+            "kind": "ArtifactGenerator",
+            "metadata": {"name": "from-bucket"},
+            "spec": {
+                "sources": [{"alias": "config", "kind": "Bucket", "name": "configs"}],
+                "artifacts": [
+                    {
+                        "name": "prod",
+                        "revision": "@config",
+                        "copy": [{"from": "@config/envs/prod/cm.yaml", "to": "@artifact/env.yaml"}],
+                    }
+                ],
+            },
+        },
+        namespace=sc.namespace,
+    )
+    await sc.wait_ready(GENERATOR, "from-bucket")
+    prod = await sc.get(EXTERNAL, "prod")
+    assert prod["status"]["artifact"]["revision"] == source["revision"]
+    assert await served_files(prod) == {"env.yaml": MANIFEST.encode()}

@@ -167,6 +167,11 @@ async def reconcile_source(ctx: BucketContext) -> Result | None:
             sourceignore = await asyncio.wait_for(_sourceignore(client, ctx, objects), timeout)
     except TimeoutError:
         raise _bucket_error(ctx, f"listing timed out after {timeout:g}s") from None
+    except ValueError as error:
+        # botocore refuses an endpoint it cannot parse before any request.
+        raise Stalling(
+            SourceReason.URL_INVALID, f"spec.endpoint '{spec.endpoint}' is invalid: {error}"
+        ) from None
     ctx.objects = objects
     try:
         ctx.index = build_index(objects, spec_ignore=spec.ignore, sourceignore=sourceignore)
@@ -429,6 +434,12 @@ async def _sync(ctx: BucketContext, files: Path) -> None:
         raise errors.exceptions[0] from None
     except* TimeoutError:
         raise _bucket_error(ctx, f"fetching objects timed out after {timeout:g}s") from None
+    except* OSError as errors:
+        raise StepError(
+            SourceReason.CACHE_OPERATION_FAILED,
+            f"cannot write fetched objects: {errors.exceptions[0]}",
+            condition=SourceCondition.STORAGE_OPERATION_FAILED,
+        ) from None
     finally:
         state["index"] = held
         await asyncio.to_thread(_write_state, ctx.cache_dir, state)

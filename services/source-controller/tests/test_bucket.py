@@ -189,10 +189,11 @@ async def test_a_ca_from_cert_secret_ref_is_trusted(
     assert "certificate" in (condition(failed, "Ready") or {})["message"].lower()
 
 
-async def test_unsupported_providers_and_sts_are_refused(
+async def test_unsupported_providers_sts_and_a_bad_endpoint_are_refused(
     source_controller: SourceController, s3_server: S3Server
 ) -> None:
     sc = source_controller
+    await make_secret(sc.client, sc.namespace, "s3-creds", s3_server.secret_data())
     cases = {
         "gcp": ({"provider": "gcp"}, "spec.provider 'gcp'"),
         "azure": ({"provider": "azure"}, "spec.provider 'azure'"),
@@ -200,6 +201,7 @@ async def test_unsupported_providers_and_sts_are_refused(
             {"provider": "aws", "sts": {"provider": "aws", "endpoint": "https://sts.example"}},
             "spec.sts",
         ),
+        "endpoint": ({"endpoint": "bad endpoint"}, "spec.endpoint 'bad endpoint' is invalid"),
     }
     for name, (spec, _) in cases.items():
         await sc.client.create(

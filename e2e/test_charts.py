@@ -152,13 +152,14 @@ def test_the_install_locks_tenants_down() -> None:
         assert parsed.default_service_account == "default", name
     notification = options(deployments["notification-controller"])
     assert notification.no_cross_namespace_refs is True
+    # ArtifactGenerators read only their own namespace's sources.
+    assert options(deployments["source-controller"]).no_cross_namespace_refs is True
     # The event hub takes events from the deployed controllers only.
     assert set(notification.events_service_accounts.split(",")) == {
         "source-controller", "kustomize-controller", "helm-controller", "gating-controller"
     }  # fmt: skip
-    # The others take neither flag (their objects refer to nothing across namespaces).
-    for name in ("source-controller", "gating-controller"):
-        assert not hasattr(options(deployments[name]), "no_cross_namespace_refs"), name
+    # The gating-controller takes neither flag (Gates refer to nothing across namespaces).
+    assert not hasattr(options(deployments["gating-controller"]), "no_cross_namespace_refs")
     # No controller is cluster-admin: the appliers impersonate, and only the
     # platform's own ServiceAccount is bound to cluster-admin.
     admins = [
@@ -198,6 +199,7 @@ def test_privileged_appliers_are_bound_to_cluster_admin(
     assert kustomize.no_cross_namespace_refs is flags_on
     assert bool(kustomize.default_service_account) is flags_on
     assert options(deployments["notification-controller"]).no_cross_namespace_refs is flags_on
+    assert options(deployments["source-controller"]).no_cross_namespace_refs is flags_on
     binding = of_kind(objects, "ClusterRoleBinding")["sluice-cluster-reconciler-flux-system"]
     assert binding["roleRef"]["name"] == "cluster-admin"
     assert {s["name"] for s in binding["subjects"]} == {"kustomize-controller", "helm-controller"}
@@ -382,6 +384,9 @@ async def test_the_manifest_applies_to_a_real_api_server(
     args = container(notification)["args"]
     assert "--receiver-addr=:9292" in args
     assert "--no-cross-namespace-refs=true" in args
+    # ArtifactGenerators of a tenant read only its own sources.
+    source = await kube.get(DEPLOYMENT, "source-controller", "flux-system")
+    assert "--no-cross-namespace-refs=true" in container(source)["args"]
     webhooks = await kube.get(NETWORK_POLICY, "allow-webhooks", "flux-system")
     assert webhooks["spec"]["ingress"] == [{"ports": [{"port": 9292, "protocol": "TCP"}]}]
     # Every controller's pod is one the API server accepts (dry run: nothing

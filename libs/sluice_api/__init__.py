@@ -6,6 +6,7 @@ generated from them by `python -m sluice_api.crds`.
 
 from typing import Any
 
+from sluice_api.extensions import ArtifactGenerator
 from sluice_api.gating import Gate
 from sluice_api.helm import HelmRelease
 from sluice_api.kustomize import Kustomization
@@ -39,6 +40,7 @@ ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
     HelmChart,
     Bucket,
     ExternalArtifact,
+    ArtifactGenerator,
     Kustomization,
     HelmRelease,
     Gate,
@@ -51,6 +53,7 @@ __all__ = [
     "ALL_KINDS",
     "Alert",
     "Artifact",
+    "ArtifactGenerator",
     "Bucket",
     "Condition",
     "ConditionType",

@@ -711,8 +711,9 @@ class ExternalArtifactSpec(KubeModel):
 class ExternalArtifact(Resource[ExternalArtifactSpec, SourceStatus]):
     """An artifact produced and served by a controller other than the source-controller.
 
-    Nothing in Sluice reconciles it: its producer writes `status.artifact` and
-    Ready, and Kustomizations consume it like any other source.
+    Nothing reconciles it as such: its producer (an ArtifactGenerator, served
+    by the source-controller, or another controller) writes `status.artifact`
+    and Ready, and Kustomizations consume it like any other source.
     """
 
     GROUP: ClassVar[str] = GROUP

@@ -38,6 +38,8 @@ E2E_FIXTURES = {
     "oci_registry",
     "oci_registry_auth",
     "oci_registry_tls",
+    "s3_server",
+    "s3_server_tls",
 }
 
 

@@ -1,4 +1,4 @@
-"""Pytest fixtures for the source-controller's tests: real git and OCI servers on loopback.
+"""Pytest fixtures for the source-controller's tests: real git, OCI and S3 servers on loopback.
 
 One server of each kind per test session, started when a test first asks
 for it and stopped at the end; the processes die with the session however
@@ -17,6 +17,7 @@ import pytest
 
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.registry import OciRegistry
+from sluice_envtest.s3server import S3Server
 from sluice_envtest.sshserver import SshGitServer
 
 
@@ -71,3 +72,17 @@ def oci_registry_auth() -> Iterator[OciRegistry]:
     """docker-registry wanting htpasswd basic auth; `.docker_config` is the Secret's data."""
     with OciRegistry(username="sluice", password=secrets.token_hex(8)) as registry:
         yield registry
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 over plain HTTP, checking signatures; `.secret_data()` is a Bucket's Secret."""
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server_tls() -> Iterator[S3Server]:
+    """moto's S3 over HTTPS with a certificate from a test CA (`.ca_pem`)."""
+    with S3Server(tls=True) as server:
+        yield server

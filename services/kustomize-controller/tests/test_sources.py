@@ -1,5 +1,5 @@
 """Where a Kustomization's artifact comes from: a source not ready yet, an OCI
-artifact, a source in another namespace."""
+artifact, an S3 bucket, a source in another namespace."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from sluice_envtest.harness import condition
+from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.registry import OciRegistry
+from sluice_envtest.s3server import S3Server
 from sluice_runtime.kube.errors import KubeError
+from sluice_runtime.kube.resources import ResourceType
 
 from .conftest import (
     CONFIG_MAP,
@@ -22,10 +24,13 @@ from .conftest import (
     KUSTOMIZATION,
     NAMESPACE,
     OCIREPO,
+    TEST_LABEL,
     Delivery,
     Flags,
     config_map,
 )
+
+BUCKET = ResourceType("source.toolkit.fluxcd.io", "v1", "buckets", "Bucket")
 
 
 async def test_a_source_without_an_artifact_is_waited_for_quietly(delivery: Delivery) -> None:
@@ -82,6 +87,48 @@ async def test_an_oci_artifact_is_delivered(delivery: Delivery, oci_registry: Oc
     assert status["lastAppliedOriginRevision"] == "main@sha1:0123abc"
     assert [e["id"] for e in status["inventory"]["entries"]] == [f"{ns}_from-oci__ConfigMap"]
     assert (await d.kube.get(CONFIG_MAP, "from-oci", ns))["data"] == {"v": "1"}
+
+
+async def test_a_bucket_is_delivered_and_a_changed_object_is_applied(
+    delivery: Delivery, s3_server: S3Server
+) -> None:
+    d = delivery
+    ns = d.namespace
+    name = f"manifests-{ns}"[:63]
+    s3_server.create_bucket(name, {"apps/cm.yaml": config_map("from-bucket", ns, v="1")})
+    await make_secret(d.kube, ns, "s3", s3_server.secret_data())
+    await d.kube.create(
+        BUCKET,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "Bucket",
+            "metadata": {"name": "manifests", "labels": {TEST_LABEL: ns}},
+            "spec": {
+                "bucketName": name,
+                "endpoint": s3_server.endpoint,
+                "insecure": True,
+                "interval": "1h",
+                "secretRef": {"name": "s3"},
+            },
+        },
+        namespace=ns,
+    )
+    await d.kustomization(
+        "from-bucket",
+        source="manifests",
+        path="./apps",
+        sourceRef={"kind": "Bucket", "name": "manifests"},
+    )
+    obj = await d.observe.wait_ready(KUSTOMIZATION, "from-bucket")
+    bucket = await d.kube.get(BUCKET, "manifests", ns)
+    assert obj["status"]["lastAppliedRevision"] == bucket["status"]["artifact"]["revision"]
+    assert (await d.kube.get(CONFIG_MAP, "from-bucket", ns))["data"] == {"v": "1"}
+
+    s3_server.put(name, "apps/cm.yaml", config_map("from-bucket", ns, v="2"))
+    await d.observe.poke(BUCKET, "manifests", "changed")
+    await d.observe.wait(
+        CONFIG_MAP, "from-bucket", lambda o: o["data"] == {"v": "2"}, what="new object applied"
+    )
 
 
 async def test_an_artifact_pushed_by_sluice_is_delivered(

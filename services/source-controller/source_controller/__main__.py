@@ -2,27 +2,55 @@
 
 Wiring only: flags, the artifact storage and its file server, and one
 controller per kind it reconciles (GitRepository, OCIRepository,
-HelmRepository, HelmChart). Bucket is watched (so its CRD must exist) but
-not reconciled yet.
+HelmRepository, HelmChart, Bucket, and ArtifactGenerator, whose
+ExternalArtifacts it writes).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from pathlib import Path
 
-from sluice_api import Bucket, Gate, GitRepository, HelmChart, HelmRepository, OCIRepository
+from sluice_api import (
+    ArtifactGenerator,
+    Bucket,
+    ExternalArtifact,
+    Gate,
+    GitRepository,
+    HelmChart,
+    HelmRepository,
+    OCIRepository,
+)
 from sluice_api.meta import parse_duration
 from sluice_runtime import app, gates
 from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
-from source_controller import gitclient, gitrepository, helmchart, helmrepository, ocirepository
+from source_controller import (
+    artifactgenerator,
+    bucket,
+    gitclient,
+    gitrepository,
+    helmchart,
+    helmrepository,
+    ocirepository,
+)
 from source_controller.sources import Limits
 
 SERVICE = "source-controller"
-KINDS = (GitRepository, OCIRepository, HelmRepository, HelmChart, Bucket, Gate)
+KINDS = (
+    GitRepository,
+    OCIRepository,
+    HelmRepository,
+    HelmChart,
+    Bucket,
+    ExternalArtifact,
+    ArtifactGenerator,
+    Gate,
+)
 """Every kind this process reads; startup fails clearly if one is not served."""
 
 
@@ -36,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: source-controller.$RUNTIME_NAMESPACE.svc.cluster.local.)",
     )
     parser.add_argument("--artifact-retention-records", type=int, default=2)
+    app.switch(
+        parser,
+        "--no-cross-namespace-refs",
+        help="ArtifactGenerators may read only sources of their own namespace",
+    )
     parser.add_argument("--artifact-retention-ttl", default="60s")
     defaults = Limits()
     parser.add_argument(
@@ -107,8 +140,9 @@ async def setup(runtime: app.Runtime) -> None:
     git.watch(gate_rt, gates.consumers_of(repositories))
 
     oci_rt = ResourceType.of_model(OCIRepository)
+    oci_repos = runtime.informers.get(oci_rt, selected=True).store
     oci = runtime.controller(ocirepository.reconciler(storage, gates=gate_store, limits=limits))
-    oci.watch(gate_rt, gates.consumers_of(runtime.informers.get(oci_rt, selected=True).store))
+    oci.watch(gate_rt, gates.consumers_of(oci_repos))
 
     helm_repo_rt = ResourceType.of_model(HelmRepository)
     helm_repos = runtime.informers.get(helm_repo_rt, selected=True).store
@@ -122,13 +156,24 @@ async def setup(runtime: app.Runtime) -> None:
     )
     helm_repo.watch(gate_rt, gates.consumers_of(helm_repos))
 
+    bucket_rt = ResourceType.of_model(Bucket)
+    buckets = runtime.informers.get(bucket_rt, selected=True).store
+    # The process's copies of buckets (for fetching only changed objects)
+    # stay out of the served storage; they are rebuilt after a restart.
+    cache_root = Path(tempfile.mkdtemp(prefix="sluice-buckets-"))
+    runtime.stack.callback(shutil.rmtree, cache_root, ignore_errors=True)
+    bucket_controller = runtime.controller(
+        bucket.reconciler(storage, cache_root=cache_root, gates=gate_store, limits=limits)
+    )
+    bucket_controller.watch(gate_rt, gates.consumers_of(buckets))
+
     chart_rt = ResourceType.of_model(HelmChart)
     charts = runtime.informers.get(chart_rt, selected=True).store
     chart = runtime.controller(
         helmchart.reconciler(
             storage,
             stores=helmchart.ChartStores(
-                helm_repositories=helm_repos, git_repositories=repositories
+                helm_repositories=helm_repos, git_repositories=repositories, buckets=buckets
             ),
             gates=gate_store,
             limits=limits,
@@ -138,8 +183,35 @@ async def setup(runtime: app.Runtime) -> None:
     chart.watch(gate_rt, gates.consumers_of(charts))
     chart.watch(helm_repo_rt, helmchart.charts_of(charts, "HelmRepository"), selected=True)
     chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
+    chart.watch(bucket_rt, helmchart.charts_of(charts, "Bucket"), selected=True)
 
-    runtime.informers.get(ResourceType.of_model(Bucket), selected=True)
+    external_rt = ResourceType.of_model(ExternalArtifact)
+    source_types = {
+        "GitRepository": git_rt,
+        "OCIRepository": oci_rt,
+        "Bucket": bucket_rt,
+        "ExternalArtifact": external_rt,
+    }
+    generator_rt = ResourceType.of_model(ArtifactGenerator)
+    generators = runtime.informers.get(generator_rt, selected=True).store
+    generator = runtime.controller(
+        artifactgenerator.reconciler(
+            storage,
+            stores={
+                kind: runtime.informers.get(rt, selected=kind != "ExternalArtifact").store
+                for kind, rt in source_types.items()
+            },
+            limits=limits,
+            no_cross_namespace_refs=options.no_cross_namespace_refs,
+        )
+    )
+    for kind, rt in source_types.items():
+        generator.watch(
+            rt,
+            artifactgenerator.generators_of(generators, kind),
+            selected=kind != "ExternalArtifact",
+        )
+    generator.watch(external_rt, artifactgenerator.owners_of, selected=False)
 
 
 def main() -> None:

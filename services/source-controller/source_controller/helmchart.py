@@ -1,4 +1,4 @@
-"""HelmChart: a packaged chart (.tgz) from a HelmRepository or a GitRepository.
+"""HelmChart: a packaged chart (.tgz) from a HelmRepository, a GitRepository or a Bucket.
 
 STEPS: storage → unsupported → gates → source → artifact.
 
@@ -6,7 +6,7 @@ STEPS: storage → unsupported → gates → source → artifact.
   index matching `spec.version` (a semver range) is downloaded, digest-checked
   against the index when the index gives one, and stored as is; revision =
   chart version. The index is parsed through the shared `INDEX_CACHE`.
-- From a GitRepository: the chart directory `spec.chart` in the source's
+- From a GitRepository or a Bucket: the chart directory `spec.chart` in the source's
   artifact (read from this process's storage, no download) is packaged with
   the real `helm package`, after `helm dependency build` when Chart.yaml
   declares dependencies. `reconcileStrategy: Revision` makes every source
@@ -15,8 +15,8 @@ STEPS: storage → unsupported → gates → source → artifact.
 - `valuesFiles` are merged, in order, into the chart's values.yaml before
   packaging (a chart from a repository is unpacked and packaged again).
 
-A HelmChart from a Bucket or an OCI HelmRepository is refused (Stalled) until
-those sources exist in Sluice.
+A HelmChart from an OCI HelmRepository is refused (Stalled) until that
+source exists in Sluice.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ class ChartStores:
 
     helm_repositories: Store
     git_repositories: Store
+    buckets: Store
 
 
 @dataclass(kw_only=True)
@@ -143,7 +144,9 @@ async def reconcile_source(ctx: HelmChartContext) -> Result | None:
     if ref.kind == "HelmRepository":
         await _from_repository(ctx)
     elif ref.kind == "GitRepository":
-        await _from_git(ctx)
+        await _from_artifact(ctx, ctx.stores.git_repositories)
+    elif ref.kind == "Bucket":
+        await _from_artifact(ctx, ctx.stores.buckets)
     else:
         raise Stalling(
             SourceReason.INVALID_CHART_REFERENCE,
@@ -281,14 +284,16 @@ def _up_to_date(ctx: HelmChartContext) -> bool:
     )
 
 
-async def _from_git(ctx: HelmChartContext) -> None:
+async def _from_artifact(ctx: HelmChartContext, store: Store) -> None:
+    """A chart directory in a GitRepository's or Bucket's artifact, packaged here."""
     spec = ctx.chart.spec
-    raw = _source(ctx, ctx.stores.git_repositories)
+    kind = spec.source_ref.kind
+    raw = _source(ctx, store)
     status = raw.get("status") or {}
     if not status.get("artifact"):
         raise Waiting(
             SourceReason.FAILED,
-            f"GitRepository '{ctx.namespace}/{spec.source_ref.name}' has no artifact yet",
+            f"{kind} '{ctx.namespace}/{spec.source_ref.name}' has no artifact yet",
             requeue_after=_SOURCE_WAIT,
         )
     artifact = Artifact.model_validate(status["artifact"])
@@ -303,7 +308,7 @@ async def _from_git(ctx: HelmChartContext) -> None:
             max_members=ctx.limits.artifact_max_files,
         )
     except (ArtifactError, OSError) as error:
-        raise _pull_error(f"cannot read the GitRepository's artifact: {error}") from None
+        raise _pull_error(f"cannot read the {kind}'s artifact: {error}") from None
     chart_dir = (source / spec.chart).resolve()
     if chart_dir != source.resolve() and source.resolve() not in chart_dir.parents:
         raise Stalling(

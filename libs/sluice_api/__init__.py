@@ -7,6 +7,7 @@ generated from them by `python -m sluice_api.crds`.
 from typing import Any
 
 from sluice_api.gating import Gate
+from sluice_api.gitops import Application
 from sluice_api.helm import HelmRelease
 from sluice_api.kustomize import Kustomization
 from sluice_api.meta import (
@@ -45,11 +46,13 @@ ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
     Receiver,
     Alert,
     Provider,
+    Application,
 )
 
 __all__ = [
     "ALL_KINDS",
     "Alert",
+    "Application",
     "Artifact",
     "Bucket",
     "Condition",

@@ -6,6 +6,7 @@ live elsewhere, or on the second control plane).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from collections.abc import AsyncIterator
@@ -71,9 +72,12 @@ class Fleet:
         body["metadata"]["namespace"] = self.namespace
         return await self.kube.create(APPLICATION, body, namespace=self.namespace)
 
-    def kubectl(self, *args: str) -> str:
-        done = subprocess.run(
+    async def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        """kubectl against the test's namespace, off the event loop the controllers run on."""
+        done = await asyncio.to_thread(
+            subprocess.run,
             self.cluster.kubectl(*args, "--namespace", self.namespace),
+            input=stdin,
             capture_output=True,
             text=True,
             check=False,

@@ -103,7 +103,7 @@ async def test_two_destinations_then_removing_one_prunes_its_kustomization_and_o
         }
 
         # kubectl shows kind, ready count and status in columns.
-        table = f.kubectl("get", "applications")
+        table = await f.kubectl("get", "applications")
         header, row = table.splitlines()[:2]
         assert header.split()[:5] == ["NAME", "KIND", "READY", "CHILDREN", "READY"]
         assert row.split()[:4] == ["web", "fluxcd", "2-2", "True"]

@@ -339,9 +339,20 @@ def _child(
     )
 
 
+MAX_NAME = 63
+"""Children's names become label values (on the HelmChart a HelmRelease makes, on what a
+Kustomization applies), which Kubernetes limits to 63 characters."""
+
+
 def _unique(children: list[Child]) -> None:
     seen: set[str] = set()
     for child in children:
+        if len(child.name) > MAX_NAME:
+            raise Invalid(
+                f"{CONFIG}: the child for destination {child.destination!r} would be named "
+                f"{child.name!r}, longer than {MAX_NAME} characters; use a shorter Application "
+                "name, Secret name or target namespace"
+            )
         if child.destination in seen:
             raise Invalid(
                 f"{CONFIG}: two entries deploy to the same destination {child.destination!r} "

@@ -191,7 +191,7 @@ def test_a_saved_template_needs_the_source_in_the_apps_namespace() -> None:
         "interval": "10m",
         "valuesFiles": ["./chart/values.yaml"],
     }
-    with pytest.raises(Invalid, match="spec.fluxApp.spec.source.sourceRef.namespace"):
+    with pytest.raises(Invalid, match=r"spec\.fluxApp\.spec\.source\.sourceRef\.namespace"):
         saved_template(app(config, source={**GIT, "namespace": "elsewhere"}))
 
 

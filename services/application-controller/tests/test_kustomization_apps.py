@@ -185,6 +185,7 @@ async def test_a_childs_failure_and_recovery_reach_the_application_within_second
         what="Application not ready",
     )
     lag = time.monotonic() - seen
+    print(f"child failure reached the Application in {lag:.2f}s")
     ready = condition(app, "Ready")
     assert ready is not None and ready["reason"] == "ChildrenNotReady"
     child_message = condition(failed, "Ready")["message"]  # type: ignore[index]
@@ -202,4 +203,6 @@ async def test_a_childs_failure_and_recovery_reach_the_application_within_second
     await f.observe.wait_ready(KUSTOMIZATION, child)
     seen = time.monotonic()
     await f.observe.wait_ready(APPLICATION, "web", timeout=10)
-    assert time.monotonic() - seen < 5
+    lag = time.monotonic() - seen
+    print(f"child recovery reached the Application in {lag:.2f}s")
+    assert lag < 5

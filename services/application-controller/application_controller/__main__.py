@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=app.duration,
         default=60.0,
         help="how long to wait before looking again at an Application whose children are not "
-        "all ready (their changes are watched; this is a safety net)",
+        "all ready (their changes are watched; this is a safety net), or that waits for a "
+        "kubeconfig Secret to be created",
     )
 
 
@@ -34,10 +35,7 @@ async def setup(runtime: app.Runtime) -> None:
     app_rt = ResourceType.of_model(Application)
     controller = runtime.controller(applications.reconciler(services))
     # argocd Applications are another controller's: they are never reconciled.
-    old = controller.runner
-    controller.runner = applications.FluxAppsRunner(
-        old.reconciler, client=old.client, recorder=old.recorder, metrics=old.metrics
-    )
+    controller.runner = applications.FluxAppsRunner(controller.runner, services)
     children = applications.child_watchers()
     controller.watch(ResourceType.of_model(HelmRelease), children)
     controller.watch(ResourceType.of_model(Kustomization), children)

@@ -89,6 +89,10 @@ class Services:
 
     requeue_not_ready: float = 60.0
     """A safety net: children are watched, so a change normally arrives sooner."""
+    missing_secrets: set[str] = field(default_factory=set)
+    """Applications (keys) stalled on a kubeconfig Secret that does not exist. Secrets
+    are not watched (the controller would hold every Secret's data in memory), so
+    these are looked at again after requeue_not_ready: creating the Secret is the fix."""
 
 
 @dataclass(kw_only=True)
@@ -144,12 +148,14 @@ async def reconcile_expansion(ctx: ApplicationContext) -> Result | None:
             expansion.saved_template(app)  # checked now, applied by the next step
     except Invalid as error:
         raise _stall(error) from None
+    ctx.services.missing_secrets.discard(app.key)
     for child in ctx.children:
         if child.secret is None:
             continue
         try:
             await ctx.client.get(SECRET, child.secret, ctx.namespace)
         except NotFound:
+            ctx.services.missing_secrets.add(app.key)
             raise Stalling(
                 Reason.INVALID,
                 f"{child.secret_field}: Secret {ctx.namespace}/{child.secret} not found",
@@ -315,6 +321,7 @@ STEPS = (reconcile_expansion, reconcile_template, reconcile_children, reconcile_
 
 async def finalize(ctx: ApplicationContext) -> None:
     """Delete every child; their controllers uninstall and prune. Templates stay."""
+    ctx.services.missing_secrets.discard(ctx.app.key)
     with contextlib.suppress(NotFound):
         await _prune(ctx, keep=set())
 
@@ -368,7 +375,15 @@ class FluxAppsRunner(Runner[ApplicationContext]):
     An argocd Application belongs to another controller: it gets neither our
     finalizer nor our status. One that was ours (it carries the finalizer) is
     still reconciled, so its children are removed and the finalizer released.
+    An Application stalled on a missing kubeconfig Secret is looked at again
+    later, since the Secret's creation is not watched.
     """
+
+    def __init__(self, base: Runner[ApplicationContext], services: Services) -> None:
+        super().__init__(
+            base.reconciler, client=base.client, recorder=base.recorder, metrics=base.metrics
+        )
+        self.services = services
 
     async def reconcile(self, raw: JSON | None) -> Outcome:
         if raw is not None:
@@ -376,7 +391,12 @@ class FluxAppsRunner(Runner[ApplicationContext]):
             ours = FINALIZER in (meta.get("finalizers") or [])
             if (raw.get("spec") or {}).get("kind") != "fluxcd" and not ours:
                 return Outcome("suspended")
-        return await super().reconcile(raw)
+        outcome = await super().reconcile(raw)
+        if raw is not None and outcome.result == "stalled":
+            key = f"{raw['metadata'].get('namespace')}/{raw['metadata']['name']}"
+            if key in self.services.missing_secrets:
+                return Outcome("stalled", requeue_after=self.services.requeue_not_ready)
+        return outcome
 
 
 def reconciler(services: Services) -> Reconciler[ApplicationContext]:

@@ -144,7 +144,8 @@ async def fleet(
                 argv=["--requeue-dependency", "1s"],
             ),
             running_service(
-                application_main, kubeconfig=kubeconfig, namespace=namespace
+                application_main, kubeconfig=kubeconfig, namespace=namespace,
+                argv=["--requeue-not-ready", "1s"],
             ) as controller,
         ):  # fmt: skip
             yield Fleet(

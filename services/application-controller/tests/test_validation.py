@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sluice_envtest.harness import condition
+from sluice_envtest.harness import condition, make_secret
 
 from .conftest import APPLICATION, HELMCHART, HELMRELEASE, KUSTOMIZATION, Fleet
 
@@ -93,6 +93,17 @@ async def test_invalid_applications_stall_naming_the_field_and_create_nothing(
         assert "gitops.kubesphere.io/ready-number" not in (
             (await f.kube.get(APPLICATION, name, ns))["metadata"].get("labels") or {}
         )
+
+    # The Secret appears: the Application is looked at again and expanded.
+    await make_secret(f.kube, ns, "prod", {"value": f.cluster.kubeconfig.read_text()})
+    obj = await f.observe.wait(
+        APPLICATION,
+        "no-secret",
+        lambda o: (condition(o, "Ready") or {}).get("reason") == "ChildrenNotReady",
+        what="expanded once the Secret exists",
+    )
+    assert condition(obj, "Stalled") is None
+    assert sorted(await children(f, "no-secret")) == ["no-secret-prod-web", "no-secret-web"]
 
     # The template appears: the Application that waited for it is expanded, unprompted.
     await f.kube.create(

@@ -8,7 +8,7 @@ from typing import Any
 
 from sluice_envtest.harness import condition
 
-from .conftest import APPLICATION, CONFIG_MAP, HELMCHART, HELMRELEASE, Fleet
+from .conftest import APPLICATION, CONFIG_MAP, HELMCHART, HELMRELEASE, HELMREPO, Fleet
 
 CHART_TEMPLATE = """\
 apiVersion: v1
@@ -213,3 +213,63 @@ async def test_seed_use_cases_1_to_3_git_chart_saved_template_and_its_reuse(flee
     releases = {r["name"] for r in f.helm_list(f.cluster.kubeconfig, "app")}
     assert "app-chengleqi-test-application-3-app" in releases
     assert "app-chengleqi-test-application-2-app" not in releases, "deleting an app uninstalls"
+
+
+async def test_a_chart_from_a_helm_repository_saved_and_reused(fleet: Fleet) -> None:
+    f = fleet
+    ns = f.namespace
+    f.charts.add("podinfo", "6.5.0", values={"greeting": "repo"})
+    await f.kube.create(
+        HELMREPO,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "HelmRepository",
+            "metadata": {"name": "charts"},
+            "spec": {"url": f.charts.url, "interval": "1h"},
+        },
+        namespace=ns,
+    )
+    saver = f"""\
+apiVersion: gitops.kubesphere.io/v1alpha1
+kind: Application
+metadata:
+  name: podinfo
+  labels:
+    gitops.kubesphere.io/save-helm-template: "true"
+spec:
+  kind: fluxcd
+  fluxApp:
+    spec:
+      source:
+        sourceRef:
+          kind: HelmRepository
+          name: charts
+          namespace: {ns}
+      config:
+        helmRelease:
+          chart:
+            chart: podinfo
+            version: "6.*"
+          deploy:
+            - destination:
+                targetNamespace: {ns}
+"""
+    await f.kubectl("apply", "-f", "-", stdin=saver)
+    await f.observe.wait_ready(APPLICATION, "podinfo", timeout=90)
+    template = await f.kube.get(HELMCHART, "podinfo", ns)
+    assert template["spec"]["sourceRef"] == {"kind": "HelmRepository", "name": "charts"}
+    assert template["spec"]["version"] == "6.*"
+    user = saver.replace(
+        'name: podinfo\n  labels:\n    gitops.kubesphere.io/save-helm-template: "true"\n',
+        "name: reuse\n",
+    )
+    user = user.replace(
+        '          chart:\n            chart: podinfo\n            version: "6.*"\n',
+        "          template: podinfo\n",
+    )
+    await f.kubectl("apply", "-f", "-", stdin=user)
+    await f.observe.wait_ready(APPLICATION, "reuse", timeout=90)
+    # Two releases of the repository's chart, one per Application (names shortened by
+    # the helm-controller past 53 characters, as Flux does).
+    charts = [r["chart"] for r in f.helm_list(f.cluster.kubeconfig, ns)]
+    assert charts == ["podinfo-6.5.0", "podinfo-6.5.0"]

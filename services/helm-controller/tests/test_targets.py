@@ -16,7 +16,7 @@ def b64(text: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("credentials", "cluster", "user"),
+    ("credentials", "cluster_entry", "user_entry"),
     [
         pytest.param(
             Credentials(server="https://k:6443", ca_data=b"CA", token="t0k"),
@@ -40,11 +40,11 @@ def b64(text: str) -> str:
     ],
 )
 def test_the_kubeconfig_holds_the_credentials_and_nothing_else(
-    credentials: Credentials, cluster: dict[str, Any], user: dict[str, Any]
+    credentials: Credentials, cluster_entry: dict[str, Any], user_entry: dict[str, Any]
 ) -> None:
     document = kubeconfig_document(credentials)
-    assert document["clusters"] == [{"name": "target", "cluster": cluster}]
-    assert document["users"] == [{"name": "target", "user": user}]
+    assert document["clusters"] == [{"name": "target", "cluster": cluster_entry}]
+    assert document["users"] == [{"name": "target", "user": user_entry}]
     assert document["current-context"] == "target"
     assert document["contexts"] == [
         {"name": "target", "context": {"cluster": "target", "user": "target"}}

@@ -64,6 +64,7 @@ FIELD_MANAGER = "application-controller"
 HELMRELEASE = ResourceType.of_model(HelmRelease)
 KUSTOMIZATION = ResourceType.of_model(Kustomization)
 HELMCHART = ResourceType.of_model(HelmChart)
+APPLICATION = ResourceType.of_model(Application)
 CHILD_TYPES: dict[str, ResourceType] = {"HelmRelease": HELMRELEASE, "Kustomization": KUSTOMIZATION}
 
 
@@ -129,7 +130,7 @@ async def reconcile_expansion(ctx: ApplicationContext) -> Result | None:
         if FINALIZER in finalizers:
             finalizers.remove(FINALIZER)
             await ctx.client.merge_patch(
-                ResourceType.of_model(Application),
+                APPLICATION,
                 app.metadata.name,
                 {"metadata": {"finalizers": finalizers or None}},
                 namespace=ctx.namespace,
@@ -309,7 +310,7 @@ async def _label(ctx: ApplicationContext, labels: dict[str, str]) -> None:
         return
     # A label, not status: KubeSphere's UI selects and sorts Applications by it.
     await ctx.client.merge_patch(
-        ResourceType.of_model(Application),
+        APPLICATION,
         ctx.app.metadata.name,
         {"metadata": {"labels": changed}},
         namespace=ctx.namespace,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from application_controller import __main__ as application_main
 from gating_controller import __main__ as gating_main
 from helm_controller import __main__ as helm_main
 from kustomize_controller import __main__ as kustomize_main
@@ -206,6 +207,27 @@ def test_privileged_appliers_are_bound_to_cluster_admin(
     assert "sluice-reconciler-flux-system" not in of_kind(objects, "ClusterRole")
     # The platform account exists only while a default account confines the rest.
     assert ("platform-admin" in of_kind(objects, "ServiceAccount")) is flags_on
+
+
+def test_the_application_controller_is_opt_in_and_manages_only_flux_objects() -> None:
+    assert "application-controller" not in of_kind(render(), "Deployment")
+    objects = render("applicationController.create=true")
+    deployment = of_kind(objects, "Deployment")["application-controller"]
+    assert container(deployment)["command"] == ["application-controller"]
+    parser = app.parser(service="application-controller", description="", concurrency=1)
+    application_main.add_arguments(parser)
+    parsed = parser.parse_args(container(deployment)["args"])
+    assert parsed.events_addr == "http://notification-controller.flux-system.svc.cluster.local./"
+    notification = options(of_kind(objects, "Deployment")["notification-controller"])
+    assert "application-controller" in notification.events_service_accounts.split(",")
+    # It writes HelmReleases, Kustomizations and HelmCharts, never what they deploy.
+    binding = of_kind(objects, "ClusterRoleBinding")["sluice-crd-controller-flux-system"]
+    assert "application-controller" in {s["name"] for s in binding["subjects"]}
+    role = of_kind(objects, "ClusterRole")["sluice-crd-controller-flux-system"]
+    assert "gitops.kubesphere.io" in role["rules"][0]["apiGroups"]
+    for other in of_kind(objects, "ClusterRoleBinding").values():
+        if other["roleRef"]["name"] in ("cluster-admin", "sluice-reconciler-flux-system"):
+            assert "application-controller" not in {s["name"] for s in other["subjects"]}
 
 
 @pytest.mark.parametrize("name", list(CONTROLLERS))

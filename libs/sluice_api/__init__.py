@@ -8,6 +8,7 @@ from typing import Any
 
 from sluice_api.extensions import ArtifactGenerator
 from sluice_api.gating import Gate
+from sluice_api.gitops import Application
 from sluice_api.helm import HelmRelease
 from sluice_api.kustomize import Kustomization
 from sluice_api.meta import (
@@ -47,11 +48,13 @@ ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
     Receiver,
     Alert,
     Provider,
+    Application,
 )
 
 __all__ = [
     "ALL_KINDS",
     "Alert",
+    "Application",
     "Artifact",
     "ArtifactGenerator",
     "Bucket",

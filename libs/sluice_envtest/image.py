@@ -59,6 +59,7 @@ CONTROLLERS = (
     "source-controller",
     "kustomize-controller",
     "helm-controller",
+    "application-controller",
     "gating-controller",
     "notification-controller",
 )

@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 import aiohttp
 import yaml
 
-from helm_controller import releases
+from helm_controller import releases, targets
 from sluice_api.helm import (
     FORCE_REQUESTED_AT_ANNOTATION,
     NAME_LABEL,
@@ -53,6 +53,7 @@ from sluice_runtime import dependencies, gates
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.helming import HelmError, run_helm
 from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound
 from sluice_runtime.kube.impersonation import impersonated_user
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
@@ -94,6 +95,18 @@ class HelmReleaseContext(ReconcileContext):
     chart_dir: Path | None = None
     values: dict[str, Any] = field(default_factory=dict)
     config_digest: str = ""
+    target: targets.Target | None = None
+    """The remote cluster of spec.kubeConfig, for this reconcile."""
+
+    @property
+    def target_client(self) -> KubeClient:
+        """The client of the cluster the release lives in (its history included)."""
+        return self.target.client if self.target is not None else self.client
+
+    @property
+    def kubeconfig(self) -> str | None:
+        """The kubeconfig helm runs with."""
+        return self.target.kubeconfig if self.target is not None else self.services.kubeconfig
 
     @property
     def hr(self) -> HelmRelease:
@@ -133,8 +146,8 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
     """Fields set on `hr` that this version does not build, by their API path."""
     spec = hr.spec
     found: list[str] = []
-    if spec.kube_config is not None:
-        found.append("spec.kubeConfig")
+    if spec.kube_config is not None and spec.kube_config.secret_ref is None:
+        found.append("spec.kubeConfig.configMapRef")
     if spec.post_renderers:
         found.append("spec.postRenderers")
     if spec.drift_detection is not None and spec.drift_detection.mode in ("enabled", "warn"):
@@ -174,6 +187,27 @@ async def reconcile_unsupported(ctx: HelmReleaseContext) -> Result | None:
             "remove them to release this HelmRelease",
         )
     return None
+
+
+@step()
+async def reconcile_target(ctx: HelmReleaseContext) -> Result | None:
+    """Release to the cluster of spec.kubeConfig (Flux's remote clusters)."""
+    ctx.target = await _target(ctx)
+    return None
+
+
+async def _target(ctx: HelmReleaseContext) -> targets.Target | None:
+    ref = ctx.hr.spec.kube_config
+    if ref is None:
+        return None
+    try:
+        return await targets.remote(
+            ref, client=ctx.client, namespace=ctx.namespace, cleanup=ctx.cleanup
+        )
+    except targets.TargetRefused as error:
+        raise Stalling(Reason.INIT_FAILED, str(error)) from None
+    except targets.TargetError as error:
+        raise StepError(Reason.INIT_FAILED, str(error)) from None
 
 
 # -- 2. gates ------------------------------------------------------------------------------
@@ -361,7 +395,7 @@ def _values_error(message: str) -> StepError:
 
 
 async def _history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapshot]]:
-    secrets = await ctx.client.list(
+    secrets = await ctx.target_client.list(
         SECRET,
         namespace=ctx.release_namespace,
         label_selector=f"owner=helm,name={ctx.release_name}",
@@ -386,7 +420,7 @@ async def _helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> 
         [*args, "--namespace", ctx.release_namespace, *_identity(ctx)],
         # helm's own --timeout bounds its waits; give the process a margin over it.
         timeout=timeout + 60,
-        kubeconfig=ctx.services.kubeconfig,
+        kubeconfig=ctx.kubeconfig,
     )
     return result.stdout
 
@@ -801,6 +835,7 @@ def _ignore_test_failures(ctx: HelmReleaseContext) -> bool:
 
 STEPS = (
     reconcile_unsupported,
+    reconcile_target,
     reconcile_gates,
     reconcile_dependencies,
     reconcile_chart,
@@ -813,15 +848,19 @@ async def finalize(ctx: HelmReleaseContext) -> None:
     """Uninstall the release and delete the HelmChart it owns."""
     hr = ctx.hr
     if not hr.spec.suspend and hr.status.history:
-        try:
-            await _uninstall(ctx)
-            ctx.events.normal(
-                Reason.UNINSTALL_SUCCEEDED,
-                f"Helm uninstall succeeded for release {ctx.release_namespace}/{ctx.release_name}",
-            )
-        except HelmError as error:
-            ctx.log.warning("uninstall on deletion failed", error=str(error))
-            ctx.events.warning(Reason.UNINSTALL_FAILED, f"Helm uninstall failed: {error}")
+        # The remote target's client and kubeconfig file live until the uninstall ends.
+        async with ctx.cleanup:
+            try:
+                ctx.target = await _target(ctx)
+                await _uninstall(ctx)
+                ctx.events.normal(
+                    Reason.UNINSTALL_SUCCEEDED,
+                    "Helm uninstall succeeded for release "
+                    f"{ctx.release_namespace}/{ctx.release_name}",
+                )
+            except (HelmError, StepError) as error:
+                ctx.log.warning("uninstall on deletion failed", error=str(error))
+                ctx.events.warning(Reason.UNINSTALL_FAILED, f"Helm uninstall failed: {error}")
     ctx.services.attempts.pop(hr.metadata.uid or hr.key, None)
     if hr.status.helm_chart:
         namespace, name = hr.status.helm_chart.split("/", 1)

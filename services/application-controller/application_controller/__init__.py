@@ -1,0 +1,1 @@
+"""application-controller: KubeSphere's gitops.kubesphere.io Applications, expanded into Flux."""

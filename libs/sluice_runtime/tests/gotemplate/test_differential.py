@@ -14,9 +14,10 @@ import pytest
 from sluice_runtime.gotemplate import TemplateError, render
 
 from .cases_core import CORE
+from .cases_sprig import SPRIG
 from .conftest import GoRender
 
-ALL: dict[str, dict[str, Any]] = {**CORE}
+ALL: dict[str, dict[str, Any]] = {**CORE, **{f"sprig-{k}": v for k, v in SPRIG.items()}}
 
 
 @pytest.fixture(scope="module")

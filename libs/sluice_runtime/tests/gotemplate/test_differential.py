@@ -15,9 +15,10 @@ from sluice_runtime.gotemplate import TemplateError, render
 
 from .cases_core import CORE
 from .cases_sprig import SPRIG
+from .cases_yaml import YAML
 from .conftest import GoRender
 
-ALL: dict[str, dict[str, Any]] = {**CORE, **{f"sprig-{k}": v for k, v in SPRIG.items()}}
+ALL: dict[str, dict[str, Any]] = {**CORE, **{f"sprig-{k}": v for k, v in SPRIG.items()}, **YAML}
 
 
 @pytest.fixture(scope="module")

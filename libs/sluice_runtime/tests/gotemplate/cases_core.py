@@ -63,6 +63,8 @@ CORE: dict[str, dict[str, Any]] = {
     "comment-not-at-end": case("a{{/* x */ .s}}"),
     "chain": case("{{.m.c.d}}"),
     "chain-paren": case("{{(.m).c.d}}"),
+    "chain-on-function": case("a: {{ dict.nope }}"),
+    "chain-on-function-ok": case('{{ (dict "k" "v").k }}'),
     "chain-list-field": case("{{range .nested.list}}{{.name}}{{end}}"),
     "string-literal": case('{{"quoted\\n\\t\\u00e9"}}'),
     "raw-string": case("{{`raw\\n`}}"),

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import html as _html
 import urllib.parse
 from typing import Any
 
 from sluice_runtime.gotemplate.errors import FuncError
-from sluice_runtime.gotemplate.formatting import format_value, sprint, sprintf, sprintln
+from sluice_runtime.gotemplate.formatting import sprint, sprintf, sprintln
 from sluice_runtime.gotemplate.functions import ANY, VALUE, GoFunc
 from sluice_runtime.gotemplate.values import NO_VALUE, Boxed, is_true, type_name, unbox
 
@@ -195,7 +194,7 @@ def _js_escape(*args: Any) -> str:
             out.append("\\u0026")
         elif c == "=":
             out.append("\\u003D")
-        elif ord(c) < 0x20 or not c.isprintable() and ord(c) < 0x80:
+        elif ord(c) < 0x20 or (not c.isprintable() and ord(c) < 0x80):
             out.append(f"\\u{ord(c):04X}")
         else:
             out.append(c)
@@ -236,4 +235,3 @@ BUILTINS: dict[str, GoFunc] = {
     "urlquery": GoFunc(_urlquery, (ANY,), variadic=True),
     "call": GoFunc(_call, (VALUE, VALUE), variadic=True, boxed_result=True),
 }
-del _html

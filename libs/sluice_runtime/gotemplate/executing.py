@@ -86,7 +86,7 @@ class State:
             ) from None
         return "".join(self.out)
 
-    def walk(self, dot: Any, node: n.Node) -> None:  # noqa: C901 - one branch per node kind
+    def walk(self, dot: Any, node: n.Node) -> None:
         if isinstance(node, n.ActionNode):
             assert node.pipe is not None
             value = self.eval_pipeline(dot, node.pipe)
@@ -254,13 +254,15 @@ class State:
             return node.int_value
         self.errorf(f"{text} overflows int")
 
-    def eval_field_node(self, dot: Any, field: n.FieldNode, args: list[n.Node] | None,
-                        final: Any) -> Any:  # fmt: skip
+    def eval_field_node(
+        self, dot: Any, field: n.FieldNode, args: list[n.Node] | None, final: Any
+    ) -> Any:
         self.at(field)
         return self.eval_field_chain(dot, dot, field, field.ident, args, final)
 
-    def eval_chain_node(self, dot: Any, chain: n.ChainNode, args: list[n.Node] | None,
-                        final: Any) -> Any:  # fmt: skip
+    def eval_chain_node(
+        self, dot: Any, chain: n.ChainNode, args: list[n.Node] | None, final: Any
+    ) -> Any:
         self.at(chain)
         if isinstance(chain.node, n.NilNode):
             self.errorf(f"indirection through explicit nil in {chain}")
@@ -268,8 +270,9 @@ class State:
         pipe = self.eval_arg(dot, None, chain.node)
         return self.eval_field_chain(dot, pipe, chain, chain.fields, args, final)
 
-    def eval_variable_node(self, dot: Any, var: n.VariableNode, args: list[n.Node] | None,
-                           final: Any) -> Any:  # fmt: skip
+    def eval_variable_node(
+        self, dot: Any, var: n.VariableNode, args: list[n.Node] | None, final: Any
+    ) -> Any:
         self.at(var)
         value = self.var_value(var.ident[0])
         if len(var.ident) == 1:
@@ -277,8 +280,15 @@ class State:
             return value
         return self.eval_field_chain(dot, value, var, var.ident[1:], args, final)
 
-    def eval_field_chain(self, dot: Any, receiver: Any, node: n.Node, ident: list[str],
-                         args: list[n.Node] | None, final: Any) -> Any:  # fmt: skip
+    def eval_field_chain(
+        self,
+        dot: Any,
+        receiver: Any,
+        node: n.Node,
+        ident: list[str],
+        args: list[n.Node] | None,
+        final: Any,
+    ) -> Any:
         for name in ident[:-1]:
             receiver = self.eval_field(name, None, MISSING, receiver)
         return self.eval_field(ident[-1], args, final, receiver)
@@ -302,16 +312,18 @@ class State:
             return NO_VALUE
         self.errorf(f"can't evaluate field {name} in type {typ}")
 
-    def eval_function(self, dot: Any, node: n.IdentifierNode, cmd: n.Node,
-                      args: list[n.Node] | None, final: Any) -> Any:  # fmt: skip
+    def eval_function(
+        self, dot: Any, node: n.IdentifierNode, cmd: n.Node, args: list[n.Node] | None, final: Any
+    ) -> Any:
         self.at(node)
         fn = self.funcs.get(node.ident)
         if fn is None:
             self.errorf(f"{go_quote(node.ident)} is not a defined function")
         return self.eval_call(dot, fn, cmd, node.ident, args, final)
 
-    def eval_call(self, dot: Any, fn: GoFunc, node: n.Node, name: str,  # noqa: C901
-                  args: list[n.Node] | None, final: Any) -> Any:  # fmt: skip
+    def eval_call(
+        self, dot: Any, fn: GoFunc, node: n.Node, name: str, args: list[n.Node] | None, final: Any
+    ) -> Any:
         args = args[1:] if args is not None else []
         num_in = len(args) + (final is not MISSING)
         num_fixed = len(args)
@@ -377,7 +389,7 @@ class State:
             return value
         self.errorf(f"wrong type for value; expected {typ}; got {type_name(value)}")
 
-    def eval_arg(self, dot: Any, typ: str | None, node: n.Node) -> Any:  # noqa: C901
+    def eval_arg(self, dot: Any, typ: str | None, node: n.Node) -> Any:
         self.at(node)
         if isinstance(node, n.DotNode):
             return self.validate_type(dot, typ)

@@ -9,7 +9,7 @@ from typing import Any
 from sluice_runtime.gotemplate.quoting import go_quote
 from sluice_runtime.gotemplate.values import NO_VALUE, type_name, unbox
 
-__all__ = ["go_quote", "sprint", "sprintf", "sprintln", "format_value"]
+__all__ = ["format_value", "go_quote", "sprint", "sprintf", "sprintln"]
 
 
 def format_float(f: float, verb: str = "g", prec: int = -1, *, v_mode: bool = False) -> str:
@@ -60,7 +60,11 @@ def _shortest(f: float) -> tuple[str, int]:
     if frac == "0":
         frac = ""
     digits = (intpart + frac).lstrip("0")
-    exp += len(intpart.lstrip("0")) - 1 if intpart.lstrip("0") else -(len(frac) - len(frac.lstrip("0"))) - 1
+    exp += (
+        len(intpart.lstrip("0")) - 1
+        if intpart.lstrip("0")
+        else -(len(frac) - len(frac.lstrip("0"))) - 1
+    )
     return digits.rstrip("0") or "0", exp
 
 
@@ -115,7 +119,7 @@ def sprintln(*args: Any) -> str:
 _SPEC = re.compile(r"%([-+# 0]*)(\*|\d+)?(?:\.(\*|\d*))?(.?)", re.S)
 
 
-def sprintf(fmt: str, *args: Any) -> str:  # noqa: C901 - Go's doPrintf is one loop too
+def sprintf(fmt: str, *args: Any) -> str:
     out: list[str] = []
     argi = 0
     i = 0
@@ -133,8 +137,10 @@ def sprintf(fmt: str, *args: Any) -> str:  # noqa: C901 - Go's doPrintf is one l
         prec = -1
         bad = ""
         if width_s == "*":
-            if argi < len(args) and isinstance(unbox(args[argi]), int) and not isinstance(
-                unbox(args[argi]), bool
+            if (
+                argi < len(args)
+                and isinstance(unbox(args[argi]), int)
+                and not isinstance(unbox(args[argi]), bool)
             ):
                 width = unbox(args[argi])
                 if width < 0:
@@ -184,21 +190,23 @@ def _bad(verb: str, arg: Any) -> str:
     return f"%!{verb}({type_name(arg)}={format_value(arg)})"
 
 
-def _format_one(arg: Any, verb: str, flags: str, prec: int) -> str:  # noqa: C901
+def _format_one(arg: Any, verb: str, flags: str, prec: int) -> str:
     if verb == "T":
         return type_name(arg) if arg is not None else "<nil>"
     if arg is None:
         return "<nil>" if verb == "v" else _bad(verb, arg)
-    if isinstance(arg, list | tuple) and verb not in "vT" and not (
-        verb in "sxXq" and False
-    ):
+    if isinstance(arg, list | tuple) and verb not in "vT":
         return "[" + " ".join(_format_one(x, verb, flags, prec) for x in arg) + "]"
     if isinstance(arg, dict) and verb != "v":
         items = sorted(arg.items())
-        return "map[" + " ".join(
-            f"{_format_one(k, verb, flags, prec)}:{_format_one(x, verb, flags, prec)}"
-            for k, x in items
-        ) + "]"
+        return (
+            "map["
+            + " ".join(
+                f"{_format_one(k, verb, flags, prec)}:{_format_one(x, verb, flags, prec)}"
+                for k, x in items
+            )
+            + "]"
+        )
     if isinstance(arg, bool):
         if verb in "vt":
             return "true" if arg else "false"
@@ -232,7 +240,7 @@ def _format_int(n: int, verb: str, flags: str, prec: int) -> str:
         from sluice_runtime.gotemplate.quoting import is_print
 
         c = chr(n) if 0 <= n <= 0x10FFFF else "\ufffd"
-        body = go_quote(c)[1:-1].replace("\\\"", '"')
+        body = go_quote(c)[1:-1].replace('\\"', '"')
         if c == "'":
             body = "\\'"
         del is_print
@@ -243,7 +251,7 @@ def _format_int(n: int, verb: str, flags: str, prec: int) -> str:
             text += f" '{chr(n)}'"
         return text
     if verb in "eEfFgG":
-        return _format_float_verb(float(n), verb, flags, prec) if False else _bad(verb, n)
+        return _bad(verb, n)
     if base is None:
         return _bad(verb, n)
     digits = {2: f"{abs(n):b}", 8: f"{abs(n):o}", 10: str(abs(n)), 16: f"{abs(n):x}"}[base]
@@ -299,8 +307,10 @@ def _pad(text: str, width: int, flags: str, arg: Any, verb: str) -> str:
     if "-" in flags:
         return text + " " * (width - len(text))
     numeric = isinstance(arg, int | float) and not isinstance(arg, bool) and verb not in "cqU"
-    if "0" in flags and (numeric or isinstance(arg, str)) and not (
-        isinstance(arg, float) and not math.isfinite(arg)
+    if (
+        "0" in flags
+        and (numeric or isinstance(arg, str))
+        and not (isinstance(arg, float) and not math.isfinite(arg))
     ):
         if numeric and text[:1] in "+- ":
             return text[0] + text[1:].rjust(width - 1, "0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from sluice_runtime.gotemplate import nodes as n
 from sluice_runtime.gotemplate.errors import ParseError
@@ -10,9 +11,17 @@ from sluice_runtime.gotemplate.lexing import Item, T, lex
 from sluice_runtime.gotemplate.quoting import unquote, unquote_char
 
 _OPERAND_START = {
-    T.BOOL, T.CHAR_CONSTANT, T.DOT, T.FIELD, T.IDENTIFIER, T.NUMBER,
-    T.RAW_STRING, T.STRING, T.VARIABLE, T.LEFT_PAREN,
-}  # fmt: skip
+    T.BOOL,
+    T.CHAR_CONSTANT,
+    T.DOT,
+    T.FIELD,
+    T.IDENTIFIER,
+    T.NUMBER,
+    T.RAW_STRING,
+    T.STRING,
+    T.VARIABLE,
+    T.LEFT_PAREN,
+}
 
 
 def parse_number(text: str, pos: int, is_char: bool) -> n.NumberNode:
@@ -214,7 +223,7 @@ class Parser:
     def action(self) -> n.Node:
         item = self.next_non_space()
         if item.typ is T.KEYWORD:
-            handler = {
+            handlers: dict[str, Callable[[], n.Node]] = {
                 "block": self.block_control,
                 "break": self.break_control,
                 "continue": self.continue_control,
@@ -224,7 +233,8 @@ class Parser:
                 "range": lambda: self.branch("range", allow_else=()),
                 "template": self.template_control,
                 "with": lambda: self.branch("with", allow_else=("with",)),
-            }.get(item.val)
+            }
+            handler = handlers.get(item.val)
             if handler is not None:
                 return handler()
         self.backup()
@@ -280,8 +290,9 @@ class Parser:
                         raise self.errorf(f"expected end; found {end}")
         finally:
             del self.vars[mark:]
-        return n.BranchNode(pipe.pos, kind=kind, line=pipe.line, pipe=pipe, body=body,
-                            else_body=else_body)  # fmt: skip
+        return n.BranchNode(
+            pipe.pos, kind=kind, line=pipe.line, pipe=pipe, body=body, else_body=else_body
+        )
 
     def template_control(self) -> n.Node:
         context = "template clause"
@@ -403,7 +414,7 @@ class Parser:
             return n.ChainNode(pos, node=node, fields=fields)
         return node
 
-    def term(self) -> n.Node | None:  # noqa: C901 - one branch per token kind, as in Go
+    def term(self) -> n.Node | None:
         item = self.next_non_space()
         if item.typ is T.IDENTIFIER:
             if item.val not in self.funcs:

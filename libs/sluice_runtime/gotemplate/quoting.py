@@ -86,7 +86,7 @@ def go_quote(text: str, *, ascii_only: bool = False) -> str:
             out.append(_ESCAPE[c])
         elif c < " " or c == "\x7f":
             out.append(f"\\x{ord(c):02x}")
-        elif ascii_only and ord(c) >= 0x80 or not is_print(c):
+        elif (ascii_only and ord(c) >= 0x80) or not is_print(c):
             out.append(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
         else:
             out.append(c)

@@ -13,7 +13,7 @@ from sluice_runtime.gotemplate.formatting import format_float
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
 from sluice_runtime.gotemplate.values import NO_VALUE, Int64, StrList, kind, type_name, unbox
 
-S, I, B = "string", "int", "bool"
+S, INT, B = "string", "int", "bool"
 MAP = "map[string]interface {}"
 NIL_DEREF = "runtime error: invalid memory address or nil pointer dereference"
 
@@ -54,7 +54,7 @@ def _json_float(f: float) -> str:
         mant, _, exp = text.partition("e")
         sign, digits = exp[0], exp[1:].lstrip("0") or "0"
         return f"{mant}e{sign}{digits}"
-    return format_float(f, "f", -1) if False else _json_plain(f)
+    return _json_plain(f)
 
 
 def _json_plain(f: float) -> str:
@@ -110,10 +110,11 @@ def to_json(v: Any, *, indent: str = "", escape_html: bool = True, level: int = 
         if not v:
             return "{}"
         items = [
-            _json_string(str(k), escape_html) + colon
+            _json_string(str(k), escape_html)
+            + colon
             + to_json(v[k], indent=indent, escape_html=escape_html, level=level + 1)
             for k in sorted(v)
-        ]  # fmt: skip
+        ]
         return "{" + nl + ("," + nl).join(items) + end + "}"
     raise FuncError(f"json: unsupported type: {type_name(v)}")
 
@@ -247,9 +248,7 @@ def _dig(*ps: Any) -> Any:
             return d[k]
         d = d[k]
         if not isinstance(d, dict):
-            raise FuncError(
-                f"interface conversion: interface {{}} is {type_name(d)}, not {MAP}"
-            )
+            raise FuncError(f"interface conversion: interface {{}} is {type_name(d)}, not {MAP}")
     return default
 
 
@@ -286,9 +285,16 @@ def _url_parse(v: str) -> dict[str, Any]:
     path = urllib.parse.unquote(parts.path)
     if parts.scheme and not v[len(parts.scheme) + 1 :].startswith("/"):
         opaque, path = parts.path, ""
-    return {"scheme": parts.scheme, "host": host, "hostname": hostname, "path": path,
-            "query": parts.query, "opaque": opaque, "fragment": parts.fragment,
-            "userinfo": userinfo}  # fmt: skip
+    return {
+        "scheme": parts.scheme,
+        "host": host,
+        "hostname": hostname,
+        "path": path,
+        "query": parts.query,
+        "opaque": opaque,
+        "fragment": parts.fragment,
+        "userinfo": userinfo,
+    }
 
 
 def _url_join(d: dict[str, Any]) -> str:
@@ -329,8 +335,7 @@ COLLECTIONS: dict[str, GoFunc] = {
     "all": GoFunc(lambda *v: all(not empty(x) for x in v), (ANY,), variadic=True),
     "any": GoFunc(lambda *v: any(not empty(x) for x in v), (ANY,), variadic=True),
     "compact": GoFunc(_list_fn("compact", lambda xs: [x for x in xs if not empty(x)]), (ANY,)),
-    "mustCompact": GoFunc(_list_fn("compact", lambda xs: [x for x in xs if not empty(x)]),
-                          (ANY,)),  # fmt: skip
+    "mustCompact": GoFunc(_list_fn("compact", lambda xs: [x for x in xs if not empty(x)]), (ANY,)),
     "fromJson": GoFunc(_from_json_quiet, (S,), boxed_result=True),
     "mustFromJson": GoFunc(_from_json, (S,), boxed_result=True),
     "toJson": GoFunc(_quiet(to_json), (ANY,)),
@@ -358,8 +363,9 @@ COLLECTIONS: dict[str, GoFunc] = {
     "pluck": GoFunc(lambda k, *ds: [d[k] for d in ds if k in d], (S, MAP), variadic=True),
     "keys": GoFunc(lambda *ds: StrList(k for d in ds for k in d), (MAP,), variadic=True),
     "pick": GoFunc(lambda d, *ks: {k: d[k] for k in ks if k in d}, (MAP, S), variadic=True),
-    "omit": GoFunc(lambda d, *ks: {k: v for k, v in d.items() if k not in ks}, (MAP, S),
-                   variadic=True),  # fmt: skip
+    "omit": GoFunc(
+        lambda d, *ks: {k: v for k, v in d.items() if k not in ks}, (MAP, S), variadic=True
+    ),
     "values": GoFunc(lambda d: list(d.values()), (MAP,)),
     "append": GoFunc(_list_fn("push", lambda xs, v: [*xs, v]), (ANY, ANY)),
     "push": GoFunc(_list_fn("push", lambda xs, v: [*xs, v]), (ANY, ANY)),
@@ -367,34 +373,40 @@ COLLECTIONS: dict[str, GoFunc] = {
     "mustPush": GoFunc(_list_fn("push", lambda xs, v: [*xs, v]), (ANY, ANY)),
     "prepend": GoFunc(_list_fn("prepend", lambda xs, v: [v, *xs]), (ANY, ANY)),
     "mustPrepend": GoFunc(_list_fn("prepend", lambda xs, v: [v, *xs]), (ANY, ANY)),
-    "first": GoFunc(_list_fn("first", lambda xs: xs[0] if xs else None), (ANY,),
-                    boxed_result=True),  # fmt: skip
-    "mustFirst": GoFunc(_list_fn("first", lambda xs: xs[0] if xs else None), (ANY,),
-                        boxed_result=True),  # fmt: skip
+    "first": GoFunc(_list_fn("first", lambda xs: xs[0] if xs else None), (ANY,), boxed_result=True),
+    "mustFirst": GoFunc(
+        _list_fn("first", lambda xs: xs[0] if xs else None), (ANY,), boxed_result=True
+    ),
     "rest": GoFunc(_list_fn("rest", lambda xs: xs[1:]), (ANY,)),
     "mustRest": GoFunc(_list_fn("rest", lambda xs: xs[1:]), (ANY,)),
-    "last": GoFunc(_list_fn("last", lambda xs: xs[-1] if xs else None), (ANY,),
-                   boxed_result=True),  # fmt: skip
-    "mustLast": GoFunc(_list_fn("last", lambda xs: xs[-1] if xs else None), (ANY,),
-                       boxed_result=True),  # fmt: skip
+    "last": GoFunc(_list_fn("last", lambda xs: xs[-1] if xs else None), (ANY,), boxed_result=True),
+    "mustLast": GoFunc(
+        _list_fn("last", lambda xs: xs[-1] if xs else None), (ANY,), boxed_result=True
+    ),
     "initial": GoFunc(_list_fn("initial", lambda xs: xs[:-1]), (ANY,)),
     "mustInitial": GoFunc(_list_fn("initial", lambda xs: xs[:-1]), (ANY,)),
     "reverse": GoFunc(_list_fn("reverse", lambda xs: xs[::-1]), (ANY,)),
     "mustReverse": GoFunc(_list_fn("reverse", lambda xs: xs[::-1]), (ANY,)),
     "uniq": GoFunc(_list_fn("uniq", _uniq), (ANY,)),
     "mustUniq": GoFunc(_list_fn("uniq", _uniq), (ANY,)),
-    "without": GoFunc(_list_fn("without", lambda xs, *o: [x for x in xs if not any(
-        deep_equal(x, y) for y in o)]), (ANY, ANY), variadic=True),  # fmt: skip
-    "mustWithout": GoFunc(_list_fn("without", lambda xs, *o: [x for x in xs if not any(
-        deep_equal(x, y) for y in o)]), (ANY, ANY), variadic=True),  # fmt: skip
+    "without": GoFunc(
+        _list_fn("without", lambda xs, *o: [x for x in xs if not any(deep_equal(x, y) for y in o)]),
+        (ANY, ANY),
+        variadic=True,
+    ),
+    "mustWithout": GoFunc(
+        _list_fn("without", lambda xs, *o: [x for x in xs if not any(deep_equal(x, y) for y in o)]),
+        (ANY, ANY),
+        variadic=True,
+    ),
     "has": GoFunc(_has, (ANY, ANY)),
     "mustHas": GoFunc(_has, (ANY, ANY)),
     "slice": GoFunc(_slice, (ANY, ANY), variadic=True, boxed_result=True),
     "mustSlice": GoFunc(_slice, (ANY, ANY), variadic=True, boxed_result=True),
     "concat": GoFunc(_concat, (ANY,), variadic=True, boxed_result=True),
     "dig": GoFunc(_dig, (ANY,), variadic=True, boxed_result=True),
-    "chunk": GoFunc(_chunk, (I, ANY)),
-    "mustChunk": GoFunc(_chunk, (I, ANY)),
+    "chunk": GoFunc(_chunk, (INT, ANY)),
+    "mustChunk": GoFunc(_chunk, (INT, ANY)),
     "join": GoFunc(lambda sep, v: sep.join(to_strings(v)), (S, ANY)),
     "sortAlpha": GoFunc(lambda v: _sort_alpha(v), (ANY,)),
     "toStrings": GoFunc(lambda v: to_strings(v), (ANY,)),

@@ -11,7 +11,7 @@ import re
 import zlib
 from typing import Any
 
-import re2  # type: ignore[import-untyped]
+import re2
 
 from sluice_runtime.gotemplate import converting as cv
 from sluice_runtime.gotemplate.errors import FuncError
@@ -19,7 +19,7 @@ from sluice_runtime.gotemplate.formatting import go_quote, sprintf
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
 from sluice_runtime.gotemplate.values import Int64, IntList, StrList, unbox
 
-S, I, F, B = "string", "int", "float64", "bool"
+S, INT, F, B = "string", "int", "float64", "bool"
 
 
 def _title(s: str) -> str:
@@ -195,7 +195,7 @@ def _mul(a: Any, *rest: Any) -> Int64:
 def _rand_int(lo: int, hi: int) -> int:
     if hi - lo <= 0:
         raise FuncError("invalid argument to Intn")
-    return random.randrange(hi - lo) + lo  # noqa: S311 - sprig's randInt is not for secrets
+    return random.randrange(hi - lo) + lo
 
 
 # -- regular expressions: Go's are RE2, so re2 compiles them as Go does ----------------
@@ -205,7 +205,9 @@ def _compile(regex: str) -> Any:
     try:
         return re2.compile(regex)
     except Exception as err:
-        raise FuncError(f"regexp: Compile({go_quote(regex)}): error parsing regexp: {err}")
+        raise FuncError(
+            f"regexp: Compile({go_quote(regex)}): error parsing regexp: {err}"
+        ) from None
 
 
 def _expand(template: str, m: Any) -> str:
@@ -223,7 +225,9 @@ def _expand(template: str, m: Any) -> str:
             i += 2
             continue
         brace = template[i + 1] == "{"
-        name_match = re.match(r"\{([A-Za-z0-9_]+)\}" if brace else r"([A-Za-z0-9_]+)", template[i + 1 :])
+        name_match = re.match(
+            r"\{([A-Za-z0-9_]+)\}" if brace else r"([A-Za-z0-9_]+)", template[i + 1 :]
+        )
         if name_match is None:
             out.append(c)
             i += 1
@@ -232,7 +236,7 @@ def _expand(template: str, m: Any) -> str:
         i += 1 + name_match.end()
         try:
             group = m.group(int(name)) if name.isdigit() else m.group(name)
-        except (IndexError, KeyError, re2.error if hasattr(re2, "error") else IndexError):
+        except (IndexError, KeyError):
             group = ""
         out.append(group or "")
     return "".join(out)
@@ -315,26 +319,28 @@ def _duration_round(d: Any) -> str:
         ns = int(d)
     u = abs(ns)
     hour = 3600 * 10**9
-    for size, unit in ((hour * 24 * 365, "y"), (hour * 24 * 30, "mo"), (hour * 24, "d"),
-                       (hour, "h"), (60 * 10**9, "m"), (10**9, "s")):  # fmt: skip
+    for size, unit in (
+        (hour * 24 * 365, "y"),
+        (hour * 24 * 30, "mo"),
+        (hour * 24, "d"),
+        (hour, "h"),
+        (60 * 10**9, "m"),
+        (10**9, "s"),
+    ):
         if u > size:
             return f"{u // size}{unit}"
     return "0s"
 
 
-def _must(fn: Any) -> Any:
-    return fn
-
-
 STRINGS: dict[str, GoFunc] = {
     "hello": GoFunc(lambda: "Hello!", ()),
-    "trunc": GoFunc(_trunc, (I, S)),
+    "trunc": GoFunc(_trunc, (INT, S)),
     "trim": GoFunc(lambda s: s.strip(" \t\n\r\v\f\x85\xa0"), (S,)),
     "upper": GoFunc(str.upper, (S,)),
     "lower": GoFunc(str.lower, (S,)),
     "title": GoFunc(_title, (S,)),
-    "substr": GoFunc(_substr, (I, I, S)),
-    "repeat": GoFunc(lambda count, s: s * count if count >= 0 else _neg_repeat(), (I, S)),
+    "substr": GoFunc(_substr, (INT, INT, S)),
+    "repeat": GoFunc(lambda count, s: s * count if count >= 0 else _neg_repeat(), (INT, S)),
     "trimall": GoFunc(lambda a, b: b.strip(a) if a else b, (S, S)),
     "trimAll": GoFunc(lambda a, b: b.strip(a) if a else b, (S, S)),
     "trimSuffix": GoFunc(lambda a, b: b[: -len(a)] if a and b.endswith(a) else b, (S, S)),
@@ -345,10 +351,10 @@ STRINGS: dict[str, GoFunc] = {
     "quote": GoFunc(_quote, (ANY,), variadic=True),
     "squote": GoFunc(_squote, (ANY,), variadic=True),
     "cat": GoFunc(_cat, (ANY,), variadic=True),
-    "indent": GoFunc(_indent, (I, S)),
-    "nindent": GoFunc(lambda n, v: "\n" + _indent(n, v), (I, S)),
+    "indent": GoFunc(_indent, (INT, S)),
+    "nindent": GoFunc(lambda n, v: "\n" + _indent(n, v), (INT, S)),
     "replace": GoFunc(lambda old, new, src: _go_replace(src, old, new), (S, S, S)),
-    "plural": GoFunc(lambda one, many, count: one if count == 1 else many, (S, S, I)),
+    "plural": GoFunc(lambda one, many, count: one if count == 1 else many, (S, S, INT)),
     "sha1sum": GoFunc(lambda s: hashlib.sha1(s.encode()).hexdigest(), (S,)),  # noqa: S324
     "sha256sum": GoFunc(lambda s: hashlib.sha256(s.encode()).hexdigest(), (S,)),
     "adler32sum": GoFunc(lambda s: str(zlib.adler32(s.encode())), (S,)),
@@ -357,31 +363,34 @@ STRINGS: dict[str, GoFunc] = {
     "int64": GoFunc(lambda v: Int64(cv.to_int64(v)), (ANY,)),
     "int": GoFunc(cv.to_int64, (ANY,)),
     "float64": GoFunc(cv.to_float64, (ANY,)),
-    "seq": GoFunc(_seq, (I,), variadic=True),
+    "seq": GoFunc(_seq, (INT,), variadic=True),
     "toDecimal": GoFunc(_to_decimal, (ANY,)),
     "split": GoFunc(lambda sep, orig: _split_map(_go_split(orig, sep)), (S, S)),
     "splitList": GoFunc(lambda sep, orig: StrList(_go_split(orig, sep)), (S, S)),
-    "splitn": GoFunc(lambda sep, n, orig: _split_map(_go_split(orig, sep, n)), (S, I, S)),
-    "until": GoFunc(lambda count: _until_step(0, count, -1 if count < 0 else 1), (I,)),
-    "untilStep": GoFunc(_until_step, (I, I, I)),
+    "splitn": GoFunc(lambda sep, n, orig: _split_map(_go_split(orig, sep, n)), (S, INT, S)),
+    "until": GoFunc(lambda count: _until_step(0, count, -1 if count < 0 else 1), (INT,)),
+    "untilStep": GoFunc(_until_step, (INT, INT, INT)),
     "add1": GoFunc(lambda i: cv.wrap64(cv.to_int64(i) + 1), (ANY,)),
     "add": GoFunc(_add, (ANY,), variadic=True),
     "sub": GoFunc(lambda a, b: cv.wrap64(cv.to_int64(a) - cv.to_int64(b)), (ANY, ANY)),
-    "div": GoFunc(lambda a, b: cv.wrap64(cv.go_trunc_div(cv.to_int64(a), cv.to_int64(b))),
-                  (ANY, ANY)),  # fmt: skip
+    "div": GoFunc(
+        lambda a, b: cv.wrap64(cv.go_trunc_div(cv.to_int64(a), cv.to_int64(b))), (ANY, ANY)
+    ),
     "mod": GoFunc(lambda a, b: cv.wrap64(cv.go_mod(cv.to_int64(a), cv.to_int64(b))), (ANY, ANY)),
     "mul": GoFunc(_mul, (ANY, ANY), variadic=True),
-    "randInt": GoFunc(_rand_int, (I, I)),
+    "randInt": GoFunc(_rand_int, (INT, INT)),
     "biggest": GoFunc(_max, (ANY, ANY), variadic=True),
     "max": GoFunc(_max, (ANY, ANY), variadic=True),
     "min": GoFunc(_min, (ANY, ANY), variadic=True),
-    "maxf": GoFunc(lambda a, *r: max([cv.to_float64(a), *map(cv.to_float64, r)]), (ANY, ANY),
-                   variadic=True),  # fmt: skip
-    "minf": GoFunc(lambda a, *r: min([cv.to_float64(a), *map(cv.to_float64, r)]), (ANY, ANY),
-                   variadic=True),  # fmt: skip
+    "maxf": GoFunc(
+        lambda a, *r: max([cv.to_float64(a), *map(cv.to_float64, r)]), (ANY, ANY), variadic=True
+    ),
+    "minf": GoFunc(
+        lambda a, *r: min([cv.to_float64(a), *map(cv.to_float64, r)]), (ANY, ANY), variadic=True
+    ),
     "ceil": GoFunc(lambda a: float(math.ceil(cv.to_float64(a))), (ANY,)),
     "floor": GoFunc(lambda a: float(math.floor(cv.to_float64(a))), (ANY,)),
-    "round": GoFunc(_round, (ANY, I, F), variadic=True),
+    "round": GoFunc(_round, (ANY, INT, F), variadic=True),
     "base": GoFunc(cv.path_base, (S,)),
     "dir": GoFunc(cv.path_dir, (S,)),
     "clean": GoFunc(cv.path_clean, (S,)),
@@ -399,25 +408,28 @@ STRINGS: dict[str, GoFunc] = {
     "fail": GoFunc(lambda msg: _fail(msg), (S,)),
     "regexMatch": GoFunc(_regex_match, (S, S)),
     "mustRegexMatch": GoFunc(lambda r, s: _compile(r).search(s) is not None, (S, S)),
-    "regexFindAll": GoFunc(lambda r, s, n: StrList(m.group(0) for m in _find_all(_compile(r), s, n)),
-                           (S, S, I)),  # fmt: skip
-    "mustRegexFindAll": GoFunc(
-        lambda r, s, n: StrList(m.group(0) for m in _find_all(_compile(r), s, n)), (S, S, I)
+    "regexFindAll": GoFunc(
+        lambda r, s, n: StrList(m.group(0) for m in _find_all(_compile(r), s, n)), (S, S, INT)
     ),
-    "regexFind": GoFunc(lambda r, s: (lambda m: m.group(0) if m else "")(_compile(r).search(s)),
-                        (S, S)),  # fmt: skip
+    "mustRegexFindAll": GoFunc(
+        lambda r, s, n: StrList(m.group(0) for m in _find_all(_compile(r), s, n)), (S, S, INT)
+    ),
+    "regexFind": GoFunc(
+        lambda r, s: (lambda m: m.group(0) if m else "")(_compile(r).search(s)), (S, S)
+    ),
     "mustRegexFind": GoFunc(
         lambda r, s: (lambda m: m.group(0) if m else "")(_compile(r).search(s)), (S, S)
     ),
     "regexReplaceAll": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=False), (S, S, S)),
-    "mustRegexReplaceAll": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=False),
-                                  (S, S, S)),  # fmt: skip
-    "regexReplaceAllLiteral": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=True),
-                                     (S, S, S)),  # fmt: skip
-    "mustRegexReplaceAllLiteral": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=True),
-                                         (S, S, S)),  # fmt: skip
-    "regexSplit": GoFunc(_regex_split, (S, S, I)),
-    "mustRegexSplit": GoFunc(_regex_split, (S, S, I)),
+    "mustRegexReplaceAll": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=False), (S, S, S)),
+    "regexReplaceAllLiteral": GoFunc(
+        lambda r, s, p: _replace_all(r, s, p, literal=True), (S, S, S)
+    ),
+    "mustRegexReplaceAllLiteral": GoFunc(
+        lambda r, s, p: _replace_all(r, s, p, literal=True), (S, S, S)
+    ),
+    "regexSplit": GoFunc(_regex_split, (S, S, INT)),
+    "mustRegexSplit": GoFunc(_regex_split, (S, S, INT)),
     "regexQuoteMeta": GoFunc(_quote_meta, (S,)),
     "duration": GoFunc(_duration, (ANY,)),
     "durationRound": GoFunc(_duration_round, (ANY,)),

@@ -11,6 +11,7 @@ characters, cut at a word boundary).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -25,11 +26,47 @@ from sluice_runtime.gotemplate.functions import ANY, GoFunc
 from sluice_runtime.gotemplate.sprig_collections import to_json
 
 _BOOLS_NULLS = {
-    "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON",
-    "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF",
-    "", "~", "null", "Null", "NULL", ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF",
-    "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", "<<",
-}  # fmt: skip
+    "y",
+    "Y",
+    "yes",
+    "Yes",
+    "YES",
+    "true",
+    "True",
+    "TRUE",
+    "on",
+    "On",
+    "ON",
+    "n",
+    "N",
+    "no",
+    "No",
+    "NO",
+    "false",
+    "False",
+    "FALSE",
+    "off",
+    "Off",
+    "OFF",
+    "",
+    "~",
+    "null",
+    "Null",
+    "NULL",
+    ".nan",
+    ".NaN",
+    ".NAN",
+    ".inf",
+    ".Inf",
+    ".INF",
+    "+.inf",
+    "+.Inf",
+    "+.INF",
+    "-.inf",
+    "-.Inf",
+    "-.INF",
+    "<<",
+}
 _YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 _BASE60 = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
 _TIMESTAMP = re.compile(
@@ -66,7 +103,9 @@ def _resolves_to_non_string(s: str) -> bool:
 def _printable(c: str) -> bool:
     o = ord(c)
     return (
-        o == 0x0A or 0x20 <= o <= 0x7E or 0xA0 <= o <= 0xD7FF
+        o == 0x0A
+        or 0x20 <= o <= 0x7E
+        or 0xA0 <= o <= 0xD7FF
         or (0xE000 <= o <= 0xFFFD and o != 0xFEFF)
     )  # fmt: skip (go-yaml's is_printable rejects U+0085 and every 4-byte rune)
 
@@ -78,7 +117,7 @@ def _analyze(value: str) -> dict[str, bool]:
     """libyaml's yaml_emitter_analyze_scalar: which styles may write this string."""
     if not value:
         return {"multiline": False, "plain": True, "single": True, "block": False}
-    block_ind = flow_ind = value.startswith(("---", "..."))
+    block_ind = value.startswith(("---", "..."))
     line_breaks = special = leading_space = leading_break = False
     trailing_space = trailing_break = break_space = space_break = False
     preceded_ws, prev_space, prev_break = True, False, False
@@ -86,19 +125,15 @@ def _analyze(value: str) -> dict[str, bool]:
         followed_ws = i + 1 >= len(value) or value[i + 1] in " \t"
         if i == 0:
             if c in "#,[]{}&*!|>'\"%@`":
-                flow_ind = block_ind = True
+                block_ind = True
             elif c in "?:":
-                flow_ind = True
                 block_ind = block_ind or followed_ws
             elif c == "-" and followed_ws:
-                flow_ind = block_ind = True
-        elif c in ",?[]{}":
-            flow_ind = True
+                block_ind = True
         elif c == ":":
-            flow_ind = True
             block_ind = block_ind or followed_ws
         elif c == "#" and preceded_ws:
-            flow_ind = block_ind = True
+            block_ind = True
         if not _printable(c):
             special = True
         if c == " ":
@@ -129,9 +164,23 @@ def _analyze(value: str) -> dict[str, bool]:
     return {"multiline": line_breaks, "plain": plain, "single": single, "block": block}
 
 
-_ESCAPES = {"\0": "0", "\a": "a", "\b": "b", "\t": "t", "\n": "n", "\v": "v", "\f": "f",
-            "\r": "r", "\x1b": "e", '"': '"', "\\": "\\", "\x85": "N", "\xa0": "_",
-            "\u2028": "L", "\u2029": "P"}  # fmt: skip
+_ESCAPES = {
+    "\0": "0",
+    "\a": "a",
+    "\b": "b",
+    "\t": "t",
+    "\n": "n",
+    "\v": "v",
+    "\f": "f",
+    "\r": "r",
+    "\x1b": "e",
+    '"': '"',
+    "\\": "\\",
+    "\x85": "N",
+    "\xa0": "_",
+    "\u2028": "L",
+    "\u2029": "P",
+}
 
 
 def _double_quoted(s: str) -> str:
@@ -141,7 +190,9 @@ def _double_quoted(s: str) -> str:
             out.append("\\" + _ESCAPES[c])
         elif not _printable(c) or c == "\ufeff":
             o = ord(c)
-            out.append(f"\\x{o:02X}" if o <= 0xFF else f"\\u{o:04X}" if o <= 0xFFFF else f"\\U{o:08X}")
+            out.append(
+                f"\\x{o:02X}" if o <= 0xFF else f"\\u{o:04X}" if o <= 0xFFFF else f"\\U{o:08X}"
+            )
         else:
             out.append(c)
     out.append('"')
@@ -183,9 +234,7 @@ def _literal(s: str, indent: int) -> str:
         chomp = "+"
     else:
         chomp = ""
-    lines: list[str] = ["|" + hint + chomp]
     pad = " " * indent
-    current = ""
     breaks = True
     text: list[str] = []
     for c in s:
@@ -197,10 +246,9 @@ def _literal(s: str, indent: int) -> str:
                 text.append(pad)
                 breaks = False
             text.append(c)
-    del current
     body = "".join(text)
     # The caller ends the node with a newline; a kept (+) final break is that newline.
-    return lines[0] + "\n" + (body[:-1] if body.endswith("\n") else body)
+    return "|" + hint + chomp + "\n" + (body[:-1] if body.endswith("\n") else body)
 
 
 def _key_less(a: str, b: str) -> bool:
@@ -237,10 +285,12 @@ def _key_less(a: str, b: str) -> bool:
     return len(a) < len(b)
 
 
-def _sorted_keys(keys: list[str]) -> list[str]:
-    import functools
+def _key_cmp(a: str, b: str) -> int:
+    return -1 if _key_less(a, b) else (1 if _key_less(b, a) else 0)
 
-    return sorted(keys, key=functools.cmp_to_key(lambda x, y: -1 if _key_less(x, y) else (1 if _key_less(y, x) else 0)))
+
+def _sorted_keys(keys: list[str]) -> list[str]:
+    return sorted(keys, key=functools.cmp_to_key(_key_cmp))
 
 
 def _leaf(v: Any, indent: int) -> str | None:

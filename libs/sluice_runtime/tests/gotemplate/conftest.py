@@ -53,16 +53,25 @@ def go_render(tmp_path_factory: pytest.TempPathFactory) -> GoRender:
     }
     build = subprocess.run(
         [go, "build", "-o", str(binary), "gorender"],
-        cwd=package, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=package,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if build.returncode != 0:
         pytest.fail(f"building the Go renderer failed:\n{build.stderr}")
 
     def render(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         done = subprocess.run(
-            [str(binary)], input=json.dumps(cases), capture_output=True, text=True,
-            timeout=120, check=True,
-        )  # fmt: skip
+            [str(binary)],
+            input=json.dumps(cases),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         results: list[dict[str, Any]] = json.loads(done.stdout)
         return results
 

@@ -25,10 +25,15 @@ ALL: dict[str, dict[str, Any]] = {**CORE, **{f"sprig-{k}": v for k, v in SPRIG.i
 def go_results(go_render: GoRender) -> dict[str, dict[str, Any]]:
     names = sorted(ALL)
     batch = [
-        {"template": ALL[k]["template"], "data": ALL[k]["data"], "left": ALL[k].get("left", "{{"),
-         "right": ALL[k].get("right", "}}"), "missingkey": ALL[k]["missingkey"]}
+        {
+            "template": ALL[k]["template"],
+            "data": ALL[k]["data"],
+            "left": ALL[k].get("left", "{{"),
+            "right": ALL[k].get("right", "}}"),
+            "missingkey": ALL[k]["missingkey"],
+        }
         for k in names
-    ]  # fmt: skip
+    ]
     return dict(zip(names, go_render(batch), strict=True))
 
 
@@ -38,10 +43,11 @@ def test_same_as_go(name: str, go_results: dict[str, dict[str, Any]]) -> None:
     want = go_results[name]
     try:
         got: str | None = render(
-            spec["template"], spec["data"],
+            spec["template"],
+            spec["data"],
             delims=(spec.get("left", "{{"), spec.get("right", "}}")),
             missing_key_error=spec["missingkey"] == "error",
-        )  # fmt: skip
+        )
         error = None
     except TemplateError as err:
         got, error = None, str(err)

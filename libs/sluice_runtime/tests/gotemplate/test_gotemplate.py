@@ -21,19 +21,31 @@ def rs(text: str, inputs: dict[str, Any] = INPUTS, **kw: Any) -> str:
 @pytest.mark.parametrize(
     ("template", "data", "want"),
     [
-        pytest.param("{{with .a}}A{{else with .b}}B{{.}}{{else}}C{{end}}", {"a": 0, "b": 7}, "B7",
-                     id="else-with"),
-        pytest.param("{{with .a}}A{{else with .b}}B{{else}}C{{end}}", {"a": 0, "b": ""}, "C",
-                     id="else-with-falls-through"),
+        pytest.param(
+            "{{with .a}}A{{else with .b}}B{{.}}{{else}}C{{end}}",
+            {"a": 0, "b": 7},
+            "B7",
+            id="else-with",
+        ),
+        pytest.param(
+            "{{with .a}}A{{else with .b}}B{{else}}C{{end}}",
+            {"a": 0, "b": ""},
+            "C",
+            id="else-with-falls-through",
+        ),
         pytest.param("{{range 3}}{{.}}{{end}}", {}, "012", id="range-int"),
         pytest.param("{{range $i := .n}}{{$i}},{{end}}", {"n": 2}, "0,1,", id="range-int-var"),
         pytest.param("{{range 0}}x{{else}}none{{end}}", {}, "none", id="range-int-zero-else"),
-        pytest.param("{{range .l}}{{if eq . 3}}{{break}}{{end}}{{.}}{{end}}", {"l": [1, 2, 3, 4]},
-                     "12", id="break"),
+        pytest.param(
+            "{{range .l}}{{if eq . 3}}{{break}}{{end}}{{.}}{{end}}",
+            {"l": [1, 2, 3, 4]},
+            "12",
+            id="break",
+        ),
         pytest.param("{{ .a }}", {"a": "x"}, "x", id="curly-default-delims"),
         pytest.param("{{ toDate }}", {}, None, id="date-functions-are-refused"),
     ],
-)  # fmt: skip
+)
 def test_language_beyond_go_1_19(template: str, data: Any, want: str | None) -> None:
     if want is None:
         with pytest.raises(ParseError, match='function "toDate" not defined'):
@@ -53,14 +65,18 @@ def test_range_over_int_refuses_two_variables() -> None:
         pytest.param("name: podinfo-<< inputs.tenant >>", "name: podinfo-team1", id="field"),
         pytest.param("<< inputs.app.version | quote >>", '"6.7.x"', id="pipe"),
         pytest.param("<< inputs.app.replicas | int >>", "2", id="int"),
-        pytest.param("<<- range $t := inputs.tags >>\n- << $t >><<- end >>", "\n- a\n- b",
-                     id="range-trim"),
+        pytest.param(
+            "<<- range $t := inputs.tags >>\n- << $t >><<- end >>", "\n- a\n- b", id="range-trim"
+        ),
         pytest.param("{{ .not.a.template }}", "{{ .not.a.template }}", id="curly-is-text"),
-        pytest.param("<< inputs.app | toYaml | nindent 2 >>",
-                     "\n  replicas: 2\n  version: 6.7.x\n  ", id="toYaml-nindent"),
+        pytest.param(
+            "<< inputs.app | toYaml | nindent 2 >>",
+            "\n  replicas: 2\n  version: 6.7.x\n  ",
+            id="toYaml-nindent",
+        ),
         pytest.param("<< inputs.tenant | slugify >>", "team1", id="slugify"),
     ],
-)  # fmt: skip
+)
 def test_resourceset_calling_convention(template: str, want: str) -> None:
     assert rs(template) == want
 
@@ -68,19 +84,31 @@ def test_resourceset_calling_convention(template: str, want: str) -> None:
 @pytest.mark.parametrize(
     ("template", "name", "message"),
     [
-        pytest.param("a: << inputs.nope >>", "resources[0]",
-                     'template: resources[0]:1:6: executing "resources[0]" at <inputs>: '
-                     'map has no entry for key "nope"', id="missing-key"),
-        pytest.param("a:\n  b: << nope >>", "resourcesTemplate",
-                     'template: resourcesTemplate:2: function "nope" not defined',
-                     id="unknown-function"),
-        pytest.param("<< if inputs.tenant >>", "t", "template: t:1: unexpected EOF",
-                     id="unclosed-if"),
-        pytest.param('<< fail "tenant is required" >>', "t",
-                     'template: t:1:3: executing "t" at <fail "tenant is required">: '
-                     "error calling fail: tenant is required", id="fail"),
+        pytest.param(
+            "a: << inputs.nope >>",
+            "resources[0]",
+            'template: resources[0]:1:6: executing "resources[0]" at <inputs>: '
+            'map has no entry for key "nope"',
+            id="missing-key",
+        ),
+        pytest.param(
+            "a:\n  b: << nope >>",
+            "resourcesTemplate",
+            'template: resourcesTemplate:2: function "nope" not defined',
+            id="unknown-function",
+        ),
+        pytest.param(
+            "<< if inputs.tenant >>", "t", "template: t:1: unexpected EOF", id="unclosed-if"
+        ),
+        pytest.param(
+            '<< fail "tenant is required" >>',
+            "t",
+            'template: t:1:3: executing "t" at <fail "tenant is required">: '
+            "error calling fail: tenant is required",
+            id="fail",
+        ),
     ],
-)  # fmt: skip
+)
 def test_errors_name_the_template_line_and_problem(template: str, name: str, message: str) -> None:
     with pytest.raises(TemplateError) as raised:
         rs(template, name=name)
@@ -122,7 +150,7 @@ def test_infinite_template_recursion_is_an_error_not_a_crash() -> None:
         pytest.param("x" * 70, "x" * 63, id="one-long-word-cut-at-63"),
         pytest.param("", "", id="empty"),
     ],
-)  # fmt: skip
+)
 def test_slugify(text: str, want: str) -> None:
     assert slugify(text) == want
     assert len(slugify(text)) <= 63

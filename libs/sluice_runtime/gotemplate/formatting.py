@@ -6,7 +6,7 @@ import math
 import re
 from typing import Any
 
-from sluice_runtime.gotemplate.quoting import go_quote
+from sluice_runtime.gotemplate.literals import go_quote
 from sluice_runtime.gotemplate.values import NO_VALUE, type_name, unbox
 
 __all__ = ["format_value", "go_quote", "sprint", "sprintf", "sprintln"]
@@ -237,7 +237,7 @@ def _format_int(n: int, verb: str, flags: str, prec: int) -> str:
     if verb == "c":
         return chr(n) if 0 <= n <= 0x10FFFF else "\ufffd"
     if verb == "q":
-        from sluice_runtime.gotemplate.quoting import is_print
+        from sluice_runtime.gotemplate.literals import is_print
 
         c = chr(n) if 0 <= n <= 0x10FFFF else "\ufffd"
         body = go_quote(c)[1:-1].replace('\\"', '"')

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from sluice_runtime.gotemplate.functions import GoFunc
 from sluice_runtime.gotemplate.sprig_collections import COLLECTIONS
+from sluice_runtime.gotemplate.sprig_json import JSON
+from sluice_runtime.gotemplate.sprig_regex import REGEX
 from sluice_runtime.gotemplate.sprig_strings import STRINGS
 from sluice_runtime.gotemplate.yamling import EXTRAS
 
-SPRIG: dict[str, GoFunc] = {**STRINGS, **COLLECTIONS, **EXTRAS}
+SPRIG: dict[str, GoFunc] = {**STRINGS, **REGEX, **COLLECTIONS, **JSON, **EXTRAS}

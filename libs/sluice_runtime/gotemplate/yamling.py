@@ -23,7 +23,7 @@ from text_unidecode import unidecode
 from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.formatting import format_float
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
-from sluice_runtime.gotemplate.sprig_collections import to_json
+from sluice_runtime.gotemplate.sprig_json import to_json
 
 _BOOLS_NULLS = {
     "y",

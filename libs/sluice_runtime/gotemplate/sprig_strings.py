@@ -6,6 +6,7 @@ import base64
 import binascii
 import hashlib
 import math
+import os
 import random
 import re
 import zlib
@@ -297,6 +298,9 @@ STRINGS: dict[str, GoFunc] = {
     "osDir": GoFunc(cv.path_dir, (S,)),
     "osExt": GoFunc(cv.path_ext, (S,)),
     "osIsAbs": GoFunc(lambda p: p.startswith("/"), (S,)),
+    "osAbs": GoFunc(
+        lambda p: cv.path_clean(p if p.startswith("/") else os.getcwd() + "/" + p), (S,)
+    ),
     "b64enc": GoFunc(lambda v: base64.b64encode(v.encode()).decode(), (S,)),
     "b64dec": GoFunc(_b64dec, (S,)),
     "b32enc": GoFunc(lambda v: base64.b32encode(v.encode()).decode(), (S,)),

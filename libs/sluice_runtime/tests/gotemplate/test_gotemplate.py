@@ -3,11 +3,12 @@ convention, slugify (gosimple/slug is not packaged in Debian), and the error typ
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
-from sluice_runtime.gotemplate import ExecError, ParseError, TemplateError, render
+from sluice_runtime.gotemplate import ExecError, ParseError, TemplateError, as_go_json, render
 from sluice_runtime.gotemplate.yamling import slugify
 
 INPUTS = {"tenant": "team1", "app": {"version": "6.7.x", "replicas": 2}, "tags": ["a", "b"]}
@@ -154,3 +155,50 @@ def test_infinite_template_recursion_is_an_error_not_a_crash() -> None:
 def test_slugify(text: str, want: str) -> None:
     assert slugify(text) == want
     assert len(slugify(text)) <= 63
+
+
+@pytest.mark.parametrize(
+    ("template", "want"),
+    [
+        pytest.param("{{ .n }} {{ .f }} {{ .l }}", "2 1.5 [1 2]", id="numbers-print-as-go"),
+        pytest.param("{{ .n | int }} {{ add .n 1 }}", "2 3", id="sprig-converts"),
+        pytest.param("{{ eq .n 2.0 }}", "true", id="float-equals-float"),
+        pytest.param("{{ eq .n 2 }}", None, id="float-is-not-int"),
+        pytest.param("{{ toYaml .m }}", "k: 3\n", id="toYaml-integral-float"),
+    ],
+)
+def test_inputs_decoded_as_go_decodes_json(template: str, want: str | None) -> None:
+    data = as_go_json({"n": 2, "f": 1.5, "l": [1, 2], "m": {"k": 3}, "b": True, "s": "x"})
+    if want is None:
+        with pytest.raises(ExecError, match="incompatible types for comparison"):
+            render(template, data)
+        return
+    assert render(template, data) == want
+
+
+def test_as_go_json_keeps_bools_strings_and_nulls() -> None:
+    assert as_go_json({"b": True, "s": "x", "n": None, "l": [1, None]}) == {
+        "b": True,
+        "s": "x",
+        "n": None,
+        "l": [1.0, None],
+    }
+    assert isinstance(as_go_json({"b": True})["b"], bool)
+
+
+def test_rand_int_stays_in_range_and_refuses_an_empty_one() -> None:
+    values = {int(render("{{ randInt 3 6 }}", {})) for _ in range(200)}
+    assert values <= {3, 4, 5} and len(values) > 1
+    with pytest.raises(ExecError, match="error calling randInt: invalid argument to Intn"):
+        render("{{ randInt 5 5 }}", {})
+
+
+def test_os_abs_resolves_against_the_working_directory() -> None:
+    assert render('{{ osAbs "a/../b" }}', {}) == os.getcwd() + "/b"
+    assert render('{{ osAbs "/x//y" }}', {}) == "/x/y"
+
+
+def test_the_same_template_renders_for_many_inputs() -> None:
+    template = "name: << inputs.tenant >>-<< inputs.i >>"
+    outs = [rs(template, {"tenant": "t", "i": i}) for i in range(3)]
+    assert outs == ["name: t-0", "name: t-1", "name: t-2"]

@@ -114,6 +114,13 @@ SPRIG: dict[str, dict[str, Any]] = {
     "regexSplit": case(
         '{{regexSplit "z+" "pizza" -1}} {{regexSplit "," "a,b,c" 2}} {{regexSplit "," "" -1}} {{regexSplit "a" "banana" 0}}'
     ),
+    "mustRegex": case(
+        '{{mustRegexFindAll "[0-9]" "a1b2" -1}} {{mustRegexFind "b." "abc"}} '
+        '{{mustRegexReplaceAll "(b)" "abc" "<$1>"}} {{mustRegexReplaceAllLiteral "(b)" "abc" "$1"}} '
+        '{{mustRegexSplit "," "a,b" -1}}'
+    ),
+    "mustRegex-bad": case('{{mustRegexFind "[" "x"}}', loose=True),
+    "mustCompact-mustPush": case("{{mustCompact (list 0 1)}} {{mustPush .l 9}}"),
     "regexQuoteMeta": case('{{regexQuoteMeta "1.5*[x]"}}'),
     "mustRegexMatch-bad": case('{{mustRegexMatch "(" "x"}}', loose=True),
     "regex-anchor-newline": case('{{regexMatch "^b$" "a\\nb"}} {{regexMatch "(?m)^b$" "a\\nb"}}'),

@@ -7,11 +7,14 @@ the case is marked loose (a message Python cannot reproduce word for word).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from sluice_runtime.gotemplate import TemplateError, render
+from sluice_runtime.gotemplate.builtins import BUILTINS
+from sluice_runtime.gotemplate.sprig import SPRIG as SPRIG_FUNCS
 
 from .cases_core import CORE
 from .cases_sprig import SPRIG
@@ -58,3 +61,19 @@ def test_same_as_go(name: str, go_results: dict[str, dict[str, Any]]) -> None:
         assert error is not None, f"Go failed ({want['err']}); Python rendered {got!r}"
         if not spec.get("loose"):
             assert error == want["err"]
+
+
+# Not comparable with Go here: random (randInt), the working directory (osAbs), and
+# gosimple/slug, which Debian does not package (slugify); test_gotemplate.py covers them.
+NOT_DIFFERENTIAL = {"randInt", "osAbs", "slugify"}
+
+
+def test_every_function_has_a_differential_case() -> None:
+    text = " ".join(spec["template"] for spec in ALL.values())
+    names = set(SPRIG_FUNCS) | set(BUILTINS)
+    uncovered = sorted(
+        name
+        for name in names - NOT_DIFFERENTIAL
+        if not re.search(r"(?<![\w.])" + re.escape(name) + r"(?!\w)", text)
+    )
+    assert uncovered == []

@@ -28,6 +28,8 @@ def _not(v: Any) -> bool:
 
 
 def _len(v: Any) -> int:
+    if v is NO_VALUE or v is None:
+        raise FuncError("reflect: call of reflect.Value.Type on zero Value")
     if isinstance(v, Boxed) and v.value is None:
         raise FuncError("len of nil pointer")
     v = unbox(v)
@@ -167,7 +169,8 @@ def _ge(a: Any, b: Any) -> bool:
 def _eval_args(args: tuple[Any, ...]) -> str:
     if len(args) == 1 and isinstance(args[0], str):
         return args[0]
-    return sprint(*args)
+    # Go's evalArgs turns a nil argument into the string "<no value>" before fmt.Sprint.
+    return sprint(*("<no value>" if unbox(a) in (None, NO_VALUE) else a for a in args))
 
 
 def _html_escape(*args: Any) -> str:

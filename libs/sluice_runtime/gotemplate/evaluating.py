@@ -289,7 +289,8 @@ class Evaluator:
             return self.validate_type(dot, typ)
         if isinstance(node, n.NilNode):
             if typ is None or can_be_nil(typ):
-                return None if typ in (None, ANY, VALUE) else zero(typ)
+                # A reflect.Value parameter (the builtins') gets the zero Value, Go's "no value".
+                return NO_VALUE if typ == VALUE else None if typ in (None, ANY) else zero(typ)
             self.errorf(f"cannot assign nil to {typ}")
         if isinstance(node, n.FieldNode):
             return self.validate_type(self.eval_field_node(dot, node, [node], MISSING), typ)

@@ -190,19 +190,20 @@ def _bad(verb: str, arg: Any) -> str:
     return f"%!{verb}({type_name(arg)}={format_value(arg)})"
 
 
-def _format_one(arg: Any, verb: str, flags: str, prec: int) -> str:
+def _format_one(arg: Any, verb: str, flags: str, prec: int, *, nested: bool = False) -> str:
     if verb == "T":
         return type_name(arg) if arg is not None else "<nil>"
     if arg is None:
-        return "<nil>" if verb == "v" else _bad(verb, arg)
+        # A nil inside a slice or map is an interface{} holding nil: "<nil>" whatever the verb.
+        return "<nil>" if verb == "v" or nested else _bad(verb, arg)
     if isinstance(arg, list | tuple) and verb not in "vT":
-        return "[" + " ".join(_format_one(x, verb, flags, prec) for x in arg) + "]"
+        return "[" + " ".join(_format_one(x, verb, flags, prec, nested=True) for x in arg) + "]"
     if isinstance(arg, dict) and verb != "v":
         items = sorted(arg.items())
         return (
             "map["
             + " ".join(
-                f"{_format_one(k, verb, flags, prec)}:{_format_one(x, verb, flags, prec)}"
+                f"{_format_one(k, verb, flags, prec, nested=True)}:{_format_one(x, verb, flags, prec, nested=True)}"
                 for k, x in items
             )
             + "]"

@@ -104,7 +104,7 @@ def _slice(v: Any, *indices: Any) -> Any:
     start = cv.to_int64(indices[0]) if indices else 0
     end = cv.to_int64(indices[1]) if len(indices) >= 2 else len(v)
     if not 0 <= start <= end <= len(v):
-        raise FuncError("reflect: slice index out of range")
+        raise FuncError("reflect.Value.Slice: slice index out of bounds")
     return [unbox(x) for x in v[start:end]]
 
 

@@ -183,23 +183,55 @@ _ESCAPES = {
 }
 
 
-def _double_quoted(s: str) -> str:
-    out = ['"']
-    for c in s:
-        if c in _ESCAPES:
-            out.append("\\" + _ESCAPES[c])
-        elif not _printable(c) or c == "\ufeff":
-            o = ord(c)
-            out.append(
-                f"\\x{o:02X}" if o <= 0xFF else f"\\u{o:04X}" if o <= 0xFFFF else f"\\U{o:08X}"
-            )
-        else:
-            out.append(c)
-    out.append('"')
+def _escape(c: str) -> str:
+    if c in _ESCAPES:
+        return "\\" + _ESCAPES[c]
+    if not _printable(c) or c == "\ufeff":
+        o = ord(c)
+        return f"\\x{o:02X}" if o <= 0xFF else f"\\u{o:04X}" if o <= 0xFFFF else f"\\U{o:08X}"
+    return c
+
+
+WIDTH = 80  # go-yaml v2 folds long lines at spaces past this column
+
+
+def _folded(s: str, style: str, column: int, indent: int, allow_breaks: bool) -> str:
+    """libyaml's plain, single- and double-quoted writers: fold at a space past WIDTH."""
+    quote = {"plain": "", "single": "'", "double": '"'}[style]
+    out = [quote]
+    col = column + len(quote)
+    spaces = False
+    last = len(s) - 1
+    for i, c in enumerate(s):
+        nxt = s[i + 1] if i < last else ""
+        if c == " ":
+            inner = style == "plain" or 0 < i < last
+            if (
+                allow_breaks
+                and not spaces
+                and col > WIDTH
+                and inner
+                and (style == "double" or nxt != " ")
+            ):
+                out.append("\n" + " " * indent)
+                col = indent
+                if style == "double" and nxt == " ":
+                    out.append("\\")
+                    col += 1
+            else:
+                out.append(c)
+                col += 1
+            spaces = True
+            continue
+        text = _escape(c) if style == "double" else ("''" if c == "'" and style == "single" else c)
+        out.append(text)
+        col += len(text)
+        spaces = False
+    out.append(quote)
     return "".join(out)
 
 
-def _scalar(s: str, indent: int, *, key: bool, complex_key: bool = False) -> str:
+def _scalar(s: str, indent: int, *, key: bool, complex_key: bool = False, column: int = 0) -> str:
     analysis = _analyze(s)
     if complex_key and "\n" not in s:
         key = True
@@ -217,13 +249,10 @@ def _scalar(s: str, indent: int, *, key: bool, complex_key: bool = False) -> str
         style = "double"
     if style == "literal" and not analysis["block"]:
         style = "double"
-    if style == "plain":
-        return s
-    if style == "single":
-        return "'" + s.replace("'", "''") + "'"
-    if style == "double":
-        return _double_quoted(s)
-    return _literal(s, indent)
+    if style == "literal":
+        return _literal(s, indent)
+    # Simple keys never fold; values and complex keys do.
+    return _folded(s, style, column, indent, allow_breaks=complex_key or not key)
 
 
 def _literal(s: str, indent: int) -> str:
@@ -293,7 +322,7 @@ def _sorted_keys(keys: list[str]) -> list[str]:
     return sorted(keys, key=functools.cmp_to_key(_key_cmp))
 
 
-def _leaf(v: Any, indent: int) -> str | None:
+def _leaf(v: Any, indent: int, column: int = 0) -> str | None:
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -307,7 +336,7 @@ def _leaf(v: Any, indent: int) -> str | None:
             return ".inf" if v > 0 else "-.inf"
         return format_float(v, "g", -1)
     if isinstance(v, str):
-        return _scalar(v, indent, key=False)
+        return _scalar(v, indent, key=False, column=column)
     if isinstance(v, dict) and not v:
         return "{}"
     if isinstance(v, list) and not v:
@@ -322,12 +351,16 @@ def _emit(v: Any, indent: int, out: list[str], *, first_inline: bool = False) ->
             lead = "" if first_inline and n == 0 else pad
             if "\n" in k or "\r" in k or any(c in _BREAKS for c in k) or len(k.encode()) > 128:
                 # libyaml writes a multi-line or long key as a complex key: "? key" then ": value".
-                out.append(lead + "? " + _scalar(k, indent + 2, key=False, complex_key=True) + "\n")
+                text = _scalar(k, indent + 2, key=False, complex_key=True, column=indent + 2)
+                out.append(lead + "? " + text + "\n")
                 head = pad + ":"
+                column = indent + 2
             else:
-                head = lead + _scalar(k, indent, key=True) + ":"
+                key_text = _scalar(k, indent, key=True)
+                head = lead + key_text + ":"
+                column = indent + len(key_text) + 2
             value = v[k]
-            leaf = _leaf(value, indent + 2)
+            leaf = _leaf(value, indent + 2, column)
             if leaf is not None:
                 out.append(head + " " + leaf + "\n")
             elif isinstance(value, dict):
@@ -339,7 +372,7 @@ def _emit(v: Any, indent: int, out: list[str], *, first_inline: bool = False) ->
     else:
         for n, item in enumerate(v):
             head = ("" if first_inline and n == 0 else pad) + "- "
-            leaf = _leaf(item, indent + 2)
+            leaf = _leaf(item, indent + 2, indent + 2)
             if leaf is not None:
                 out.append(head + leaf + "\n")
             else:

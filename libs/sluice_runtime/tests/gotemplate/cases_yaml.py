@@ -79,6 +79,15 @@ TRICKY_STRINGS = [
     "colon: at end:",
     "https://example.com/a?b=c#d",
     "oci://ghcr.io/org/app",
+    "a long sentence that keeps going and going well past the eighty column limit of go-yaml v2 ok",
+    "word " * 40,
+    "x" * 100 + " tail",
+    "two  spaces " * 12,
+    "'quoted' long " * 10 + "end",
+    "a: long value " * 10,
+    "dq\ttab " * 20,
+    " lead" + " word" * 30,
+    "word" * 30,
     "6.7.x",
     "v1.2.3",
     "1.2.3",
@@ -145,6 +154,11 @@ YAML: dict[str, dict[str, Any]] = {
         "{{toYaml .}}", {"a": {"b": ["x\ny", {"c": "p\nq\n"}]}, "top": "l1\nl2"}
     ),
     "yaml-top-multiline": case("{{toYaml .}}", "top\nlevel\n"),
+    "yaml-long-nested": case(
+        "{{toYaml .}}",
+        {"a": {"b": ["word " * 25 + "end", {"c": "long " * 30 + "x"}]}, "k" * 70: "v " * 30 + "w"},
+    ),
+    "yaml-long-top": case("{{toYaml .}}", "top " * 40 + "end"),
     "yaml-resourceset": case(
         "spec:\n  layerSelector: {{ .sel | toYaml | nindent 4 }}",
         {

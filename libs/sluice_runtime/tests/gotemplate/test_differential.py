@@ -20,6 +20,7 @@ from .cases_core import CORE
 from .cases_sprig import SPRIG
 from .cases_yaml import YAML
 from .conftest import GoRender
+from .random_templates import generate
 
 ALL: dict[str, dict[str, Any]] = {**CORE, **{f"sprig-{k}": v for k, v in SPRIG.items()}, **YAML}
 
@@ -77,3 +78,22 @@ def test_every_function_has_a_differential_case() -> None:
         if not re.search(r"(?<![\w.])" + re.escape(name) + r"(?!\w)", text)
     )
     assert uncovered == []
+
+
+def test_random_templates_same_as_go(go_render: GoRender) -> None:
+    cases = generate(seed=17, count=1000)
+    batch = [{**c, "left": "{{", "right": "}}"} for c in cases]
+    differ = []
+    for spec, want in zip(cases, go_render(batch), strict=True):
+        try:
+            got = render(
+                spec["template"], spec["data"], missing_key_error=spec["missingkey"] == "error"
+            )
+            same = want["ok"] and got == want["out"]
+        except TemplateError as err:
+            # Go 1.19 refuses to range over an integer; Sluice ranges as Go 1.22 does.
+            go_119_range = "range can't iterate over" in want["err"] and "more than one" in str(err)
+            same = (not want["ok"] and str(err) == want["err"]) or go_119_range
+        if not same:
+            differ.append(spec["template"])
+    assert differ == []

@@ -177,3 +177,63 @@ def generate(seed: int, count: int) -> list[dict[str, Any]]:
         {"template": template(r), "data": DATA, "missingkey": r.choice(["error", "default"])}
         for _ in range(count)
     ]
+
+
+PRINTF_ARGS = [
+    "1",
+    "-42",
+    "0",
+    "3.14159",
+    "-0.5",
+    "1e21",
+    "1e-7",
+    "100000.0",
+    '"str"',
+    '""',
+    '"é\\t"',
+    "true",
+    ".n",
+    ".l",
+    ".m",
+    ".sl",
+    "'a'",
+    "255",
+    ".f",
+    "123456789.0",
+    ".el",
+]
+# The '#' flag (alternate float forms, Go syntax for %#v) is not reproduced.
+PRINTF_FLAGS = ["", "-", "+", " ", "0", "-0", "+0", "08", " 0"]
+PRINTF_VERBS = "vdsqtfFeEgGxXobcU%T"
+PRINTF_DATA: dict[str, Any] = {
+    "n": None,
+    "l": [1, "a", None, 2.5],
+    "m": {"k": 1, "j": "v"},
+    "sl": ["x", "y"],
+    "f": 0.1,
+    "el": [],
+}
+
+
+def generate_printf(seed: int, count: int) -> list[dict[str, Any]]:
+    """printf calls with random verbs, flags, widths, precisions (some from * arguments)."""
+    r = random.Random(seed)
+    cases = []
+    for _ in range(count):
+        fmt = ""
+        args = []
+        for _ in range(r.randint(1, 3)):
+            w = r.choice(["", "5", "10", "1", "*"])
+            p = r.choice(["", "", ".2", ".0", ".5", ".*"])
+            fmt += "%" + r.choice(PRINTF_FLAGS) + w + p + r.choice(PRINTF_VERBS)
+            fmt += r.choice(["", "|", " "])
+            if w == "*":
+                args.append(r.choice(["3", "-4", '"x"']))
+            if p == ".*":
+                args.append(r.choice(["2", '"y"']))
+            args.append(r.choice(PRINTF_ARGS))
+        if r.random() < 0.2:
+            args.append(r.choice(PRINTF_ARGS))
+        template = "{{printf " + '"' + fmt + '" ' + " ".join(args) + "}}"
+        cases.append({"template": template, "data": PRINTF_DATA, "missingkey": "error"})
+    return cases

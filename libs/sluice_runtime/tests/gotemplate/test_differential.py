@@ -20,7 +20,7 @@ from .cases_core import CORE
 from .cases_sprig import SPRIG
 from .cases_yaml import YAML
 from .conftest import GoRender
-from .random_templates import generate
+from .random_templates import generate, generate_printf
 
 ALL: dict[str, dict[str, Any]] = {**CORE, **{f"sprig-{k}": v for k, v in SPRIG.items()}, **YAML}
 
@@ -80,8 +80,14 @@ def test_every_function_has_a_differential_case() -> None:
     assert uncovered == []
 
 
-def test_random_templates_same_as_go(go_render: GoRender) -> None:
-    cases = generate(seed=17, count=1000)
+@pytest.mark.parametrize(
+    "cases",
+    [
+        pytest.param(generate(seed=17, count=1000), id="pipelines-and-control"),
+        pytest.param(generate_printf(seed=23, count=1000), id="printf-verbs-flags-widths"),
+    ],
+)
+def test_random_templates_same_as_go(go_render: GoRender, cases: list[dict[str, Any]]) -> None:
     batch = [{**c, "left": "{{", "right": "}}"} for c in cases]
     differ = []
     for spec, want in zip(cases, go_render(batch), strict=True):

@@ -4,7 +4,8 @@ toYaml is sigs.k8s.io/yaml's Marshal: the value goes through Go's JSON
 encoder (so numbers that print as integers become integers), then go-yaml
 v2's emitter writes it: map keys in go-yaml's natural order, sequences not
 indented under their key, and each string in the first style libyaml allows
-(plain, single-quoted, double-quoted; literal for multi-line text). slugify
+(plain, single-quoted, double-quoted; literal for multi-line text), long lines
+folded at a space past column 80 as go-yaml does by default. slugify
 is gosimple/slug's Make with Flux Operator's settings (at most 63
 characters, cut at a word boundary).
 """

@@ -15,13 +15,51 @@ from sluice_runtime.gotemplate.values import StrList
 S, INT = "string", "int"
 
 
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # the error goes into the template's error, not to stderr
+
+# RE2's error codes worded as Go's regexp/syntax words them.
+_GO_CODES = {
+    "missing ]": "missing closing ]",
+    "missing )": "missing closing )",
+    "bad repetition operator": "invalid nested repetition operator",
+    "invalid repetition size": "invalid repeat count",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "invalid named capture group": "invalid named capture",
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "trailing \\": "trailing backslash at end of expression",
+}
+
+
+class _CompileError(FuncError):
+    def __init__(self, regex: str, message: str) -> None:
+        super().__init__(message)
+        self.regex = regex
+
+
 def _compile(regex: str) -> Any:
+    """regexp.Compile: the error reads as Go's ("error parsing regexp: ...")."""
     try:
-        return re2.compile(regex)
-    except Exception as err:
-        raise FuncError(
-            f"regexp: Compile({go_quote(regex)}): error parsing regexp: {err}"
-        ) from None
+        return re2.compile(regex, _OPTIONS)
+    except re2.error as err:
+        detail = err.args[0] if err.args else err
+        text = detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail)
+        code, _, fragment = text.partition(": ")
+        message = f"error parsing regexp: {_GO_CODES.get(code, code)}: `{fragment}`"
+        raise _CompileError(regex, message) from None
+
+
+def _must_compile(fn: Any) -> Any:
+    """sprig's non-must functions use regexp.MustCompile, which panics with the pattern."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except _CompileError as err:
+            quoted = f"`{err.regex}`" if "`" not in err.regex else go_quote(err.regex)
+            raise FuncError(f"regexp: Compile({quoted}): {err}") from None
+
+    return call
 
 
 def _expand(template: str, m: Any) -> str:
@@ -114,30 +152,35 @@ def _quote_meta(s: str) -> str:
     return "".join("\\" + c if c in "\\.+*?()|[]{}^$" else c for c in s)
 
 
+def _find_all_strings(r: str, s: str, n: int) -> StrList:
+    return StrList(m.group(0) for m in _find_all(_compile(r), s, n))
+
+
+def _find(r: str, s: str) -> str:
+    m = _compile(r).search(s)
+    return str(m.group(0)) if m else ""
+
+
+def _replace(r: str, s: str, p: str) -> str:
+    return _replace_all(r, s, p, literal=False)
+
+
+def _replace_literal(r: str, s: str, p: str) -> str:
+    return _replace_all(r, s, p, literal=True)
+
+
 REGEX: dict[str, GoFunc] = {
     "regexMatch": GoFunc(_regex_match, (S, S)),
     "mustRegexMatch": GoFunc(lambda r, s: _compile(r).search(s) is not None, (S, S)),
-    "regexFindAll": GoFunc(
-        lambda r, s, n: StrList(m.group(0) for m in _find_all(_compile(r), s, n)), (S, S, INT)
-    ),
-    "mustRegexFindAll": GoFunc(
-        lambda r, s, n: StrList(m.group(0) for m in _find_all(_compile(r), s, n)), (S, S, INT)
-    ),
-    "regexFind": GoFunc(
-        lambda r, s: (lambda m: m.group(0) if m else "")(_compile(r).search(s)), (S, S)
-    ),
-    "mustRegexFind": GoFunc(
-        lambda r, s: (lambda m: m.group(0) if m else "")(_compile(r).search(s)), (S, S)
-    ),
-    "regexReplaceAll": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=False), (S, S, S)),
-    "mustRegexReplaceAll": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=False), (S, S, S)),
-    "regexReplaceAllLiteral": GoFunc(
-        lambda r, s, p: _replace_all(r, s, p, literal=True), (S, S, S)
-    ),
-    "mustRegexReplaceAllLiteral": GoFunc(
-        lambda r, s, p: _replace_all(r, s, p, literal=True), (S, S, S)
-    ),
-    "regexSplit": GoFunc(_regex_split, (S, S, INT)),
+    "regexFindAll": GoFunc(_must_compile(_find_all_strings), (S, S, INT)),
+    "mustRegexFindAll": GoFunc(_find_all_strings, (S, S, INT)),
+    "regexFind": GoFunc(_must_compile(_find), (S, S)),
+    "mustRegexFind": GoFunc(_find, (S, S)),
+    "regexReplaceAll": GoFunc(_must_compile(_replace), (S, S, S)),
+    "mustRegexReplaceAll": GoFunc(_replace, (S, S, S)),
+    "regexReplaceAllLiteral": GoFunc(_must_compile(_replace_literal), (S, S, S)),
+    "mustRegexReplaceAllLiteral": GoFunc(_replace_literal, (S, S, S)),
+    "regexSplit": GoFunc(_must_compile(_regex_split), (S, S, INT)),
     "mustRegexSplit": GoFunc(_regex_split, (S, S, INT)),
     "regexQuoteMeta": GoFunc(_quote_meta, (S,)),
 }

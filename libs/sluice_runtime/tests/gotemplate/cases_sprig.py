@@ -119,10 +119,14 @@ SPRIG: dict[str, dict[str, Any]] = {
         '{{mustRegexReplaceAll "(b)" "abc" "<$1>"}} {{mustRegexReplaceAllLiteral "(b)" "abc" "$1"}} '
         '{{mustRegexSplit "," "a,b" -1}}'
     ),
-    "mustRegex-bad": case('{{mustRegexFind "[" "x"}}', loose=True),
+    "mustRegex-bad": case('{{mustRegexFind "[" "x"}}'),
+    "regex-bad-panics": case('{{regexFind "a**" "x"}}'),
+    "regex-bad-codes": case('{{mustRegexFind "(" "x"}}|{{mustRegexFind "x{2,1}" "x"}}'),
+    "regex-bad-codes2": case('{{mustRegexFind ")" "x"}}{{mustRegexFind "*" "x"}}'),
+    "regex-bad-class": case('{{mustRegexSplit "[z-a]" "x" -1}}'),
     "mustCompact-mustPush": case("{{mustCompact (list 0 1)}} {{mustPush .l 9}}"),
     "regexQuoteMeta": case('{{regexQuoteMeta "1.5*[x]"}}'),
-    "mustRegexMatch-bad": case('{{mustRegexMatch "(" "x"}}', loose=True),
+    "mustRegexMatch-bad": case('{{mustRegexMatch "(" "x"}}'),
     "regex-anchor-newline": case('{{regexMatch "^b$" "a\\nb"}} {{regexMatch "(?m)^b$" "a\\nb"}}'),
     # defaults
     "default": case(

@@ -39,9 +39,14 @@ def render(
     (it prints ``<no value>``). ``funcs`` adds or overrides functions.
     """
     table = merge(BUILTINS, SPRIG, funcs)
-    trees = _parse(name, text, delims[0], delims[1], frozenset(table))
-    state = State(trees, table, missing_key_error=missing_key_error)
-    return state.execute(trees[name], NO_VALUE if data is None else data)
+    try:
+        trees = _parse(name, text, delims[0], delims[1], frozenset(table))
+        state = State(trees, table, missing_key_error=missing_key_error)
+        return state.execute(trees[name], NO_VALUE if data is None else data)
+    except RecursionError:
+        # Go's goroutine stack takes nesting Python's cannot; refuse it as a template error
+        # rather than let it escape into the caller's reconcile.
+        raise TemplateError(f"template: {name}: nested too deeply") from None
 
 
 @functools.lru_cache(maxsize=512)

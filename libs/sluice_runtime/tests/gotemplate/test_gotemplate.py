@@ -128,6 +128,11 @@ def test_a_callers_function_error_is_a_template_error() -> None:
         render("{{ boom 1 }}", {}, funcs={"boom": boom})
 
 
+def test_deep_nesting_is_a_template_error_not_a_crash() -> None:
+    with pytest.raises(TemplateError, match="template: t: nested too deeply"):
+        render("{{" + "(" * 2000 + "1" + ")" * 2000 + "}}", {}, name="t")
+
+
 def test_infinite_template_recursion_is_an_error_not_a_crash() -> None:
     with pytest.raises(ExecError, match="exceeded maximum template depth"):
         render('{{define "r"}}{{template "r" .}}{{end}}{{template "r" .}}', {})

@@ -8,7 +8,7 @@ from typing import Any
 from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.formatting import sprint, sprintf, sprintln
 from sluice_runtime.gotemplate.functions import ANY, VALUE, GoFunc
-from sluice_runtime.gotemplate.values import NO_VALUE, Boxed, is_true, type_name, unbox
+from sluice_runtime.gotemplate.values import NO_VALUE, Boxed, StrMap, is_true, type_name, unbox
 
 
 def _kind(v: Any) -> str:
@@ -76,7 +76,8 @@ def _index(item: Any, *indexes: Any) -> Any:
                 raise FuncError("value is nil; should be of type string")
             if not isinstance(index, str):
                 raise FuncError(f"value has type {type_name(index)}; should be string")
-            item = Boxed(item.get(index))
+            # A missing key gives the map's zero element: "" in a map[string]string.
+            item = Boxed(item.get(index, "" if isinstance(item, StrMap) else None))
         else:
             raise FuncError(f"can't index item of type {type_name(item)}")
     return item

@@ -13,7 +13,7 @@ from sluice_runtime.gotemplate import nodes as n
 from sluice_runtime.gotemplate.errors import ExecError, FuncError
 from sluice_runtime.gotemplate.formatting import go_quote
 from sluice_runtime.gotemplate.functions import ANY, VALUE, GoFunc
-from sluice_runtime.gotemplate.values import NO_VALUE, Boxed, is_true, type_name, unbox
+from sluice_runtime.gotemplate.values import NO_VALUE, Boxed, StrMap, is_true, type_name, unbox
 
 MISSING: Any = object()  # Go's missingVal: no piped-in final argument
 
@@ -200,7 +200,8 @@ class Evaluator:
             if (args is not None and len(args) > 1) or final is not MISSING:
                 self.errorf(f"{name} is not a method but has arguments")
             if name in value:
-                return Boxed(value[name])
+                # A map[string]string's element is a string, not an interface{}.
+                return value[name] if isinstance(value, StrMap) else Boxed(value[name])
             if self.missing_key_error:
                 self.errorf(f"map has no entry for key {go_quote(name)}")
             return NO_VALUE

@@ -16,7 +16,7 @@ from sluice_runtime.gotemplate import converting as cv
 from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.formatting import go_quote, sprintf
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
-from sluice_runtime.gotemplate.values import Int64, IntList, StrList, unbox
+from sluice_runtime.gotemplate.values import Int64, IntList, StrList, StrMap, unbox
 
 S, INT, F, B = "string", "int", "float64", "bool"
 
@@ -74,8 +74,8 @@ def _go_split(s: str, sep: str, n: int = -1) -> list[str]:
     return s.split(sep, n - 1 if n > 0 else -1)
 
 
-def _split_map(parts: list[str]) -> dict[str, Any]:
-    return {f"_{i}": p for i, p in enumerate(parts)}
+def _split_map(parts: list[str]) -> StrMap:
+    return StrMap((f"_{i}", p) for i, p in enumerate(parts))
 
 
 def _quote(*args: Any) -> str:

@@ -57,6 +57,11 @@ SPRIG: dict[str, dict[str, Any]] = {
         "{{seq 3}} | {{seq 2 5}} | {{seq 5 2}} | {{seq 0 2 10}} | {{seq 10 -3 1}} | {{seq 1 2 0}} | {{seq}} | {{seq 0}}"
     ),
     "toDecimal": case('{{toDecimal "0777"}} {{toDecimal 10}} {{toDecimal "9"}}'),
+    "split-types": case(
+        '{{typeOf (split "," "a,b")}} [{{index (split "," "a") "_9"}}] {{kindOf (split "," "a")}}'
+    ),
+    "split-field-missing": case('{{(split "," "a")._9}}', mk=False),
+    "split-field-missing-error": case('{{(split "," "a")._9}}'),
     "split": case(
         '{{split "," "a,b,c"}} {{(split "," "a,b,c")._1}} {{splitn "," 2 "a,b,c"}} {{splitn "," 0 "a,b"}}'
     ),

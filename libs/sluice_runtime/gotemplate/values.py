@@ -79,7 +79,7 @@ def type_name(v: Any) -> str:
         return "map[string]interface {}"
     if callable(v):
         return "func"
-    return type(v).__name__
+    return str(getattr(v, "go_type_name", type(v).__name__))
 
 
 def kind(v: Any) -> str:

@@ -251,6 +251,46 @@ SPRIG: dict[str, dict[str, Any]] = {
     "durationRound": case(
         '{{durationRound "2h10m"}} {{durationRound "90s"}} {{durationRound "400h"}} {{durationRound "9000h"}} {{durationRound "1ms"}} {{durationRound 5}} {{durationRound "-3h"}}'
     ),
+    # dates (Go layouts; the local zone is UTC)
+    "toDate": case(
+        '{{toDate "2006-01-02" "2024-01-15"}}|{{toDate "2006-01-02 15:04:05" "2024-02-29 23:59:58"}}|'
+        '{{toDate "02/01/06" "31/12/99"}}|{{toDate "Jan 2, 2006" "Feb 3, 2013"}}|'
+        '{{toDate "January _2 2006 3:04PM" "March  5 2021 11:07AM"}}'
+    ),
+    "toDate-zones": case(
+        '{{toDate "2006-01-02T15:04:05Z07:00" "2024-03-05T10:20:30+02:00"}}|'
+        '{{toDate "2006-01-02T15:04:05Z07:00" "2024-03-05T10:20:30Z"}}|'
+        '{{toDate "2006-01-02 15:04:05 -0700" "2024-03-05 10:20:30 -0530"}}|'
+        '{{toDate "2006-01-02 MST" "2024-03-05 UTC"}}|{{toDate "2006-01-02 MST" "2024-03-05 PST"}}'
+    ),
+    "toDate-fractions": case(
+        '{{toDate "2006-01-02 15:04:05.000" "2024-01-15 10:00:00.123"}}|'
+        '{{toDate "2006-01-02 15:04:05.999" "2024-01-15 10:00:00.5"}}|'
+        '{{toDate "2006-01-02 15:04:05" "2024-01-15 10:00:00.25"}}|'
+        '{{toDate "2006-01-02T15:04:05.999999999Z07:00" "2024-01-15T10:00:00.000001Z"}}'
+    ),
+    "toDate-year-zero": case(
+        '{{toDate "15:04" "10:30"}}|{{toDate "15:04" "10:30" | unixEpoch}}|{{toDate "Jan 2" "Feb 29"}}'
+    ),
+    "toDate-bad-is-zero": case('{{toDate "2006-01-02" "nope"}}|{{toDate "2006" "2024x"}}'),
+    "unixEpoch": case(
+        '{{toDate "2006-01-02" "2024-01-15" | unixEpoch}} '
+        '{{toDate "2006-01-02T15:04:05Z07:00" "2024-03-05T10:20:30+02:00" | unixEpoch}} '
+        '{{toDate "2006" "1969" | unixEpoch}}'
+    ),
+    "mustToDate-errors": case('{{mustToDate "2006-01-02" "2024-13-01"}}'),
+    "mustToDate-cannot-parse": case('{{mustToDate "2006-01-02" "2024/01/01"}}'),
+    "mustToDate-extra": case('{{mustToDate "2006-01-02" "2024-01-01 x"}}'),
+    "mustToDate-day-range": case('{{mustToDate "2006-01-02" "2023-02-29"}}'),
+    "mustToDate-hour-range": case('{{mustToDate "15:04" "25:00"}}'),
+    "mustDateModify": case(
+        '{{mustDateModify "1.5h" (toDate "2006-01-02" "2024-01-15")}}|'
+        '{{toDate "2006-01-02" "2024-01-15" | mustDateModify "-25h"}}|'
+        '{{toDate "2006-01-02" "2024-01-15" | must_date_modify "90m" | unixEpoch}}'
+    ),
+    "mustDateModify-bad": case('{{toDate "2006-01-02" "2024-01-15" | mustDateModify "soon"}}'),
+    "date-types": case('{{typeOf (toDate "2006" "2024")}} {{kindOf (toDate "2006" "2024")}}'),
+    "unixEpoch-wrong-type": case('{{unixEpoch "2024"}}'),
     # ResourceSet docs' examples
     "docs-quote-int-bool": case(
         'semver: {{ .app.version | quote }}\nreplicas: {{ .app.replicas | int }}\nenabled: {{ "true" | quote }}'

@@ -71,6 +71,7 @@ def go_render(tmp_path_factory: pytest.TempPathFactory) -> GoRender:
             text=True,
             timeout=120,
             check=True,
+            env={**os.environ, "TZ": "UTC"},  # the zone Flux Operator's container runs in
         )
         results: list[dict[str, Any]] = json.loads(done.stdout)
         return results

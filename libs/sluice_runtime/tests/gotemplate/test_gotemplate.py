@@ -4,6 +4,7 @@ convention, slugify (gosimple/slug is not packaged in Debian), and the error typ
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import pytest
@@ -44,12 +45,12 @@ def rs(text: str, inputs: dict[str, Any] = INPUTS, **kw: Any) -> str:
             id="break",
         ),
         pytest.param("{{ .a }}", {"a": "x"}, "x", id="curly-default-delims"),
-        pytest.param("{{ toDate }}", {}, None, id="date-functions-are-refused"),
+        pytest.param("{{ dateInZone }}", {}, None, id="clock-functions-are-refused"),
     ],
 )
 def test_language_beyond_go_1_19(template: str, data: Any, want: str | None) -> None:
     if want is None:
-        with pytest.raises(ParseError, match='function "toDate" not defined'):
+        with pytest.raises(ParseError, match='function "dateInZone" not defined'):
             render(template, data)
         return
     assert render(template, data) == want
@@ -207,3 +208,9 @@ def test_the_same_template_renders_for_many_inputs() -> None:
     template = "name: << inputs.tenant >>-<< inputs.i >>"
     outs = [rs(template, {"tenant": "t", "i": i}) for i in range(3)]
     assert outs == ["name: t-0", "name: t-1", "name: t-2"]
+
+
+def test_ago_counts_from_now() -> None:
+    assert re.fullmatch(r"\d+h\d+m\d+s", render('{{ toDate "2006-01-02" "2020-01-01" | ago }}', {}))
+    assert render('{{ toDate "2006" "2999" | ago }}', {}).startswith("-")
+    assert render("{{ ago .x }}", {"x": "not a time"}) == "0s"

@@ -17,6 +17,9 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
+JSON = dict[str, Any]
+"""An object, or part of one, as the API server sends it: the one alias for raw JSON."""
+
 FINALIZER = "finalizers.fluxcd.io"
 """Finalizer put on every object a controller owns resources for."""
 
@@ -320,6 +323,12 @@ class Resource(KubeModel, Generic[SpecT, StatusT]):
     def to_obj(self) -> dict[str, Any]:
         """The object as the API server expects it: JSON types, camelCase, no nulls."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @property
+    def namespace(self) -> str:
+        """The object's namespace; "default" where it names none, as the API
+        server would put it."""
+        return self.metadata.namespace or "default"
 
     @property
     def key(self) -> str:

@@ -20,6 +20,8 @@ from types import ModuleType
 from typing import Any
 
 from sluice_runtime import app
+from sluice_runtime.conditions import condition_of
+from sluice_runtime.conditions import is_ready as is_ready
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
 
@@ -60,21 +62,8 @@ async def running_service(
         yield runtime
 
 
-def condition(obj: JSON, type_: str) -> JSON | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return None
-
-
-def is_ready(obj: JSON) -> bool:
-    ready = condition(obj, "Ready")
-    status = obj.get("status") or {}
-    return bool(
-        ready
-        and ready.get("status") == "True"
-        and status.get("observedGeneration") == obj["metadata"].get("generation")
-    )
+condition = condition_of
+"""The condition of a type on a raw object (the runtime's lookup, named for tests)."""
 
 
 class Observer:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from sluice_api.meta import JSON
+from sluice_runtime.conditions import is_ready
 from sluice_runtime.reconciling.errors import Stalling, Waiting
 
-JSON = dict[str, Any]
 Lookup = Callable[[str], JSON | None]
 
 
@@ -87,18 +87,12 @@ def check(obj: JSON, lookup: Lookup, *, source_revision: str | None) -> None:
         dep = lookup(dep_key)
         if dep is None:
             raise DependencyNotReady(f"dependency '{dep_key}' not found")
-        meta, status = dep["metadata"], dep.get("status") or {}
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-        if (
-            ready is None
-            or ready.get("status") != "True"
-            or status.get("observedGeneration") != meta.get("generation")
-        ):
+        if not is_ready(dep):
             raise DependencyNotReady(f"dependency '{dep_key}' is not ready")
         if (
             source_revision is not None
             and source_of(dep) == own_source
-            and status.get("lastAppliedRevision") != source_revision
+            and (dep.get("status") or {}).get("lastAppliedRevision") != source_revision
         ):
             raise DependencyNotReady(
                 f"dependency '{dep_key}' has not applied revision '{source_revision}' yet"

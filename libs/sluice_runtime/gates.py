@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from sluice_runtime.conditions import Conditions
+from sluice_api.meta import JSON
+from sluice_runtime.conditions import Conditions, condition_of
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.reconciling.errors import Waiting
 
-JSON = dict[str, Any]
 OPENED = "Opened"
 
 
@@ -49,10 +49,8 @@ def closed_gates(gates: Sequence[GateRef], *, namespace: str, store: Store) -> l
 
 
 def is_open(gate: JSON) -> bool:
-    for cond in (gate.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == OPENED:
-            return bool(cond.get("status") == "True")
-    return False
+    opened = condition_of(gate, OPENED)
+    return opened is not None and opened.get("status") == "True"
 
 
 def consumers_of(store: Store) -> Callable[[Change], list[str]]:

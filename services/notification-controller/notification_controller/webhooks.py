@@ -34,6 +34,7 @@ from sluice_api.gating import (
 )
 from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
 from sluice_api.notification import Receiver, ReceiverResource
+from sluice_runtime.conditions import is_ready
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
@@ -127,7 +128,7 @@ class WebhookServer:
         if receiver.spec.suspend:
             return self._reject(503, "receiver is suspended", request, log_)
         token = self.directory.tokens.get(key)
-        if not ready_for_spec(raw) or token is None:
+        if not is_ready(raw) or token is None:
             return self._reject(503, "receiver is not ready", request, log_)
         if request.content_length is not None and request.content_length > MAX_BODY:
             # Answered before reading: a huge body costs us nothing.
@@ -248,20 +249,3 @@ class WebhookServer:
         listed = await self.client.list(rt, namespace=target_ns, label_selector=selector or None)
         for obj in listed.items:
             await self.client.merge_patch(rt, obj["metadata"]["name"], patch, namespace=target_ns)
-
-
-def ready_for_spec(raw: dict[str, Any]) -> bool:
-    """Ready=True for the Receiver's current spec.
-
-    A Ready condition from before the last spec change says nothing about the
-    new spec (it may add a resource the reconcile will refuse), so readiness
-    counts only once `status.observedGeneration` has caught up.
-    """
-    status = raw.get("status") or {}
-    generation = (raw.get("metadata") or {}).get("generation")
-    if generation is None or status.get("observedGeneration") != generation:
-        return False
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False

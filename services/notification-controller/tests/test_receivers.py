@@ -17,11 +17,12 @@ from structlog.testing import capture_logs
 
 from notification_controller.receivers import unsupported
 from notification_controller.signatures import sign, timestamped_payload
-from notification_controller.webhooks import ActionFailed, ready_for_spec
+from notification_controller.webhooks import ActionFailed
 from sluice_api.notification import Receiver
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import condition, github_headers, make_secret, push_payload
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.conditions import is_ready
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.installing import install_crds
@@ -636,7 +637,7 @@ def _receiver(generation: int | None, observed: int | None, ready: str | None) -
     ],
 )
 def test_the_webhook_trusts_ready_only_for_the_current_generation(obj: JSON, trusted: bool) -> None:
-    assert ready_for_spec(obj) is trusted
+    assert is_ready(obj) is trusted
 
 
 def receiver_of(**spec: Any) -> Receiver:

@@ -25,6 +25,7 @@ from sluice_api.gating import (
     OPEN_REQUESTED_BY_ANNOTATION,
     Gate,
 )
+from sluice_api.meta import format_time
 from sluice_runtime.conditions import condition_of
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound, one_line
@@ -79,7 +80,7 @@ def current_user() -> str:
 
 
 def rfc3339_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.now(UTC), fraction="none")
 
 
 def _request(args: argparse.Namespace) -> int:

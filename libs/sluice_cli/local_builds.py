@@ -96,7 +96,7 @@ async def build_local(
                 }
             else:
                 variables = await substituting.collect(
-                    client, ks.metadata.namespace or "default", post_build
+                    client, ks.namespace, post_build
                 )
             objects = substituting.substitute(objects, variables)
         except substituting.SubstitutionError as error:
@@ -110,7 +110,7 @@ async def build_local(
 
 def owner_labels(ks: Kustomization) -> dict[str, str]:
     """The labels the controller's apply puts on every object it owns."""
-    return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.metadata.namespace or "default"}
+    return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.namespace}
 
 
 def dump_all(objects: list[JSON]) -> str:

@@ -12,16 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sluice_api.meta import JSON, Condition, ConditionType
+from sluice_api.meta import JSON, Condition, ConditionType, format_time
 
 Status = Literal["True", "False", "Unknown"]
 
 _FIRST = (ConditionType.READY, ConditionType.RECONCILING, ConditionType.STALLED)
-
-
-def now_rfc3339(now: datetime | None = None) -> str:
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Conditions:
@@ -35,7 +30,7 @@ class Conditions:
         # and set again within one reconcile is not a transition.
         self._initial = dict(self._items)
         self.generation = generation
-        self._now = now_rfc3339(now)
+        self._now = format_time(now or datetime.now(UTC), fraction="none")
 
     def get(self, type_: str) -> Condition | None:
         return self._items.get(type_)

@@ -17,10 +17,8 @@ from gating_controller.gates import (
     GateState,
     InvalidGate,
     evaluate,
-    format_time,
     merge_history,
     parse_requester,
-    parse_time,
 )
 from sluice_api.gating import (
     CLOSE_REQUESTED_AT_ANNOTATION,
@@ -30,7 +28,7 @@ from sluice_api.gating import (
     GateSpec,
     GateStatus,
 )
-from sluice_api.meta import ObjectMeta
+from sluice_api.meta import ObjectMeta, format_time, parse_time
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

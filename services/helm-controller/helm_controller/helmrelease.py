@@ -208,7 +208,7 @@ def desired_chart(hr: HelmRelease) -> dict[str, Any]:
     assert hr.spec.chart is not None
     template = hr.spec.chart
     spec = template.spec
-    source_ns = spec.source_ref.namespace or hr.metadata.namespace or "default"
+    source_ns = spec.source_ref.namespace or hr.namespace
     labels = {**((template.metadata.labels if template.metadata else None) or {})}
     labels.update({NAME_LABEL: hr.metadata.name, NAMESPACE_LABEL: hr.metadata.namespace or ""})
     chart_spec: dict[str, Any] = {

@@ -141,7 +141,7 @@ class KustomizationContext(ReconcileContext[Kustomization]):
 
 
 def owner_labels(ks: Kustomization) -> dict[str, str]:
-    return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.metadata.namespace or "default"}
+    return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.namespace}
 
 
 # -- 0. spec ---------------------------------------------------------------------

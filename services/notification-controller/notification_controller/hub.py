@@ -236,7 +236,7 @@ class EventHub:
         return dict((obj.get("metadata") or {}).get("labels") or {})
 
     async def _send(self, alert: Alert, raw_alert: dict[str, Any], event: dict[str, Any]) -> None:
-        namespace = alert.metadata.namespace or "default"
+        namespace = alert.namespace
         key = (alert.key, event_key(event))
         provider_raw = self.providers.get(f"{namespace}/{alert.spec.provider_ref.name}")
         events = self.recorder.for_object(raw_alert)
@@ -291,7 +291,7 @@ class EventHub:
         headers: dict[str, str] = {}
         ref = provider.spec.secret_ref
         if ref is not None:
-            namespace = provider.metadata.namespace or "default"
+            namespace = provider.namespace
             data = await secret_data(self.client, namespace, ref.name)
             address = data.get("address") or address
             token = data.get("token")

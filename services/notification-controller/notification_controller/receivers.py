@@ -98,7 +98,7 @@ async def reconcile_spec(ctx: ReceiverContext) -> Result | None:
 async def reconcile_resources(ctx: ReceiverContext) -> Result | None:
     """Refuse, once and clearly, resources a webhook could never act on."""
     receiver = ctx.obj
-    namespace = receiver.metadata.namespace or "default"
+    namespace = receiver.namespace
     for resource in receiver.spec.resources:
         where = f"{resource.kind}/{resource.namespace or namespace}/{resource.name}"
         if resource.action and resource.kind != "Gate":
@@ -126,7 +126,7 @@ async def reconcile_resources(ctx: ReceiverContext) -> Result | None:
 @step()
 async def reconcile_token(ctx: ReceiverContext) -> Result | None:
     receiver = ctx.obj
-    namespace = receiver.metadata.namespace or "default"
+    namespace = receiver.namespace
     assert receiver.spec.secret_ref is not None  # reconcile_spec refused it otherwise
     name = receiver.spec.secret_ref.name
     try:

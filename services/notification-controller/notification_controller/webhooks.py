@@ -32,7 +32,7 @@ from sluice_api.gating import (
     OPEN_REQUESTED_AT_ANNOTATION,
     OPEN_REQUESTED_BY_ANNOTATION,
 )
-from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
+from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION, format_time
 from sluice_api.notification import Receiver, ReceiverResource
 from sluice_runtime.conditions import is_ready
 from sluice_runtime.informing.watching import Store
@@ -72,14 +72,6 @@ class ActionFailed(Exception):
 
 class ActionRefused(Exception):
     """An action this Receiver may never take; named in the 500 like a failure."""
-
-
-def rfc3339(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def rfc3339_nano(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class WebhookServer:
@@ -206,7 +198,7 @@ class WebhookServer:
     async def act(self, receiver: Receiver, now: datetime) -> None:
         """Annotate every resource of the receiver; raise ActionFailed naming what failed."""
         self.actions += 1
-        namespace = receiver.metadata.namespace or "default"
+        namespace = receiver.namespace
         failures = []
         for resource in receiver.spec.resources:
             try:
@@ -238,9 +230,12 @@ class WebhookServer:
                 if resource.action == "open"
                 else (CLOSE_REQUESTED_AT_ANNOTATION, CLOSE_REQUESTED_BY_ANNOTATION)
             )
-            annotations = {requested: rfc3339(now), by: f"receiver:{receiver.key}"}
+            annotations = {
+                requested: format_time(now, fraction="none"),
+                by: f"receiver:{receiver.key}",
+            }
         else:
-            annotations = {RECONCILE_REQUESTED_AT_ANNOTATION: rfc3339_nano(now)}
+            annotations = {RECONCILE_REQUESTED_AT_ANNOTATION: format_time(now, fraction="micro")}
         patch = {"metadata": {"annotations": annotations}}
         if resource.name != "*":
             await self.client.merge_patch(rt, resource.name, patch, namespace=target_ns)

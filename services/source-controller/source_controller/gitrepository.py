@@ -161,7 +161,7 @@ async def _auth(ctx: GitRepositoryContext) -> gitclient.GitAuth:
     ref = ctx.obj.spec.secret_ref
     if ref is None:
         return gitclient.GitAuth()
-    namespace = ctx.obj.metadata.namespace or "default"
+    namespace = ctx.obj.namespace
     secret = f"{namespace}/{ref.name}"
     try:
         data = await secret_data(ctx.client, namespace, ref.name)

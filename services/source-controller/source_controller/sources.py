@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sluice_api.meta import Artifact, Resource, parse_duration
+from sluice_api.meta import Artifact, Resource, format_time, parse_duration
 from sluice_api.source import SourceCondition, SourceReason
 from sluice_runtime import gates
 from sluice_runtime.artifacts.fetching import DEFAULT_MAX_MEMBERS
@@ -207,7 +207,7 @@ async def record_artifact(
         url=storage.url(written.path),
         revision=revision,
         digest=written.digest,
-        last_update_time=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        last_update_time=format_time(datetime.now(UTC), fraction="none"),
         size=written.size,
         metadata=metadata or None,
     )

@@ -95,9 +95,7 @@ async def build_local(
                     k: v.replace("\n", "") for k, v in (post_build.substitute or {}).items()
                 }
             else:
-                variables = await substituting.collect(
-                    client, ks.namespace, post_build
-                )
+                variables = await substituting.collect(client, ks.namespace, post_build)
             objects = substituting.substitute(objects, variables)
         except substituting.SubstitutionError as error:
             raise Failure(f"post-build substitution failed: {error}", ERROR) from None

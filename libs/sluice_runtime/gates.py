@@ -15,7 +15,7 @@ from typing import Protocol
 
 from sluice_api.meta import JSON
 from sluice_runtime.conditions import Conditions, condition_of
-from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.informing.watching import Change, Index, Store
 from sluice_runtime.reconciling.errors import Waiting
 
 OPENED = "Opened"
@@ -61,16 +61,19 @@ def consumers_of(store: Store) -> Callable[[Change], list[str]]:
         now = is_open(change.new) if change.new is not None else None
         if change.kind == "updated" and was == now:
             return []
-        namespace = change.obj["metadata"].get("namespace")
-        name = change.obj["metadata"]["name"]
-        keys = []
-        for obj in store.values(namespace):
-            refs = (obj.get("spec") or {}).get("gates") or []
-            if any(ref.get("name") == name for ref in refs):
-                keys.append(f"{namespace}/{obj['metadata']['name']}")
-        return keys
+        return store.referencing(GATE_REFS, change.key)
 
     return mapper
+
+
+def _gate_refs(obj: JSON) -> list[str]:
+    namespace = obj["metadata"].get("namespace", "")
+    refs = (obj.get("spec") or {}).get("gates") or []
+    return [f"{namespace}/{ref['name']}" for ref in refs if isinstance(ref, dict) and "name" in ref]
+
+
+GATE_REFS = Index("spec.gates", _gate_refs)
+"""Objects by the Gates they list (`namespace/name`, always their own namespace)."""
 
 
 APPROVED = "Approved"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,11 +46,36 @@ class Change:
 Handler = Callable[[Change], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Index:
+    """What an object references, as strings (`namespace/name`, `Kind/namespace/name`).
+
+    A store keeps, per index, the keys of the objects referencing each value,
+    updated as objects come and go (client-go's Indexer, the field index Flux
+    registers for `spec.sourceRef`), so "which objects reference X" is a
+    lookup per event instead of a scan of the whole cache. `references` reads
+    raw JSON that the API server validated only against the CRD schema; it
+    must not assume more.
+    """
+
+    name: str
+    references: Callable[[JSON], Iterable[str]]
+
+
 class Store:
     """The informer's cache: objects by `namespace/name`, read-only to others."""
 
     def __init__(self) -> None:
         self._objects: dict[str, JSON] = {}
+        self._indexes: dict[Index, dict[str, set[str]]] = {}
+
+    @classmethod
+    def of(cls, objects: Iterable[JSON]) -> Store:
+        """A store holding `objects`, as an informer would (tools, tests)."""
+        store = cls()
+        for obj in objects:
+            store._put(object_key(obj), obj)
+        return store
 
     def get(self, key: str) -> JSON | None:
         return self._objects.get(key)
@@ -69,13 +94,56 @@ class Store:
             if namespace is None or obj.get("metadata", {}).get("namespace") == namespace:
                 yield obj
 
+    def referencing(self, index: Index, value: str) -> list[str]:
+        """Keys of the objects whose `index` references `value`, sorted.
+
+        The first query of an index builds it from the cache; from then on the
+        store keeps it current.
+        """
+        table = self._indexes.get(index)
+        if table is None:
+            table = self._indexes[index] = {}
+            for key, obj in self._objects.items():
+                _add(table, index, key, obj)
+        return sorted(table.get(value, ()))
+
     def _put(self, key: str, obj: JSON) -> JSON | None:
         old = self._objects.get(key)
         self._objects[key] = obj
+        for index, table in self._indexes.items():
+            if old is not None:
+                _remove(table, index, key, old)
+            _add(table, index, key, obj)
         return old
 
     def _pop(self, key: str) -> JSON | None:
-        return self._objects.pop(key, None)
+        old = self._objects.pop(key, None)
+        if old is not None:
+            for index, table in self._indexes.items():
+                _remove(table, index, key, old)
+        return old
+
+
+def _references(index: Index, obj: JSON) -> set[str]:
+    try:
+        return set(index.references(obj))
+    except Exception:  # a malformed object must not stop the informer; it references nothing
+        log.warning("index failed", index=index.name, key=object_key(obj), exc_info=True)
+        return set()
+
+
+def _add(table: dict[str, set[str]], index: Index, key: str, obj: JSON) -> None:
+    for value in _references(index, obj):
+        table.setdefault(value, set()).add(key)
+
+
+def _remove(table: dict[str, set[str]], index: Index, key: str, obj: JSON) -> None:
+    for value in _references(index, obj):
+        keys = table.get(value)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del table[value]
 
 
 def _resource_version(obj: JSON) -> str:

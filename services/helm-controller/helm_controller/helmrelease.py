@@ -54,7 +54,7 @@ from sluice_runtime import dependencies, gates
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.conditions import condition_of
 from sluice_runtime.helming import HelmError, run_helm
-from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.informing.watching import Change, Index, Store
 from sluice_runtime.kube.errors import KubeError, NotFound
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
 from sluice_runtime.kube.secrets import SecretError, secret_data
@@ -844,25 +844,26 @@ def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
         keys = []
         if labels.get(NAME_LABEL) and labels.get(NAMESPACE_LABEL):
             keys.append(f"{labels[NAMESPACE_LABEL]}/{labels[NAME_LABEL]}")
-        for obj in hrs.values():
-            ref = (obj.get("spec") or {}).get("chartRef") or {}
-            ns = obj["metadata"].get("namespace")
-            if (
-                ref.get("kind") == "HelmChart"
-                and f"{ref.get('namespace') or ns}/{ref.get('name')}" == key
-            ):
-                keys.append(f"{ns}/{obj['metadata']['name']}")
+        keys += hrs.referencing(CHART_REF, key)
         return keys
 
     return mapper
 
 
+def _chart_refs(obj: dict[str, Any]) -> list[str]:
+    ref = (obj.get("spec") or {}).get("chartRef")
+    if not isinstance(ref, dict) or ref.get("kind") != "HelmChart" or not ref.get("name"):
+        return []
+    return [f"{ref.get('namespace') or obj['metadata'].get('namespace', '')}/{ref['name']}"]
+
+
+CHART_REF = Index("spec.chartRef", _chart_refs)
+"""HelmReleases by the HelmChart their `chartRef` names (`namespace/name`)."""
+
+
 def dependent_watchers(hrs: Store) -> Callable[[Change], list[str]]:
     def mapper(change: Change) -> list[str]:
-        meta = change.obj["metadata"]
-        return dependencies.dependents(
-            f"{meta.get('namespace')}/{meta['name']}", list(hrs.values())
-        )
+        return dependencies.dependents(change.key, hrs)
 
     return mapper
 

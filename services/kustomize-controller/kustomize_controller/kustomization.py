@@ -706,23 +706,16 @@ def source_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
         new = ((change.new or {}).get("status") or {}).get("artifact") or {}
         if change.kind == "deleted" or old.get("revision") == new.get("revision"):
             return []
-        kind = change.obj.get("kind")
-        namespace = change.obj["metadata"].get("namespace")
-        name = change.obj["metadata"]["name"]
-        keys = []
-        for obj in kustomizations.values():
-            spec = obj.get("spec") or {}
-            if spec.get("suspend"):
-                continue  # a suspended Kustomization ignores source events
-            ref = spec.get("sourceRef") or {}
-            own_ns = obj["metadata"].get("namespace")
-            if (
-                ref.get("kind") == kind
-                and ref.get("name") == name
-                and (ref.get("namespace") or own_ns) == namespace
-            ):
-                keys.append(f"{own_ns}/{obj['metadata']['name']}")
-        return keys
+        meta = change.obj["metadata"]
+        source = dependencies.source_ref(
+            str(change.obj.get("kind")), meta.get("namespace", ""), meta["name"]
+        )
+        # A suspended Kustomization ignores source events.
+        return [
+            key
+            for key in kustomizations.referencing(dependencies.SOURCE_REF, source)
+            if not ((kustomizations.get(key) or {}).get("spec") or {}).get("suspend")
+        ]
 
     return mapper
 
@@ -741,7 +734,7 @@ def dependent_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
 
         if state(change.old) == state(change.new):
             return []
-        return dependencies.dependents(change.key, list(kustomizations.values()))
+        return dependencies.dependents(change.key, kustomizations)
 
     return mapper
 

@@ -31,7 +31,7 @@ from sluice_api.source import (
 )
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
-from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.informing.watching import Change, Index, Store
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
@@ -442,16 +442,25 @@ def includers_of(store: Store) -> Callable[[Change], list[str]]:
         new = ((change.new or {}).get("status") or {}).get("artifact") or {}
         if old.get("digest") == new.get("digest"):
             return []
-        namespace = change.obj["metadata"].get("namespace")
-        name = change.obj["metadata"]["name"]
-        keys = []
-        for obj in store.values(namespace):
-            includes = (obj.get("spec") or {}).get("include") or []
-            if any((inc.get("repository") or {}).get("name") == name for inc in includes):
-                keys.append(f"{namespace}/{obj['metadata']['name']}")
-        return keys
+        return store.referencing(INCLUDES, change.key)
 
     return mapper
+
+
+def _included(obj: dict[str, Any]) -> list[str]:
+    namespace = obj["metadata"].get("namespace", "")
+    includes = (obj.get("spec") or {}).get("include") or []
+    return [
+        f"{namespace}/{inc['repository']['name']}"
+        for inc in includes
+        if isinstance(inc, dict)
+        and isinstance(inc.get("repository"), dict)
+        and "name" in inc["repository"]
+    ]
+
+
+INCLUDES = Index("spec.include", _included)
+"""GitRepositories by the GitRepositories they include (`namespace/name`)."""
 
 
 STEPS = (

@@ -36,6 +36,7 @@ import yaml
 
 from sluice_api.meta import Artifact, parse_duration
 from sluice_api.source import HelmChart, HelmRepository, SourceCondition, SourceReason
+from sluice_runtime import dependencies
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.helming import HelmError, run_helm
@@ -426,14 +427,9 @@ def charts_of(store: Store, kind: str) -> Callable[[Change], list[str]]:
         new = ((change.new or {}).get("status") or {}).get("artifact") or {}
         if change.kind == "updated" and old.get("digest") == new.get("digest"):
             return []
-        namespace = change.obj["metadata"].get("namespace")
-        name = change.obj["metadata"]["name"]
-        return [
-            f"{namespace}/{obj['metadata']['name']}"
-            for obj in store.values(namespace)
-            if ((obj.get("spec") or {}).get("sourceRef") or {}).get("kind") == kind
-            and obj["spec"]["sourceRef"].get("name") == name
-        ]
+        meta = change.obj["metadata"]
+        source = dependencies.source_ref(kind, meta.get("namespace", ""), meta["name"])
+        return store.referencing(dependencies.SOURCE_REF, source)
 
     return mapper
 

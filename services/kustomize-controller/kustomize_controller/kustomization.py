@@ -62,7 +62,6 @@ from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
 
 FIELD_MANAGER = "kustomize-controller"
 MAX_ARTIFACT_SIZE = 512 * 1024 * 1024
-SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket", "ExternalArtifact")
 Condition = KustomizationCondition
 Reason = KustomizationReason
 

@@ -26,6 +26,7 @@ from aiohttp import web
 from notification_controller.limiting import WebhookLimiter
 from notification_controller.receivers import Directory
 from notification_controller.signatures import event_allowed, verify
+from sluice_api import ALL_KINDS
 from sluice_api.gating import (
     CLOSE_REQUESTED_AT_ANNOTATION,
     CLOSE_REQUESTED_BY_ANNOTATION,
@@ -46,23 +47,17 @@ log = structlog.get_logger(__name__)
 MAX_BODY = 3 * 1024 * 1024
 
 DEFAULT_API_VERSIONS = {
-    "GitRepository": "source.toolkit.fluxcd.io/v1",
-    "OCIRepository": "source.toolkit.fluxcd.io/v1",
-    "HelmRepository": "source.toolkit.fluxcd.io/v1",
-    "HelmChart": "source.toolkit.fluxcd.io/v1",
-    "Bucket": "source.toolkit.fluxcd.io/v1",
-    "Kustomization": "kustomize.toolkit.fluxcd.io/v1",
-    "HelmRelease": "helm.toolkit.fluxcd.io/v2",
+    # Sluice's own kinds, at the version its API serves.
+    **{kind.KIND: kind.api_version_str() for kind in ALL_KINDS},
+    # Flux kinds Sluice has no model of, at Flux's served versions.
     "ImageRepository": "image.toolkit.fluxcd.io/v1beta2",
     "ImagePolicy": "image.toolkit.fluxcd.io/v1beta2",
     "ImageUpdateAutomation": "image.toolkit.fluxcd.io/v1beta2",
-    "ExternalArtifact": "source.toolkit.fluxcd.io/v1",
     "ArtifactGenerator": "source.extensions.fluxcd.io/v1beta1",
     # The Flux Operator's kinds (Flux 2.7 Receivers and Alerts may name them).
     "FluxInstance": "fluxcd.controlplane.io/v1",
     "ResourceSet": "fluxcd.controlplane.io/v1",
     "ResourceSetInputProvider": "fluxcd.controlplane.io/v1",
-    "Gate": "gating.toolkit.fluxcd.io/v1alpha1",
 }
 
 

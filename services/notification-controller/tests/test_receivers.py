@@ -7,6 +7,7 @@ import contextlib
 import gzip
 import json
 import time
+import typing
 import zlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -17,8 +18,9 @@ from structlog.testing import capture_logs
 
 from notification_controller.receivers import unsupported
 from notification_controller.signatures import sign, timestamped_payload
-from notification_controller.webhooks import ActionFailed
-from sluice_api.notification import Receiver
+from notification_controller.webhooks import DEFAULT_API_VERSIONS, ActionFailed
+from sluice_api import ALL_KINDS
+from sluice_api.notification import Receiver, ReferableKind
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import condition, github_headers, make_secret, push_payload
 from sluice_envtest.pytest_plugin import Cluster
@@ -779,3 +781,10 @@ async def test_a_compressed_body_is_taken_as_sent(
     )
     assert (status, text) == (400, "X-Signature-Timestamped signature does not match")
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+
+
+@pytest.mark.parametrize("kind", typing.get_args(ReferableKind))
+def test_every_kind_a_receiver_may_name_has_a_default_api_version(kind: str) -> None:
+    own = {model.KIND: model.api_version_str() for model in ALL_KINDS}
+    assert DEFAULT_API_VERSIONS[kind] == own.get(kind, DEFAULT_API_VERSIONS[kind])
+    assert DEFAULT_API_VERSIONS[kind].count("/") == 1

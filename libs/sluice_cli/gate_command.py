@@ -34,7 +34,7 @@ from sluice_runtime.kube.resources import ResourceType
 DEFAULT_NAMESPACE = "flux-system"
 """Where gates live unless told otherwise, as with the flux CLI."""
 
-# The same names as gating_controller.gates, which libs may not import.
+# The same names as gating_controller.evaluating, which libs may not import.
 
 _ANNOTATIONS = {
     "open": (OPEN_REQUESTED_AT_ANNOTATION, OPEN_REQUESTED_BY_ANNOTATION),

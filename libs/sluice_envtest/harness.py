@@ -33,9 +33,13 @@ async def running_service(
     kubeconfig: str,
     namespace: str | None,
     argv: Sequence[str] = (),
-    components: dict[str, Any] | None = None,
+    setup: app.Setup | None = None,
 ) -> AsyncIterator[app.Runtime]:
-    """Run `service` (a controller's `__main__` module) until the block ends."""
+    """Run `service` (a controller's `__main__` module) until the block ends.
+
+    `setup` replaces the service's own, for a test that wires it with typed
+    collaborators of its own (a fake clock, a handle on its servers).
+    """
     parser = app.parser(service=service.SERVICE, description="test", concurrency=4)
     add_arguments = getattr(service, "add_arguments", None)
     if add_arguments is not None:
@@ -55,9 +59,8 @@ async def running_service(
         service=service.SERVICE,
         options=options,
         kinds=service.KINDS,
-        setup=service.setup,
+        setup=setup or service.setup,
         forward_events=getattr(service, "FORWARD_EVENTS", True),
-        components=components,
     ) as runtime:
         yield runtime
 

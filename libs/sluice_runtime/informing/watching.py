@@ -15,7 +15,7 @@ import contextlib
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import structlog
 
@@ -44,6 +44,23 @@ class Change:
 
 
 Handler = Callable[[Change], None]
+
+
+class InformerObserver(Protocol):
+    """Hooks for what an informer does on the wire (metrics, tests proving
+    that a dropped watch resumes without a relist); the informer itself keeps
+    no counters."""
+
+    def listed(self) -> None: ...
+    def watched(self) -> None: ...
+
+
+class _NoObserver:
+    def listed(self) -> None:
+        pass
+
+    def watched(self) -> None:
+        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +177,7 @@ class Informer:
         label_selector: str | None = None,
         watch_timeout: int = 300,
         max_backoff: float = 30.0,
+        observer: InformerObserver | None = None,
     ) -> None:
         self.client = client
         self.rt = rt
@@ -172,9 +190,7 @@ class Informer:
         self._handlers: list[Handler] = []
         self._resource_version = ""
         self._task: asyncio.Task[None] | None = None
-        # Counters that tests and metrics read to prove resumption behaviour.
-        self.lists = 0
-        self.watches = 0
+        self._observer = observer or _NoObserver()
 
     def add_handler(self, handler: Handler) -> None:
         """Call `handler` for every change; on adding, replay what is cached."""
@@ -228,7 +244,7 @@ class Informer:
         listed = await self.client.list(
             self.rt, namespace=self.namespace, label_selector=self.label_selector
         )
-        self.lists += 1
+        self._observer.listed()
         seen: set[str] = set()
         for obj in listed.items:
             key = object_key(obj)
@@ -243,7 +259,7 @@ class Informer:
         self.synced.set()
 
     async def _watch(self) -> None:
-        self.watches += 1
+        self._observer.watched()
         async for event in self.client.watch(
             self.rt,
             resource_version=self._resource_version,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sluice_api.meta import JSON
-from sluice_runtime import dependencies, gates
+from sluice_runtime import dependencies, gatekeeping
 from sluice_runtime.informing.watching import Index, Store
 
 
@@ -17,12 +17,12 @@ def obj(name: str, namespace: str = "apps", **spec: object) -> JSON:
     ("index", "source", "references"),
     [
         pytest.param(
-            gates.GATE_REFS,
+            gatekeeping.GATE_REFS,
             obj("a", gates=[{"name": "freeze"}, {"name": "window"}]),
             {"apps/freeze", "apps/window"},
             id="gates-in-own-namespace",
         ),
-        pytest.param(gates.GATE_REFS, obj("a", gates=["junk"]), set(), id="gates-malformed"),
+        pytest.param(gatekeeping.GATE_REFS, obj("a", gates=["junk"]), set(), id="gates-malformed"),
         pytest.param(
             dependencies.DEPENDS_ON,
             obj("a", dependsOn=[{"name": "base"}, {"name": "crds", "namespace": "infra"}]),
@@ -56,15 +56,15 @@ def test_index_references(index: Index, source: JSON, references: set[str]) -> N
 
 def test_the_index_follows_updates_and_deletions() -> None:
     store = Store.of([obj("a", gates=[{"name": "g"}])])
-    assert store.referencing(gates.GATE_REFS, "apps/g") == ["apps/a"]
+    assert store.referencing(gatekeeping.GATE_REFS, "apps/g") == ["apps/a"]
     store._put("apps/b", obj("b", gates=[{"name": "g"}]))
-    assert store.referencing(gates.GATE_REFS, "apps/g") == ["apps/a", "apps/b"]
+    assert store.referencing(gatekeeping.GATE_REFS, "apps/g") == ["apps/a", "apps/b"]
     store._put("apps/a", obj("a", gates=[{"name": "h"}]))  # a now waits on another gate
-    assert store.referencing(gates.GATE_REFS, "apps/g") == ["apps/b"]
-    assert store.referencing(gates.GATE_REFS, "apps/h") == ["apps/a"]
+    assert store.referencing(gatekeeping.GATE_REFS, "apps/g") == ["apps/b"]
+    assert store.referencing(gatekeeping.GATE_REFS, "apps/h") == ["apps/a"]
     store._pop("apps/b")
-    assert store.referencing(gates.GATE_REFS, "apps/g") == []
-    assert store.referencing(gates.GATE_REFS, "apps/h") == ["apps/a"]
+    assert store.referencing(gatekeeping.GATE_REFS, "apps/g") == []
+    assert store.referencing(gatekeeping.GATE_REFS, "apps/h") == ["apps/a"]
 
 
 def test_an_index_is_not_recomputed_per_query() -> None:

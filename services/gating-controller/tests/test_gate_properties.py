@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gating_controller.gates import InvalidGate, evaluate
+from gating_controller.evaluating import InvalidGate, evaluate
 
 from .test_gates import gate
 

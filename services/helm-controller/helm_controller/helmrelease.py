@@ -50,7 +50,7 @@ from sluice_api.helm import (
 )
 from sluice_api.meta import Artifact, parse_duration
 from sluice_api.source import HelmChart
-from sluice_runtime import dependencies, gates
+from sluice_runtime import dependencies, gatekeeping
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.conditions import condition_of
 from sluice_runtime.helming import HelmError, run_helm
@@ -174,7 +174,7 @@ async def reconcile_unsupported(ctx: HelmReleaseContext) -> Result | None:
 @step(Condition.APPROVED)
 async def reconcile_gates(ctx: HelmReleaseContext) -> Result | None:
     """A closed gate holds install and upgrade (the release stays as it is)."""
-    gates.hold_while_closed(
+    gatekeeping.hold_while_closed(
         ctx.obj.spec.gates,
         namespace=ctx.obj.namespace,
         store=ctx.services.gates,

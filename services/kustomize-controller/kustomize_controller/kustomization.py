@@ -35,7 +35,7 @@ from sluice_api.kustomize import (
     ResourceInventory,
 )
 from sluice_api.meta import Artifact, format_duration, parse_duration
-from sluice_runtime import building, dependencies, gates, substituting
+from sluice_runtime import building, dependencies, gatekeeping, substituting
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.conditions import condition_of
 from sluice_runtime.describing import describe
@@ -231,7 +231,7 @@ def health_rules(ks: Kustomization) -> HealthRules:
 @step(Condition.APPROVED)
 async def reconcile_gates(ctx: KustomizationContext) -> Result | None:
     """A closed gate holds the Kustomization before it looks at its source."""
-    gates.hold_while_closed(
+    gatekeeping.hold_while_closed(
         ctx.ks.spec.gates,
         namespace=ctx.namespace,
         store=ctx.services.gates,

@@ -26,9 +26,9 @@ from sluice_envtest.certificates import ServingPki, make_serving_pki
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.endpoints import serving
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.secrets import SecretError
-from sluice_runtime.serving import serving
 
 from .conftest import (
     ALERT,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from sluice_api import Bucket, Gate, GitRepository, HelmChart, HelmRepository, OCIRepository
 from sluice_api.meta import parse_duration
-from sluice_runtime import app, gates
+from sluice_runtime import app, gatekeeping
 from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
+from sluice_runtime.endpoints import serving
 from sluice_runtime.kube.resources import ResourceType
-from sluice_runtime.serving import serving
 from source_controller import gitclient, gitrepository, helmchart, helmrepository, ocirepository
 from source_controller.sources import Limits
 
@@ -104,11 +104,11 @@ async def setup(runtime: app.Runtime) -> None:
         )
     )
     git.watch(git_rt, gitrepository.includers_of(repositories), selected=True)
-    git.watch(gate_rt, gates.consumers_of(repositories))
+    git.watch(gate_rt, gatekeeping.consumers_of(repositories))
 
     oci_rt = ResourceType.of_model(OCIRepository)
     oci = runtime.controller(ocirepository.reconciler(storage, gates=gate_store, limits=limits))
-    oci.watch(gate_rt, gates.consumers_of(runtime.informers.get(oci_rt, selected=True).store))
+    oci.watch(gate_rt, gatekeeping.consumers_of(runtime.informers.get(oci_rt, selected=True).store))
 
     helm_repo_rt = ResourceType.of_model(HelmRepository)
     helm_repos = runtime.informers.get(helm_repo_rt, selected=True).store
@@ -120,7 +120,7 @@ async def setup(runtime: app.Runtime) -> None:
             index_max_size=options.helm_index_max_size,
         )
     )
-    helm_repo.watch(gate_rt, gates.consumers_of(helm_repos))
+    helm_repo.watch(gate_rt, gatekeeping.consumers_of(helm_repos))
 
     chart_rt = ResourceType.of_model(HelmChart)
     charts = runtime.informers.get(chart_rt, selected=True).store
@@ -135,7 +135,7 @@ async def setup(runtime: app.Runtime) -> None:
             chart_max_size=options.helm_chart_max_size,
         )
     )
-    chart.watch(gate_rt, gates.consumers_of(charts))
+    chart.watch(gate_rt, gatekeeping.consumers_of(charts))
     chart.watch(helm_repo_rt, helmchart.charts_of(charts, "HelmRepository"), selected=True)
     chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
 

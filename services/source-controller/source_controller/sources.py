@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sluice_api.meta import Artifact, Resource, format_time, parse_duration
 from sluice_api.source import SourceCondition, SourceReason
-from sluice_runtime import gates
+from sluice_runtime import gatekeeping
 from sluice_runtime.artifacts.fetching import DEFAULT_MAX_MEMBERS
 from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
 from sluice_runtime.artifacts.storage import ArtifactFile, ArtifactTooLarge, Storage
@@ -75,7 +75,7 @@ async def reconcile_gates(ctx: SourceContext[Any]) -> Result | None:
     refs = ctx.obj.spec.gates
     if not refs or ctx.gates is None:
         return None
-    closed = gates.closed_gates(refs, namespace=ctx.obj.namespace, store=ctx.gates)
+    closed = gatekeeping.closed_gates(refs, namespace=ctx.obj.namespace, store=ctx.gates)
     if not closed:
         return None
     first = closed[0]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gating_controller.gates import InvalidGate, evaluate
+from gating_controller.evaluating import InvalidGate, evaluate
 from sluice_api.gating import (
     CLOSE_REQUESTED_AT_ANNOTATION,
     CLOSE_REQUESTED_BY_ANNOTATION,

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gating_controller.gates import (
+from gating_controller.evaluating import (
     CLOSE_REQUESTED_BY_ANNOTATION,
     OPEN_REQUESTED_BY_ANNOTATION,
     GateState,

@@ -22,6 +22,7 @@ from typing import Any
 from sluice_runtime import app
 from sluice_runtime.conditions import condition_of
 from sluice_runtime.conditions import is_ready as is_ready
+from sluice_runtime.controller import ReconcileObserver
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
 
@@ -34,6 +35,7 @@ async def running_service(
     namespace: str | None,
     argv: Sequence[str] = (),
     setup: app.Setup | None = None,
+    observer: ReconcileObserver | None = None,
 ) -> AsyncIterator[app.Runtime]:
     """Run `service` (a controller's `__main__` module) until the block ends.
 
@@ -61,6 +63,7 @@ async def running_service(
         kinds=service.KINDS,
         setup=setup or service.setup,
         forward_events=getattr(service, "FORWARD_EVENTS", True),
+        observer=observer,
     ) as runtime:
         yield runtime
 

@@ -12,14 +12,15 @@ import argparse
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 
 from notification_controller import alerts, authenticating, provider_objects, receivers
 from notification_controller import hub as hub_module
-from notification_controller.hub import EventHub
+from notification_controller.hub import EventHub, HubObserver
 from notification_controller.limiting import Dedup, WebhookLimiter
-from notification_controller.webhooks import WebhookServer
+from notification_controller.webhooks import WebhookObserver, WebhookServer
 from sluice_api import Alert, Gate, Provider, Receiver
 from sluice_runtime import app
 from sluice_runtime.endpoints import serving
@@ -102,11 +103,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class NotificationObserver(HubObserver, WebhookObserver, Protocol):
+    """What the hub and the webhook server report, in one observer."""
+
+
 @dataclass
 class Wiring:
     """What `setup` starts besides the controllers, typed, for the tests and
     benchmarks that drive the servers directly; set once `setup` has run."""
 
+    observer: NotificationObserver | None = None
+    """Told of every webhook action and every event the hub handles."""
     webhooks: WebhookServer = field(init=False)
     hub: EventHub = field(init=False)
     receiver_port: int = field(init=False)
@@ -136,6 +143,7 @@ class Wiring:
             replay_window=timedelta(seconds=options.replay_window)
             if options.replay_window
             else None,
+            observer=self.observer,
         )
         self.webhooks = webhooks
         receiving = await runtime.stack.enter_async_context(
@@ -170,6 +178,7 @@ class Wiring:
             provider_concurrency=options.provider_concurrency,
             provider_backlog=options.provider_backlog,
             max_provider_timeout=options.provider_timeout_max,
+            observer=self.observer,
         )
         self.hub = hub
         await hub.start()

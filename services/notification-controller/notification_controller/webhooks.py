@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 import structlog
@@ -69,6 +69,12 @@ class ActionRefused(Exception):
     """An action this Receiver may never take; named in the 500 like a failure."""
 
 
+class WebhookObserver(Protocol):
+    """A hook on every action a webhook triggers (tests, the load benchmark)."""
+
+    def webhook_acted(self) -> None: ...
+
+
 class WebhookServer:
     def __init__(
         self,
@@ -80,6 +86,7 @@ class WebhookServer:
         limiter: WebhookLimiter,
         replay_window: timedelta | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        observer: WebhookObserver | None = None,
     ) -> None:
         self.client = client
         self.mapper = mapper
@@ -89,8 +96,7 @@ class WebhookServer:
         self.replay_window = replay_window
         self.clock = clock
         self._trailing: set[asyncio.Task[None]] = set()
-        # Observable by tests and the load benchmark.
-        self.actions = 0
+        self._observer = observer
 
     def app(self) -> web.Application:
         application = web.Application(client_max_size=MAX_BODY)
@@ -192,7 +198,8 @@ class WebhookServer:
 
     async def act(self, receiver: Receiver, now: datetime) -> None:
         """Annotate every resource of the receiver; raise ActionFailed naming what failed."""
-        self.actions += 1
+        if self._observer is not None:
+            self._observer.webhook_acted()
         namespace = receiver.namespace
         failures = []
         for resource in receiver.spec.resources:

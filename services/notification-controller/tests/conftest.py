@@ -51,6 +51,28 @@ def config_map(name: str, namespace: str, **data: str) -> str:
 
 
 @dataclass
+class Counts:
+    """A NotificationObserver that counts."""
+
+    actions: int = 0
+    refused: int = 0
+    received: int = 0
+    delivered: int = 0
+
+    def webhook_acted(self) -> None:
+        self.actions += 1
+
+    def event_refused(self) -> None:
+        self.refused += 1
+
+    def event_received(self) -> None:
+        self.received += 1
+
+    def event_delivered(self) -> None:
+        self.delivered += 1
+
+
+@dataclass
 class Platform:
     kube: KubeClient
     namespace: str
@@ -66,6 +88,12 @@ class Platform:
 
     def url(self, name: str) -> str:
         return self.git.url(f"{name}-{self.namespace}")
+
+    @property
+    def counts(self) -> Counts:
+        """What the webhook server and the hub did, counted."""
+        assert isinstance(self.notification.observer, Counts)
+        return self.notification.observer
 
     @property
     def webhooks(self) -> WebhookServer:
@@ -182,7 +210,7 @@ async def running_notification(
     kubeconfig: str, namespace: str, *flags: str
 ) -> AsyncIterator[notification_main.Wiring]:
     """The notification-controller on loopback ports, with `flags` added."""
-    wiring = notification_main.Wiring()
+    wiring = notification_main.Wiring(observer=Counts())
     async with running_service(
         notification_main,
         kubeconfig=kubeconfig,

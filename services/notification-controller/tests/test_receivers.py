@@ -173,7 +173,7 @@ async def test_rejected_webhooks_annotate_nothing_and_log_why(
     secrets += [] if case == "unknown-path" else [digest]
     assert logged_secrets(entries, *secrets) == []
     assert requested_at(await p.kube.get(GITREPO, "guarded", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
 
 
 async def test_a_guessed_token_is_rejected_and_never_logged(platform: Platform) -> None:
@@ -189,7 +189,7 @@ async def test_a_guessed_token_is_rejected_and_never_logged(platform: Platform) 
     assert [e["reason"] for e in entries if e["event"] == "webhook rejected"] == [text]
     assert logged_secrets(entries, TOKEN, guess, url.rpartition("/")[2]) == []
     assert requested_at(await p.kube.get(GITREPO, "guessed", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
 
 
 async def test_a_ping_is_answered_without_acting(platform: Platform) -> None:
@@ -226,7 +226,7 @@ async def test_a_burst_of_pushes_triggers_a_handful_of_reconciles(platform: Plat
         == []
     )
     await p.webhooks.settle()  # the trailing action, at the end of the debounce window
-    assert 1 <= p.webhooks.actions <= 3, f"{p.webhooks.actions} actions for 50 pushes"
+    assert 1 <= p.counts.actions <= 3, f"{p.counts.actions} actions for 50 pushes"
     assert requested_at(await p.kube.get(GITREPO, "bursty", p.namespace)) is not None
 
 
@@ -317,7 +317,7 @@ async def test_a_burst_of_invalid_webhooks_annotates_nothing_nor_spends_the_budg
     )
     assert {status for status, _ in answers} == {400}
     assert requested_at(await p.kube.get(GITREPO, "forged", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
     # 60 forged requests, three times the burst of 20: none of them was counted.
     assert await p.post(url, body, github_headers(TOKEN, body)) == (200, "ok")
     assert requested_at(await p.kube.get(GITREPO, "forged", p.namespace)) is not None
@@ -375,7 +375,7 @@ async def test_a_receiver_whose_token_secret_is_gone_answers_503(platform: Platf
     assert (status, text) == (503, "receiver is not ready")
     assert [e["reason"] for e in entries if e["event"] == "webhook rejected"] == [text]
     assert requested_at(await p.kube.get(GITREPO, "orphaned", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
 
 
 def _not_ready(obj: JSON) -> bool:
@@ -449,7 +449,7 @@ async def test_replay_protection_end_to_end(strict: Platform) -> None:
     for headers, reason in rejected:
         assert await p.post(url, body, headers) == (400, reason)
     assert requested_at(await p.kube.get(GITREPO, "replayed", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
     fresh = generic_hmac_headers(TOKEN, body, signed_at=time.time())
     assert await p.post(url, body, fresh) == (200, "ok")
     assert requested_at(await p.kube.get(GITREPO, "replayed", p.namespace)) is not None

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gating_controller.evaluating import InvalidGate, evaluate
 
-from .test_gates import gate
+from .test_evaluating import gate
 
 cron_field = st.one_of(
     st.sampled_from(

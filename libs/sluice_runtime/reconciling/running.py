@@ -4,9 +4,10 @@ Everything every controller would otherwise repeat lives here, once:
 parsing the cached object into its model, the finalizer, `suspend`,
 `reconcile.fluxcd.io/requestedAt`, running the steps in order (each in its
 own trace span), turning what they raised into conditions, summarizing
-Ready/Reconciling/Stalled in kstatus form, writing status with one patch
-(nothing when nothing changed), an event when Ready changes, and metrics.
-The steps themselves only do their work.
+Ready/Reconciling/Stalled in kstatus form (`summarizing.py`, pure), writing
+status through the reconcile's one `StatusPatcher` (`patching.py`; nothing
+when nothing changed), an event when Ready changes, and metrics. The steps
+themselves only do their work.
 """
 
 from __future__ import annotations

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.conditions import condition_of as condition
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
@@ -29,13 +29,6 @@ from .conftest import (
 
 ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for cond in obj.get("status", {}).get("conditions") or []:
-        if cond["type"] == type_:
-            return dict(cond)
-    return None
 
 
 async def ready(kube: KubeClient, namespace: str, name: str) -> bool:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from e2e.fleet import Controller
+from sluice_api.meta import format_time
 from sluice_envtest import harness
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiUnavailable, Gone
@@ -58,7 +59,7 @@ def has_artifact(revision: str) -> Callable[[JSON | None], bool]:
 
 def now_rfc3339() -> str:
     """Now, with microseconds: two requests within one second stay ordered."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_time(datetime.now(UTC), fraction="micro")
 
 
 def metric(controller: Controller, name: str, /, **labels: str) -> float:

@@ -33,6 +33,7 @@ from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane, free_port
 from sluice_envtest.gitserver import GitHttpServer, generate_history
 from sluice_runtime import app
+from sluice_runtime.controller import ReconcileLog
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.installing import install_crds
 from sluice_runtime.kube.resources import NAMESPACE, ResourceType
@@ -107,16 +108,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             k: [] for k in ("a", "a_full", "b", "c", "d")
         }
         inside: dict[str, list[float]] = {k: [] for k in results}
+        reconciles = ReconcileLog()
         async with app.running(
             service=source_main.SERVICE,
             options=options,
             kinds=source_main.KINDS,
             setup=source_main.setup,
-        ) as runtime:
-            controller = next(c for c in runtime.controllers if c.rt.kind == "GitRepository")
+            observer=reconciles,
+        ):
 
             def reconcile_seconds(key: str) -> float:
-                return controller.last_duration.get(f"{ns}/{key}", float("nan"))
+                return reconciles.last_duration.get(f"{ns}/{key}", float("nan"))
 
             url = git.url("big")
             for run_index in range(args.runs):

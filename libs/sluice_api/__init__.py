@@ -22,7 +22,9 @@ from sluice_api.meta import (
     ReconcileStatus,
     Resource,
     format_duration,
+    format_time,
     parse_duration,
+    parse_time,
 )
 from sluice_api.notification import Alert, Provider, Receiver
 from sluice_api.source import (
@@ -77,5 +79,7 @@ __all__ = [
     "ReconcileStatus",
     "Resource",
     "format_duration",
+    "format_time",
     "parse_duration",
+    "parse_time",
 ]

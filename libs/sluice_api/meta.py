@@ -11,12 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
+
+JSON = dict[str, Any]
+"""An object, or part of one, as the API server sends it: the one alias for raw JSON."""
 
 FINALIZER = "finalizers.fluxcd.io"
 """Finalizer put on every object a controller owns resources for."""
@@ -323,6 +326,12 @@ class Resource(KubeModel, Generic[SpecT, StatusT]):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     @property
+    def namespace(self) -> str:
+        """The object's namespace; "default" where it names none, as the API
+        server would put it."""
+        return self.metadata.namespace or "default"
+
+    @property
     def key(self) -> str:
         """`namespace/name`, the key objects are queued and cached by."""
         return f"{self.metadata.namespace or ''}/{self.metadata.name}"
@@ -444,3 +453,57 @@ class ObjectId:
 
     def __str__(self) -> str:
         return self.display
+
+
+_RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+    r"(?:\.([0-9]+))?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
+)
+
+
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 time with its zone (`2026-11-21T10:00:00Z`, `...+01:00`), in UTC.
+
+    Nothing else is accepted: no missing zone, no date alone, no space for
+    `T`. Fractions beyond microseconds are truncated. Raises ValueError.
+    """
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not an RFC3339 time")
+    year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
+    offset = timedelta(0)
+    if not zulu:
+        if int(off_h) > 23 or int(off_m) > 59:
+            raise ValueError(f"{text!r} has an invalid offset")
+        offset = timedelta(hours=int(off_h), minutes=int(off_m)) * (-1 if sign == "-" else 1)
+    try:
+        local = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            int((fraction or "0")[:6].ljust(6, "0")),
+            tzinfo=timezone(offset),
+        )
+        return local.astimezone(UTC)
+    except (ValueError, OverflowError) as error:
+        raise ValueError(f"{text!r} is out of range: {error}") from None
+
+
+def format_time(value: datetime, *, fraction: Literal["auto", "none", "micro"] = "auto") -> str:
+    """RFC 3339 in UTC with a `Z`.
+
+    `fraction`: "auto" writes one only when there is one (trailing zeros
+    dropped); "none" truncates to the second, as Kubernetes writes a `Time`
+    (condition transitions, timestamps); "micro" always writes six digits, as
+    it writes a `MicroTime` (Lease renewals, requestedAt tokens).
+    """
+    t = value.astimezone(UTC)
+    text = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+    if fraction == "micro":
+        text += f".{t.microsecond:06d}"
+    elif fraction == "auto" and t.microsecond:
+        text += "." + f"{t.microsecond:06d}".rstrip("0")
+    return text + "Z"

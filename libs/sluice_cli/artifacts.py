@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sluice_api.meta import format_time
 from sluice_runtime.artifacts.archiving import write_tarball
 from sluice_runtime.artifacts.fetching import extract_tarball
 from sluice_runtime.artifacts.ignoring import IgnoreRules
@@ -163,7 +164,7 @@ def pack(path: Path, *, ignore_paths: Sequence[str]) -> bytes:
 
 
 def created_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.now(UTC), fraction="none")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from sluice_api.gating import (
     OPEN_REQUESTED_BY_ANNOTATION,
     Gate,
 )
+from sluice_api.meta import format_time
+from sluice_runtime.conditions import condition_of
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound, one_line
 from sluice_runtime.kube.resources import ResourceType
@@ -32,7 +34,7 @@ from sluice_runtime.kube.resources import ResourceType
 DEFAULT_NAMESPACE = "flux-system"
 """Where gates live unless told otherwise, as with the flux CLI."""
 
-# The same names as gating_controller.gates, which libs may not import.
+# The same names as gating_controller.evaluating, which libs may not import.
 
 _ANNOTATIONS = {
     "open": (OPEN_REQUESTED_AT_ANNOTATION, OPEN_REQUESTED_BY_ANNOTATION),
@@ -78,7 +80,7 @@ def current_user() -> str:
 
 
 def rfc3339_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.now(UTC), fraction="none")
 
 
 def _request(args: argparse.Namespace) -> int:
@@ -130,8 +132,8 @@ def _row(gate: JSON, *, with_namespace: bool) -> list[str]:
     meta = gate.get("metadata") or {}
     spec = gate.get("spec") or {}
     status = gate.get("status") or {}
-    opened = _condition(status, "Opened")
-    ready = _condition(status, "Ready")
+    opened = condition_of(gate, "Opened")
+    ready = condition_of(gate)
     state = {"True": "opened", "False": "closed"}.get(str((opened or {}).get("status")), "unknown")
     # A gate the controller cannot evaluate keeps its last state; say why.
     shown = ready if ready and ready.get("status") == "False" else opened
@@ -143,13 +145,6 @@ def _row(gate: JSON, *, with_namespace: bool) -> list[str]:
         " ".join(str((shown or {}).get("message") or "").split()),
     ]
     return [str(meta.get("namespace") or ""), *row] if with_namespace else row
-
-
-def _condition(status: JSON, kind: str) -> JSON | None:
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == kind:
-            return dict(condition)
-    return None
 
 
 def _sort_key(gate: JSON) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from sluice_api import (
     Provider,
     Receiver,
 )
+from sluice_runtime.conditions import condition_of
 from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.resources import ResourceType
 
@@ -131,16 +132,9 @@ def source_of(obj: JSON) -> tuple[Kind, str, str] | None:
     return kind, namespace, str(ref.get("name") or "")
 
 
-def ready_condition(obj: JSON) -> JSON | None:
-    for condition in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(condition, dict) and condition.get("type") == "Ready":
-            return condition
-    return None
-
-
 def status_and_message(obj: JSON) -> tuple[str, str]:
     """READY and MESSAGE as Flux shows them; never reconciled: False, waiting."""
-    ready = ready_condition(obj)
+    ready = condition_of(obj)
     if ready is None:
         return "False", "waiting to be reconciled"
     message = " ".join(str(ready.get("message") or "").split())

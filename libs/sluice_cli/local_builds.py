@@ -95,9 +95,7 @@ async def build_local(
                     k: v.replace("\n", "") for k, v in (post_build.substitute or {}).items()
                 }
             else:
-                variables = await substituting.collect(
-                    client, ks.metadata.namespace or "default", post_build
-                )
+                variables = await substituting.collect(client, ks.namespace, post_build)
             objects = substituting.substitute(objects, variables)
         except substituting.SubstitutionError as error:
             raise Failure(f"post-build substitution failed: {error}", ERROR) from None
@@ -110,7 +108,7 @@ async def build_local(
 
 def owner_labels(ks: Kustomization) -> dict[str, str]:
     """The labels the controller's apply puts on every object it owns."""
-    return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.metadata.namespace or "default"}
+    return {NAME_LABEL: ks.metadata.name, NAMESPACE_LABEL: ks.namespace}
 
 
 def dump_all(objects: list[JSON]) -> str:

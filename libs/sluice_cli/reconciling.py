@@ -32,6 +32,7 @@ from sluice_cli.terminal import (
     rfc3339_now,
     run_verb,
 )
+from sluice_runtime.conditions import condition_of
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import NotFound
 
@@ -141,7 +142,7 @@ async def request_and_wait(
                     "(sluice check)",
                     FAILED,
                 )
-            ready = kinds_.ready_condition(obj) or {}
+            ready = condition_of(obj) or {}
             message = " ".join(str(ready.get("message") or "").split())
             elapsed = int(time.monotonic() - started)
             # Only a terminal redraws in place; elsewhere each line is printed once.
@@ -168,7 +169,7 @@ def _outcome(obj: JSON, token: str) -> tuple[str, str] | None:
     status = obj.get("status") or {}
     if status.get("lastHandledReconcileAt") != token:
         return None
-    ready = kinds_.ready_condition(obj)
+    ready = condition_of(obj)
     if ready is None or ready.get("status") not in ("True", "False"):
         return None
     generation = (obj.get("metadata") or {}).get("generation")

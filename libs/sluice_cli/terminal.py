@@ -25,6 +25,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sluice_api import meta
+from sluice_api.meta import format_time
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound, one_line
 
@@ -196,8 +198,7 @@ def add_cluster_flags(parser: Any, *, all_namespaces: bool = False) -> None:
 
 def rfc3339_now() -> str:
     """The time as Flux's CLI writes requestedAt: RFC 3339 with nanoseconds' precision."""
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}000Z"
+    return format_time(datetime.now(UTC), fraction="micro").replace("Z", "000Z")
 
 
 def human_duration(seconds: float) -> str:
@@ -225,6 +226,6 @@ def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return meta.parse_time(value)
     except ValueError:
         return None

@@ -20,6 +20,9 @@ from types import ModuleType
 from typing import Any
 
 from sluice_runtime import app
+from sluice_runtime.conditions import condition_of
+from sluice_runtime.conditions import is_ready as is_ready
+from sluice_runtime.controller import ReconcileObserver
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
 
@@ -31,9 +34,14 @@ async def running_service(
     kubeconfig: str,
     namespace: str | None,
     argv: Sequence[str] = (),
-    components: dict[str, Any] | None = None,
+    setup: app.Setup | None = None,
+    observer: ReconcileObserver | None = None,
 ) -> AsyncIterator[app.Runtime]:
-    """Run `service` (a controller's `__main__` module) until the block ends."""
+    """Run `service` (a controller's `__main__` module) until the block ends.
+
+    `setup` replaces the service's own, for a test that wires it with typed
+    collaborators of its own (a fake clock, a handle on its servers).
+    """
     parser = app.parser(service=service.SERVICE, description="test", concurrency=4)
     add_arguments = getattr(service, "add_arguments", None)
     if add_arguments is not None:
@@ -53,28 +61,15 @@ async def running_service(
         service=service.SERVICE,
         options=options,
         kinds=service.KINDS,
-        setup=service.setup,
+        setup=setup or service.setup,
         forward_events=getattr(service, "FORWARD_EVENTS", True),
-        components=components,
+        observer=observer,
     ) as runtime:
         yield runtime
 
 
-def condition(obj: JSON, type_: str) -> JSON | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return None
-
-
-def is_ready(obj: JSON) -> bool:
-    ready = condition(obj, "Ready")
-    status = obj.get("status") or {}
-    return bool(
-        ready
-        and ready.get("status") == "True"
-        and status.get("observedGeneration") == obj["metadata"].get("generation")
-    )
+condition = condition_of
+"""The condition of a type on a raw object (the runtime's lookup, named for tests)."""
 
 
 class Observer:

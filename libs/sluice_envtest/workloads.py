@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from sluice_api.meta import format_time
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.resources import ResourceType
@@ -24,7 +25,7 @@ DEPLOYMENT = ResourceType("apps", "v1", "deployments", "Deployment")
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.now(UTC), fraction="none")
 
 
 def rolled_out_status(obj: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,8 @@ from typing import Any
 import structlog
 
 from sluice_api.meta import parse_duration
-from sluice_runtime.controller import Controller, Informers
+from sluice_runtime.controller import Controller, Informers, ReconcileObserver
+from sluice_runtime.endpoints import metrics_app, probes_app, serving
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_line
@@ -37,7 +38,6 @@ from sluice_runtime.observing.metrics import observe_api_requests
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import C
 from sluice_runtime.recording import EventRecorder
-from sluice_runtime.serving import metrics_app, probes_app, serving
 from sluice_runtime.tokens import producer_token
 
 log = structlog.get_logger(__name__)
@@ -149,8 +149,8 @@ class Runtime:
     recorder: EventRecorder
     stack: contextlib.AsyncExitStack
     controllers: list[Controller[Any]] = field(default_factory=list)
-    components: dict[str, Any] = field(default_factory=dict)
-    """What a service's setup built besides controllers (servers, hubs), by name."""
+    observer: ReconcileObserver | None = None
+    """Told of every reconcile of every controller (tests, benchmarks)."""
 
     def controller(
         self, reconciler: Reconciler[C], *, concurrency: int | None = None
@@ -165,6 +165,7 @@ class Runtime:
                 base=self.options.min_retry_delay, cap=self.options.max_retry_delay
             ),
             service=self.service,
+            observer=self.observer,
         )
         self.controllers.append(made)
         return made
@@ -200,7 +201,7 @@ async def running(
     setup: Setup,
     on_lost_leadership: Callable[[], None] | None = None,
     forward_events: bool = True,
-    components: dict[str, Any] | None = None,
+    observer: ReconcileObserver | None = None,
 ) -> AsyncIterator[Runtime]:
     """Everything a controller process runs, from API client to workers, as one context.
 
@@ -226,9 +227,7 @@ async def running(
             namespace=watched_namespace(options),
             label_selector=options.watch_label_selector or None,
         )
-        runtime = Runtime(
-            service, options, client, informers, recorder, stack, components=dict(components or {})
-        )
+        runtime = Runtime(service, options, client, informers, recorder, stack, observer=observer)
         await setup(runtime)
 
         same_addr = options.metrics_addr == options.health_addr

@@ -8,20 +8,15 @@ moves only when `status` moves; Ready, Reconciling and Stalled come first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
-from sluice_api.meta import Condition, ConditionType
+from sluice_api.meta import JSON, Condition, ConditionType, format_time
 
 Status = Literal["True", "False", "Unknown"]
 
 _FIRST = (ConditionType.READY, ConditionType.RECONCILING, ConditionType.STALLED)
-
-
-def now_rfc3339(now: datetime | None = None) -> str:
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Conditions:
@@ -35,7 +30,7 @@ class Conditions:
         # and set again within one reconcile is not a transition.
         self._initial = dict(self._items)
         self.generation = generation
-        self._now = now_rfc3339(now)
+        self._now = format_time(now or datetime.now(UTC), fraction="none")
 
     def get(self, type_: str) -> Condition | None:
         return self._items.get(type_)
@@ -89,3 +84,44 @@ class Conditions:
             if found is not None and found.status == "True":
                 return found
         return None
+
+
+# -- over raw JSON: objects as the informer caches them --------------------------------
+
+
+def condition_of(obj: Mapping[str, Any], type_: str = ConditionType.READY) -> JSON | None:
+    """The condition `type_` of a raw object's status, None when it has none."""
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == type_:
+            return condition
+    return None
+
+
+def ready_state(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """Ready's (status, reason, message), None before the first reconcile."""
+    ready = condition_of(obj)
+    if ready is None:
+        return None
+    return (
+        str(ready.get("status") or ""),
+        str(ready.get("reason") or ""),
+        str(ready.get("message") or ""),
+    )
+
+
+def is_ready(obj: Mapping[str, Any]) -> bool:
+    """Ready=True for the object's current generation.
+
+    A Ready condition from before the last spec change says nothing about
+    the new spec, so readiness counts only once `status.observedGeneration`
+    has caught up.
+    """
+    ready = condition_of(obj)
+    if ready is None or ready.get("status") != "True":
+        return False
+    status = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    return generation is not None and status.get("observedGeneration") == generation

@@ -15,7 +15,8 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Generic
+from dataclasses import dataclass, field
+from typing import Generic, Protocol
 
 import structlog
 
@@ -110,6 +111,28 @@ def primary_change_matters(change: Change, trigger_annotations: Sequence[str] = 
     )
 
 
+class ReconcileObserver(Protocol):
+    """A hook on every finished reconcile, for tests and benchmarks (metrics
+    are recorded by the runner); the controller itself keeps no counters."""
+
+    def reconciled(self, key: str, outcome: Outcome, seconds: float) -> None: ...
+
+
+@dataclass
+class ReconcileLog:
+    """A ReconcileObserver that remembers, per key, how many reconciles ran and
+    the last one's outcome and duration."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    last_outcome: dict[str, Outcome] = field(default_factory=dict)
+    last_duration: dict[str, float] = field(default_factory=dict)
+
+    def reconciled(self, key: str, outcome: Outcome, seconds: float) -> None:
+        self.counts[key] += 1
+        self.last_outcome[key] = outcome
+        self.last_duration[key] = seconds
+
+
 class Controller(Generic[C]):
     def __init__(
         self,
@@ -122,6 +145,7 @@ class Controller(Generic[C]):
         backoff: ExponentialBackoff | None = None,
         metrics: ControllerMetrics | None = None,
         service: str = "sluice",
+        observer: ReconcileObserver | None = None,
     ) -> None:
         self.reconciler = reconciler
         self.rt = reconciler.rt
@@ -133,10 +157,7 @@ class Controller(Generic[C]):
         self.runner = Runner(reconciler, client=client, recorder=recorder, metrics=self.metrics)
         self._workers: list[asyncio.Task[None]] = []
         self._in_flight: set[str] = set()
-        # Observable by tests and benchmarks: reconciles per key, and outcomes.
-        self.reconciles: Counter[str] = Counter()
-        self.last_outcome: dict[str, Outcome] = {}
-        self.last_duration: dict[str, float] = {}
+        self._observer = observer
         self.informer.add_handler(self._on_primary)
 
     def watch(self, rt: ResourceType, mapper: Mapper, *, selected: bool = False) -> Informer:
@@ -197,10 +218,8 @@ class Controller(Generic[C]):
             except Exception:  # the runner catches step errors; this is a runtime bug
                 log.exception("reconcile crashed", key=key)
                 outcome = Outcome("error", backoff=True)
-            finally:
-                self.reconciles[key] += 1
-                self.last_duration[key] = time.perf_counter() - started
-            self.last_outcome[key] = outcome
+            if self._observer is not None:
+                self._observer.reconciled(key, outcome, time.perf_counter() - started)
             # The outcome decides when the key is next due; what an earlier
             # outcome scheduled is replaced, never left to fire early.
             if outcome.backoff:

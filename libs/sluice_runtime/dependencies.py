@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from sluice_api.meta import JSON
+from sluice_runtime.conditions import is_ready
+from sluice_runtime.informing.watching import Index, Store
 from sluice_runtime.reconciling.errors import Stalling, Waiting
 
-JSON = dict[str, Any]
 Lookup = Callable[[str], JSON | None]
 
 
@@ -87,32 +88,42 @@ def check(obj: JSON, lookup: Lookup, *, source_revision: str | None) -> None:
         dep = lookup(dep_key)
         if dep is None:
             raise DependencyNotReady(f"dependency '{dep_key}' not found")
-        meta, status = dep["metadata"], dep.get("status") or {}
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-        if (
-            ready is None
-            or ready.get("status") != "True"
-            or status.get("observedGeneration") != meta.get("generation")
-        ):
+        if not is_ready(dep):
             raise DependencyNotReady(f"dependency '{dep_key}' is not ready")
         if (
             source_revision is not None
             and source_of(dep) == own_source
-            and status.get("lastAppliedRevision") != source_revision
+            and (dep.get("status") or {}).get("lastAppliedRevision") != source_revision
         ):
             raise DependencyNotReady(
                 f"dependency '{dep_key}' has not applied revision '{source_revision}' yet"
             )
 
 
-def dependents(changed_key: str, objects: list[JSON]) -> list[str]:
-    """Keys of the objects (of one kind) that depend on `changed_key`."""
-    found = []
-    for obj in objects:
-        if changed_key in dependency_keys(obj):
-            meta = obj["metadata"]
-            found.append(f"{meta.get('namespace', '')}/{meta['name']}")
-    return found
+DEPENDS_ON = Index("spec.dependsOn", dependency_keys)
+
+
+def dependents(changed_key: str, store: Store) -> list[str]:
+    """Keys of the objects in `store` (of one kind) that depend on `changed_key`."""
+    return store.referencing(DEPENDS_ON, changed_key)
+
+
+def _source_refs(obj: JSON) -> list[str]:
+    ref = (obj.get("spec") or {}).get("sourceRef")
+    if not isinstance(ref, dict) or not ref.get("name"):
+        return []
+    namespace = ref.get("namespace") or obj["metadata"].get("namespace", "")
+    return [source_ref(str(ref.get("kind")), namespace, ref["name"])]
+
+
+def source_ref(kind: str, namespace: str, name: str) -> str:
+    """A source as `SOURCE_REF` indexes it."""
+    return f"{kind}/{namespace}/{name}"
+
+
+SOURCE_REF = Index("spec.sourceRef", _source_refs)
+"""Objects by the source they name (`Kind/namespace/name`; a missing
+namespace is the object's own)."""
 
 
 DEPENDENCY_NOT_READY = "DependencyNotReady"

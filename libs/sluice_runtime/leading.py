@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 import structlog
 
+from sluice_api.meta import format_time
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import Conflict, KubeError, NotFound
 from sluice_runtime.kube.resources import LEASE
@@ -27,7 +28,7 @@ log = structlog.get_logger(__name__)
 
 
 def _micro_time(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_time(datetime.fromtimestamp(moment, UTC), fraction="micro")
 
 
 class LeaderElector:

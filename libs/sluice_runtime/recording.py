@@ -28,6 +28,7 @@ from typing import Any, Literal
 import aiohttp
 import structlog
 
+from sluice_api.meta import format_time
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound
 from sluice_runtime.kube.resources import EVENT
@@ -40,10 +41,6 @@ Severity = Literal["info", "error", "trace"]
 
 _MAX_PENDING = 2000
 _POST_ATTEMPTS = 3
-
-
-def _timestamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +101,7 @@ class Event:
         body: JSON = {
             "involvedObject": self.involved.as_json(),
             "severity": self.severity,
-            "timestamp": _timestamp(self.time),
+            "timestamp": format_time(self.time, fraction="none"),
             "message": self.message,
             "reason": self.reason,
             "reportingController": controller,
@@ -178,7 +175,7 @@ class EventRecorder:
     async def _write_kubernetes_event(self, event: Event) -> None:
         involved = event.involved
         key = (involved.uid, event.type, event.reason, event.message)
-        stamp = _timestamp(event.time)
+        stamp = format_time(event.time, fraction="none")
         seen = self._seen.get(key)
         if seen is not None:
             name, count = seen

@@ -590,3 +590,17 @@ def test_parse_duration_rejects(text: str) -> None:
 def test_format_duration(value: timedelta, expected: str) -> None:
     assert format_duration(value) == expected
     assert parse_duration(expected) == value
+
+
+@pytest.mark.parametrize(
+    ("metadata", "namespace", "key"),
+    [
+        pytest.param({"name": "a", "namespace": "team"}, "team", "team/a", id="namespaced"),
+        pytest.param({"name": "a"}, "default", "/a", id="no-namespace-is-default"),
+    ],
+)
+def test_resource_namespace(metadata: dict[str, str], namespace: str, key: str) -> None:
+    obj = GitRepository.from_obj(
+        {"metadata": metadata, "spec": {"url": "https://example.com/r.git", "interval": "1m"}}
+    )
+    assert (obj.namespace, obj.key) == (namespace, key)

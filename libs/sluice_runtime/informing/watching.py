@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import structlog
 
@@ -46,11 +46,53 @@ class Change:
 Handler = Callable[[Change], None]
 
 
+class InformerObserver(Protocol):
+    """Hooks for what an informer does on the wire (metrics, tests proving
+    that a dropped watch resumes without a relist); the informer itself keeps
+    no counters."""
+
+    def listed(self) -> None: ...
+    def watched(self) -> None: ...
+
+
+class _NoObserver:
+    def listed(self) -> None:
+        pass
+
+    def watched(self) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """What an object references, as strings (`namespace/name`, `Kind/namespace/name`).
+
+    A store keeps, per index, the keys of the objects referencing each value,
+    updated as objects come and go (client-go's Indexer, the field index Flux
+    registers for `spec.sourceRef`), so "which objects reference X" is a
+    lookup per event instead of a scan of the whole cache. `references` reads
+    raw JSON that the API server validated only against the CRD schema; it
+    must not assume more.
+    """
+
+    name: str
+    references: Callable[[JSON], Iterable[str]]
+
+
 class Store:
     """The informer's cache: objects by `namespace/name`, read-only to others."""
 
     def __init__(self) -> None:
         self._objects: dict[str, JSON] = {}
+        self._indexes: dict[Index, dict[str, set[str]]] = {}
+
+    @classmethod
+    def of(cls, objects: Iterable[JSON]) -> Store:
+        """A store holding `objects`, as an informer would (tools, tests)."""
+        store = cls()
+        for obj in objects:
+            store._put(object_key(obj), obj)
+        return store
 
     def get(self, key: str) -> JSON | None:
         return self._objects.get(key)
@@ -69,13 +111,56 @@ class Store:
             if namespace is None or obj.get("metadata", {}).get("namespace") == namespace:
                 yield obj
 
+    def referencing(self, index: Index, value: str) -> list[str]:
+        """Keys of the objects whose `index` references `value`, sorted.
+
+        The first query of an index builds it from the cache; from then on the
+        store keeps it current.
+        """
+        table = self._indexes.get(index)
+        if table is None:
+            table = self._indexes[index] = {}
+            for key, obj in self._objects.items():
+                _add(table, index, key, obj)
+        return sorted(table.get(value, ()))
+
     def _put(self, key: str, obj: JSON) -> JSON | None:
         old = self._objects.get(key)
         self._objects[key] = obj
+        for index, table in self._indexes.items():
+            if old is not None:
+                _remove(table, index, key, old)
+            _add(table, index, key, obj)
         return old
 
     def _pop(self, key: str) -> JSON | None:
-        return self._objects.pop(key, None)
+        old = self._objects.pop(key, None)
+        if old is not None:
+            for index, table in self._indexes.items():
+                _remove(table, index, key, old)
+        return old
+
+
+def _references(index: Index, obj: JSON) -> set[str]:
+    try:
+        return set(index.references(obj))
+    except Exception:  # a malformed object must not stop the informer; it references nothing
+        log.warning("index failed", index=index.name, key=object_key(obj), exc_info=True)
+        return set()
+
+
+def _add(table: dict[str, set[str]], index: Index, key: str, obj: JSON) -> None:
+    for value in _references(index, obj):
+        table.setdefault(value, set()).add(key)
+
+
+def _remove(table: dict[str, set[str]], index: Index, key: str, obj: JSON) -> None:
+    for value in _references(index, obj):
+        keys = table.get(value)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del table[value]
 
 
 def _resource_version(obj: JSON) -> str:
@@ -92,6 +177,7 @@ class Informer:
         label_selector: str | None = None,
         watch_timeout: int = 300,
         max_backoff: float = 30.0,
+        observer: InformerObserver | None = None,
     ) -> None:
         self.client = client
         self.rt = rt
@@ -104,9 +190,7 @@ class Informer:
         self._handlers: list[Handler] = []
         self._resource_version = ""
         self._task: asyncio.Task[None] | None = None
-        # Counters that tests and metrics read to prove resumption behaviour.
-        self.lists = 0
-        self.watches = 0
+        self._observer = observer or _NoObserver()
 
     def add_handler(self, handler: Handler) -> None:
         """Call `handler` for every change; on adding, replay what is cached."""
@@ -160,7 +244,7 @@ class Informer:
         listed = await self.client.list(
             self.rt, namespace=self.namespace, label_selector=self.label_selector
         )
-        self.lists += 1
+        self._observer.listed()
         seen: set[str] = set()
         for obj in listed.items:
             key = object_key(obj)
@@ -175,7 +259,7 @@ class Informer:
         self.synced.set()
 
     async def _watch(self) -> None:
-        self.watches += 1
+        self._observer.watched()
         async for event in self.client.watch(
             self.rt,
             resource_version=self._resource_version,

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from sluice_api.meta import JSON as JSON
 from sluice_runtime.kube.errors import (
     ApiError,
     ApiUnavailable,
@@ -38,7 +39,6 @@ from sluice_runtime.kube.kubeconfigs import Credentials, ExecPlugin
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.kube.transport import k8s_client, k8s_config
 
-JSON = dict[str, Any]
 DEFAULT_TIMEOUT = 30.0
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeGuard
 
+from sluice_api.meta import parse_time
 from sluice_runtime.describing import describe
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound
@@ -308,7 +309,7 @@ def _timestamp(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_time(value)
     except ValueError:
         return None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-JSON = dict[str, Any]
+from sluice_api.meta import JSON
 
 
 def merge_patch(old: JSON, new: JSON) -> JSON:

@@ -4,9 +4,10 @@ Everything every controller would otherwise repeat lives here, once:
 parsing the cached object into its model, the finalizer, `suspend`,
 `reconcile.fluxcd.io/requestedAt`, running the steps in order (each in its
 own trace span), turning what they raised into conditions, summarizing
-Ready/Reconciling/Stalled in kstatus form, writing status with one patch
-(nothing when nothing changed), an event when Ready changes, and metrics.
-The steps themselves only do their work.
+Ready/Reconciling/Stalled in kstatus form (`summarizing.py`, pure), writing
+status through the reconcile's one `StatusPatcher` (`patching.py`; nothing
+when nothing changed), an event when Ready changes, and metrics. The steps
+themselves only do their work.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Generic, Literal
 
 import pydantic
@@ -26,21 +26,22 @@ from sluice_api.meta import (
     FINALIZER,
     RECONCILE_REQUESTED_AT_ANNOTATION,
     Condition,
-    ConditionType,
     Reason,
-    format_duration,
+    Resource,
     parse_duration,
 )
-from sluice_runtime.conditions import Conditions
+from sluice_runtime.conditions import Conditions, ready_state
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiUnavailable, Conflict, KubeError, NotFound
-from sluice_runtime.kube.patching import add_finalizer_ops, merge_patch, remove_finalizer_ops
+from sluice_runtime.kube.patching import add_finalizer_ops, remove_finalizer_ops
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.observing import tracing
 from sluice_runtime.observing.metrics import ControllerMetrics
-from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
-from sluice_runtime.reconciling.steps import C, ReconcileContext, Step
-from sluice_runtime.recording import EventRecorder, ObjectRecorder
+from sluice_runtime.reconciling.errors import StepError, Waiting
+from sluice_runtime.reconciling.patching import StatusPatcher
+from sluice_runtime.reconciling.steps import C, ContextFactory, ReconcileContext, Step
+from sluice_runtime.reconciling.summarizing import Ending, ending_of, failed_status, summarize
+from sluice_runtime.recording import EventRecorder, InvolvedObject, ObjectRecorder
 
 log = structlog.get_logger(__name__)
 
@@ -58,18 +59,16 @@ class Outcome:
     """Requeue with the key's exponential backoff (a retryable failure)."""
 
 
-ContextFactory = Callable[..., C]
-
-
 @dataclass
 class Reconciler(Generic[C]):
     """A controller's reconcile, declared: its kind, its steps, its context."""
 
-    model: Any
+    model: type[Resource[Any, Any]]
     """The sluice_api model class of the kind reconciled."""
     steps: Sequence[Step[C]]
     context: ContextFactory[C]
-    """Builds the step context from the base fields (a dataclass or a partial of one)."""
+    """Builds the step context from the base fields (the context class, or a
+    `functools.partial` of it)."""
     negative_conditions: Sequence[str] = ()
     """Abnormal-true conditions, in priority order; any that is True makes Ready False."""
     finalize: Callable[[C], Awaitable[None]] | None = None
@@ -162,47 +161,51 @@ class Runner(Generic[C]):
                 log.info("adding finalizer failed, retrying", error=str(error))
                 return Outcome("error", backoff=True)
 
-        conditions = Conditions(obj.status.conditions, generation=generation)
-        events = self._events_for(raw)
-        ctx = self.reconciler.context(
-            obj=obj,
-            raw=raw,
-            client=self.client,
-            conditions=conditions,
-            log=log,
-            events=events,
-            ready_reason=self.reconciler.success_reason,
-        )
         requested = (meta.get("annotations") or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION)
         if requested:
             obj.status.last_handled_reconcile_at = requested
-
-        written: list[JSON] = [raw.get("status") or {}]
-
-        async def publish() -> None:
-            written[0] = (
-                await self._write_status(ctx, raw, base=written[0], announce=False) or written[0]
-            )
-
-        ctx.publish = publish
+        patcher = StatusPatcher(self.client, self.rt, raw)
+        ctx = self._context(obj, raw, generation=generation, patcher=patcher)
         try:
             outcome = await self._run_steps(ctx, generation)
         finally:
             await ctx.cleanup.aclose()
+        new = _status_of(ctx.obj, ctx.conditions)
         # Waiting (for a dependency, an artifact, a gate) is not news: the
         # condition says so, without an event on every wait.
-        final = await self._write_status(
-            ctx, raw, base=written[0], announce=outcome.result != "waiting"
-        )
-        if final is None:
+        if outcome.result != "waiting":
+            self._announce(ctx, raw.get("status") or {}, new)
+        if not await patcher.write(new):
             # The work is done but the status still tells the old story (the API
             # server restarted, say): retry with backoff rather than leave it
             # wrong until the next interval. Found by the chaos suite.
             return Outcome("error", backoff=True)
         return outcome
 
+    def _context(
+        self, obj: Resource[Any, Any], raw: JSON, *, generation: int, patcher: StatusPatcher
+    ) -> C:
+        """The one place a reconcile's context is built, for the steps and for
+        `finalize` alike."""
+        conditions = Conditions(obj.status.conditions, generation=generation)
+
+        async def publish() -> None:
+            await patcher.write(_status_of(obj, conditions))
+
+        return self.reconciler.context(
+            obj=obj,
+            raw=raw,
+            client=self.client,
+            conditions=conditions,
+            log=log,
+            events=self._events_for(raw),
+            publish=publish,
+            ready_reason=self.reconciler.success_reason,
+        )
+
     async def _run_steps(self, ctx: C, generation: int) -> Outcome:
         conditions = ctx.conditions
+        negative = self.reconciler.negative_conditions
         tracer = tracing.tracer()
         requeue_after: float | None = None
         try:
@@ -213,12 +216,8 @@ class Runner(Generic[C]):
                         result = await step(ctx)
                     except StepError as error:
                         if error.condition is not None:
-                            conditions.set(
-                                error.condition,
-                                self._failed_status(error.condition),
-                                error.reason,
-                                error.message,
-                            )
+                            status = failed_status(error.condition, negative)
+                            conditions.set(error.condition, status, error.reason, error.message)
                         span.set_status(Status(StatusCode.ERROR, error.message))
                         raise
                     except Waiting as waiting:
@@ -233,74 +232,21 @@ class Runner(Generic[C]):
                 if result is not None:
                     requeue_after = result.requeue_after
                     break
-        except Stalling as stalled:
-            conditions.mark_true(ConditionType.STALLED, stalled.reason, stalled.message)
-            conditions.mark_false(ConditionType.READY, stalled.reason, stalled.message)
-            conditions.delete(ConditionType.RECONCILING)
-            ctx.obj.status.observed_generation = generation
-            ctx.log.warning("stalled", reason=stalled.reason, error=stalled.message)
-            return Outcome("stalled")
-        except StepError as error:
-            self._mark_retrying(conditions, error.reason, error.message, error.requeue_after)
-            ctx.log.info("reconcile failed, retrying", reason=error.reason, error=error.message)
-            if error.requeue_after is not None:
-                return Outcome("error", requeue_after=error.requeue_after)
-            return Outcome("error", backoff=True)
-        except Waiting as waiting:
-            conditions.mark_false(ConditionType.READY, waiting.reason, waiting.message)
-            conditions.mark_true(ConditionType.RECONCILING, Reason.PROGRESSING, waiting.message)
-            conditions.delete(ConditionType.STALLED)
-            ctx.log.debug("waiting", reason=waiting.reason, message=waiting.message)
-            return Outcome("waiting", requeue_after=waiting.requeue_after)
-        except (ApiUnavailable, Conflict) as error:
-            # Transient by nature: the API server restarted, or a write raced.
-            self._mark_retrying(conditions, Reason.PROGRESSING_WITH_RETRY, str(error))
-            ctx.log.info("transient API error, retrying", error=str(error))
-            return Outcome("error", backoff=True)
-        except Exception as error:  # a bug, not a user error: keep the traceback in the log
-            message = f"internal error: {type(error).__name__}: {error}"
-            self._mark_retrying(conditions, Reason.RECONCILIATION_FAILED, message)
-            ctx.log.exception("reconcile raised")
-            return Outcome("error", backoff=True)
-
-        failing = conditions.first_true(self.reconciler.negative_conditions)
-        if failing is not None:
-            conditions.mark_false(ConditionType.READY, failing.reason, failing.message)
+        except Exception as error:
+            ending = ending_of(error)
+            _log_ending(ctx, ending, error)
         else:
-            conditions.mark_true(ConditionType.READY, ctx.ready_reason, ctx.ready_message)
-        conditions.delete(ConditionType.RECONCILING, ConditionType.STALLED)
-        ctx.obj.status.observed_generation = generation
-        if requeue_after is None:
-            requeue_after = self._interval(ctx.obj)
-        return Outcome("success", requeue_after=requeue_after)
+            ending = Ending("success", ctx.ready_reason, ctx.ready_message, requeue_after)
+        summarize(conditions, ending, negative_conditions=negative)
+        if ending.kind in ("success", "stalled"):
+            ctx.obj.status.observed_generation = generation
+        if ending.kind == "success":
+            return Outcome("success", requeue_after=ending.requeue_after or self._interval(ctx.obj))
+        if ending.kind == "error" and ending.requeue_after is None:
+            return Outcome("error", backoff=True)
+        return Outcome(ending.kind, requeue_after=ending.requeue_after)
 
-    def _failed_status(self, condition: str) -> Literal["True", "False"]:
-        # Negative-polarity conditions (FetchFailed) are True when things are
-        # bad; positive ones (Healthy, ArtifactInStorage) are False.
-        if condition in self.reconciler.negative_conditions:
-            return "True"
-        return "False"
-
-    @staticmethod
-    def _mark_retrying(
-        conditions: Conditions, reason: str, message: str, retry_after: float | None = None
-    ) -> None:
-        conditions.mark_false(ConditionType.READY, reason, message)
-        # Ready (and the step's own condition) carry the error; Reconciling says
-        # when it is tried again rather than repeating it a third time.
-        when = (
-            f"in {format_duration(timedelta(seconds=retry_after))}"
-            if retry_after is not None
-            else "with backoff"
-        )
-        conditions.mark_true(
-            ConditionType.RECONCILING,
-            Reason.PROGRESSING_WITH_RETRY,
-            f"reconciliation failed, retrying {when}",
-        )
-        conditions.delete(ConditionType.STALLED)
-
-    def _interval(self, obj: Any) -> float:
+    def _interval(self, obj: Resource[Any, Any]) -> float:
         interval = getattr(obj.spec, "interval", None)
         if not interval:
             return self.reconciler.default_interval
@@ -308,52 +254,13 @@ class Runner(Generic[C]):
 
     def _events_for(self, raw: JSON) -> ObjectRecorder:
         if self.recorder is None:
-            from sluice_runtime.recording import InvolvedObject
-
             return ObjectRecorder(None, InvolvedObject.of(raw))
         return self.recorder.for_object(raw)
 
-    async def _write_status(
-        self, ctx: ReconcileContext, raw: JSON, *, base: JSON, announce: bool
-    ) -> JSON | None:
-        """Patch status from `base` (what the server has) to the context's; return it,
-        or None when the write failed."""
-        status = ctx.obj.status
-        status.conditions = ctx.conditions.as_list()
-        new: JSON = status.model_dump(mode="json", by_alias=True, exclude_none=True)
-        old = raw.get("status") or {}
-        patch = merge_patch(base, new)
-        if announce:
-            self._announce(ctx, old, new)
-        if not patch:
-            return new
-        meta = raw["metadata"]
-        try:
-            await self.client.merge_patch(
-                self.rt,
-                meta["name"],
-                {"status": patch},
-                namespace=meta.get("namespace"),
-                subresource="status",
-            )
-        except NotFound:
-            return new  # deleted while we worked
-        except KubeError as error:
-            ctx.log.warning("status update failed", error=str(error))
-            return None
-        return new
-
     @staticmethod
-    def _announce(ctx: ReconcileContext, old: JSON, new: JSON) -> None:
+    def _announce(ctx: ReconcileContext[Any], old: JSON, new: JSON) -> None:
         """An event when Ready changes (status, reason or message)."""
-
-        def ready(status: JSON) -> tuple[str, str, str] | None:
-            for cond in status.get("conditions") or []:
-                if cond.get("type") == ConditionType.READY:
-                    return (cond.get("status", ""), cond.get("reason", ""), cond.get("message", ""))
-            return None
-
-        before, after = ready(old), ready(new)
+        before, after = ready_state({"status": old}), ready_state({"status": new})
         if after is None or after == before:
             return
         status, reason, message = after
@@ -373,7 +280,7 @@ class Runner(Generic[C]):
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()[:5]
         )
         message = f"invalid spec: {problems}"
-        old = raw.get("status") or {}
+        old: JSON = raw.get("status") or {}
         existing = []
         for item in old.get("conditions") or []:
             try:
@@ -381,44 +288,25 @@ class Runner(Generic[C]):
             except pydantic.ValidationError:
                 continue
         conditions = Conditions(existing, generation=generation)
-        conditions.mark_true(ConditionType.STALLED, INVALID_SPEC, message)
-        conditions.mark_false(ConditionType.READY, INVALID_SPEC, message)
-        conditions.delete(ConditionType.RECONCILING)
+        summarize(conditions, Ending("stalled", INVALID_SPEC, message), negative_conditions=())
+        log.warning("invalid object", error=message)
+        # Everything but what the refusal says stays as the server has it.
         new = {
+            **old,
             "conditions": [c.model_dump(mode="json", by_alias=True) for c in conditions.as_list()],
             "observedGeneration": generation,
         }
-        patch = merge_patch({k: old.get(k) for k in new if k in old}, new)
-        log.warning("invalid object", error=message)
-        if patch:
-            meta = raw["metadata"]
-            try:
-                await self.client.merge_patch(
-                    self.rt,
-                    meta["name"],
-                    {"status": patch},
-                    namespace=meta.get("namespace"),
-                    subresource="status",
-                )
-            except KubeError as write_error:
-                log.warning("status update failed", error=str(write_error))
+        await StatusPatcher(self.client, self.rt, raw).write(new)
         return Outcome("stalled")
 
-    async def _delete(self, raw: JSON, obj: Any) -> Outcome:
+    async def _delete(self, raw: JSON, obj: Resource[Any, Any]) -> Outcome:
         meta = raw["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         if FINALIZER not in finalizers:
             return Outcome("deleted")
         if self.reconciler.finalize is not None:
-            ctx = self.reconciler.context(
-                obj=obj,
-                raw=raw,
-                client=self.client,
-                conditions=Conditions(obj.status.conditions, generation=0),
-                log=log,
-                events=self._events_for(raw),
-                ready_reason=self.reconciler.success_reason,
-            )
+            patcher = StatusPatcher(self.client, self.rt, raw)
+            ctx = self._context(obj, raw, generation=0, patcher=patcher)
             try:
                 await self.reconciler.finalize(ctx)
             except (StepError, KubeError) as error:
@@ -438,3 +326,25 @@ class Runner(Generic[C]):
             return Outcome("error", backoff=True)
         log.info("finalized")
         return Outcome("deleted")
+
+
+def _status_of(obj: Resource[Any, Any], conditions: Conditions) -> JSON:
+    """The status to write: the model's, with this reconcile's conditions."""
+    status = obj.status
+    status.conditions = conditions.as_list()
+    new: JSON = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return new
+
+
+def _log_ending(ctx: ReconcileContext[Any], ending: Ending, error: Exception) -> None:
+    # Log state changes at the level they deserve; a bug keeps its traceback.
+    if ending.kind == "stalled":
+        ctx.log.warning("stalled", reason=ending.reason, error=ending.message)
+    elif ending.kind == "waiting":
+        ctx.log.debug("waiting", reason=ending.reason, message=ending.message)
+    elif isinstance(error, StepError):
+        ctx.log.info("reconcile failed, retrying", reason=ending.reason, error=ending.message)
+    elif isinstance(error, (ApiUnavailable, Conflict)):
+        ctx.log.info("transient API error, retrying", error=ending.message)
+    else:
+        ctx.log.exception("reconcile raised")

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
+from sluice_api.meta import ConditionType, Reason, Resource
 from sluice_runtime.conditions import Conditions
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.recording import ObjectRecorder
+
+M = TypeVar("M", bound=Resource[Any, Any])
+"""The sluice_api model of the kind a context reconciles."""
+
+Publish = Callable[[], Awaitable[None]]
+"""Writes the status as it stands, mid-reconcile (the runner's status patcher)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +36,12 @@ def done(*, requeue_after: float | None = None) -> Result:
 
 
 @dataclass(kw_only=True)
-class ReconcileContext:
-    """What every step can use. Controllers subclass it with their own fields
-    (`commit`, `artifact`, ...) that earlier steps fill for later ones."""
+class ReconcileContext(Generic[M]):
+    """What every step can use. Controllers subclass it for their kind
+    (`ReconcileContext[GitRepository]`) with their own fields (`commit`,
+    `artifact`, ...) that earlier steps fill for later ones."""
 
-    obj: Any
+    obj: M
     """The object as parsed into its sluice_api model; steps edit `obj.status`."""
     raw: JSON
     """The object as cached, for fields the model does not know."""
@@ -42,15 +49,15 @@ class ReconcileContext:
     conditions: Conditions
     log: structlog.typing.FilteringBoundLogger
     events: ObjectRecorder
-    ready_reason: str = "Succeeded"
+    publish: Publish
+    """Writes the status as it stands; the runner's, given at construction."""
+    ready_reason: str = Reason.SUCCEEDED
     ready_message: str = ""
     """What Ready says when every step succeeds; steps set it."""
     event_metadata: dict[str, str] = field(default_factory=dict)
     """Metadata added to every event of this reconcile (e.g. the revision)."""
     cleanup: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     """Where steps register what must be undone after the last step (work dirs)."""
-    publish: Callable[[], Awaitable[None]] | None = None
-    """Set by the runner: writes the status as it stands, mid-reconcile."""
 
     async def progress(self, message: str) -> None:
         """Show Reconciling=True with `message` now, before a long step.
@@ -58,21 +65,36 @@ class ReconcileContext:
         Status is otherwise written once, at the end; a health wait of
         minutes should not leave the object showing the previous reconcile.
         """
-        self.conditions.mark_true("Reconciling", "Progressing", message)
-        self.conditions.mark_unknown("Ready", "Progressing", message)
-        if self.publish is not None:
-            await self.publish()
-
-    @property
-    def status(self) -> Any:
-        return self.obj.status
+        self.conditions.mark_true(ConditionType.RECONCILING, Reason.PROGRESSING, message)
+        self.conditions.mark_unknown(ConditionType.READY, Reason.PROGRESSING, message)
+        await self.publish()
 
 
-C = TypeVar("C", bound=ReconcileContext)
+C = TypeVar("C", bound=ReconcileContext[Any])
+C_co = TypeVar("C_co", bound=ReconcileContext[Any], covariant=True)
 # A step written for a base context (a shared source step) fits any
 # pipeline whose context extends that base.
-C_contra = TypeVar("C_contra", bound=ReconcileContext, contravariant=True)
+C_contra = TypeVar("C_contra", bound=ReconcileContext[Any], contravariant=True)
 StepFn = Callable[[C], Awaitable[Result | None]]
+
+
+class ContextFactory(Protocol[C_co]):
+    """Builds a controller's context from the fields every context has: the
+    context class itself, or a `functools.partial` of it binding the
+    controller's own collaborators (`services=...`)."""
+
+    def __call__(
+        self,
+        *,
+        obj: Any,
+        raw: JSON,
+        client: KubeClient,
+        conditions: Conditions,
+        log: structlog.typing.FilteringBoundLogger,
+        events: ObjectRecorder,
+        publish: Publish,
+        ready_reason: str,
+    ) -> C_co: ...
 
 
 @dataclass(frozen=True)
@@ -97,8 +119,3 @@ def step(*conditions: str) -> Callable[[StepFn[C]], Step[C]]:
         return Step(fn=fn, name=fn.__name__, conditions=tuple(str(c) for c in conditions))
 
     return wrap
-
-
-def context_fields(ctx: ReconcileContext) -> dict[str, Any]:
-    """The base fields of a context, for building a subclass from it."""
-    return {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ReconcileContext)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ def gitrepo(
 
 
 @dataclass(kw_only=True)
-class RecordingContext(ReconcileContext):
+class RecordingContext(ReconcileContext[GitRepository]):
     """The test reconciler's context; `journal` is shared across reconciles."""
 
     journal: Journal
@@ -106,13 +107,11 @@ def recording_reconciler(
     steps: list[Step[RecordingContext]] = [Step(fn=record, name="record", conditions=())]
     steps += extra_steps or []
 
-    def make(**base: Any) -> RecordingContext:
-        return RecordingContext(journal=journal, **base)
-
+    context = functools.partial(RecordingContext, journal=journal)
     return Reconciler(
         model=GitRepository,
         steps=steps,
-        context=make,
+        context=context,
         finalize=finalize,
         negative_conditions=("FetchFailed",),
     )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sluice_api.meta import Condition
-from sluice_runtime.conditions import Conditions
+import pytest
+
+from sluice_api.meta import JSON, Condition
+from sluice_runtime.conditions import Conditions, condition_of, is_ready, ready_state
 
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 11, 0, tzinfo=UTC)
@@ -65,3 +67,35 @@ def test_long_messages_are_cut_to_fit_the_api_limit() -> None:
     conditions.mark_false("Ready", "R", "x" * 40000)
     ready = conditions.get("Ready")
     assert ready is not None and len(ready.message) <= 32768
+
+
+def raw(generation: int | None, observed: int | None, *conditions: dict[str, str]) -> JSON:
+    status: JSON = {"conditions": list(conditions)}
+    if observed is not None:
+        status["observedGeneration"] = observed
+    return {"metadata": {"name": "x", "generation": generation}, "status": status}
+
+
+READY_TRUE = {"type": "Ready", "status": "True", "reason": "Succeeded", "message": "ok"}
+READY_FALSE = {"type": "Ready", "status": "False", "reason": "Failed", "message": "no"}
+OPENED = {"type": "Opened", "status": "True", "reason": "Open", "message": "open"}
+
+
+@pytest.mark.parametrize(
+    ("obj", "state", "ready"),
+    [
+        pytest.param(raw(2, 2, READY_TRUE), ("True", "Succeeded", "ok"), True, id="ready"),
+        pytest.param(raw(3, 2, READY_TRUE), ("True", "Succeeded", "ok"), False, id="stale-ready"),
+        pytest.param(raw(2, 2, READY_FALSE), ("False", "Failed", "no"), False, id="not-ready"),
+        pytest.param(raw(2, 2, OPENED), None, False, id="only-another-condition"),
+        pytest.param({"metadata": {"generation": 1}}, None, False, id="no-status"),
+        pytest.param({"status": {"conditions": ["junk"]}}, None, False, id="malformed-condition"),
+    ],
+)
+def test_ready_over_raw_objects(obj: JSON, state: tuple[str, str, str] | None, ready: bool) -> None:
+    assert ready_state(obj) == state
+    assert is_ready(obj) is ready
+
+
+def test_condition_of_finds_any_type() -> None:
+    assert condition_of(raw(1, 1, READY_TRUE, OPENED), "Opened") == OPENED

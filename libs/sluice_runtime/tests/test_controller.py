@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.conditions import condition_of as condition
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
@@ -29,13 +29,6 @@ from .conftest import (
 
 ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for cond in obj.get("status", {}).get("conditions") or []:
-        if cond["type"] == type_:
-            return dict(cond)
-    return None
 
 
 async def ready(kube: KubeClient, namespace: str, name: str) -> bool:
@@ -388,3 +381,41 @@ async def test_a_failed_status_write_is_retried_with_backoff_not_at_the_interval
             )
     finally:
         await client.close()
+
+
+async def test_progress_is_published_mid_reconcile_and_the_final_write_replaces_it(
+    kube: KubeClient, namespace: str
+) -> None:
+    # One StatusPatcher per reconcile: `progress` writes through it while the
+    # step still runs, and the final write patches from what it published.
+    release = asyncio.Event()
+
+    async def long_step(ctx: RecordingContext) -> Result | None:
+        await ctx.progress("fetching the big one")
+        await release.wait()
+        ctx.ready_message = "fetched"
+        return None
+
+    step = Step(fn=long_step, name="long", conditions=())
+    async with running_controller(kube, namespace, extra_steps=[step]):
+        await kube.create(GITREPO, gitrepo("slow", namespace))
+
+        async def in_progress() -> bool:
+            cond = condition(await kube.get(GITREPO, "slow", namespace), "Reconciling")
+            return cond is not None and cond["message"] == "fetching the big one"
+
+        await eventually(in_progress, message="Reconciling published mid-reconcile")
+        obj = await kube.get(GITREPO, "slow", namespace)
+        shown = condition(obj, "Ready")
+        assert shown is not None and (shown["status"], shown["reason"]) == (
+            "Unknown",
+            "Progressing",
+        )
+
+        release.set()
+        await eventually(lambda: ready(kube, namespace, "slow"), message="Ready after the step")
+        obj = await kube.get(GITREPO, "slow", namespace)
+        final = condition(obj, "Ready")
+        assert final is not None and final["message"] == "fetched"
+        assert condition(obj, "Reconciling") is None
+        assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]

@@ -13,6 +13,7 @@ from sluice_runtime.dependencies import (
     dependents,
     find_cycle,
 )
+from sluice_runtime.informing.watching import Store
 
 
 def ks(
@@ -110,5 +111,6 @@ def test_self_dependency_is_a_cycle() -> None:
 
 def test_dependents_of_a_changed_kustomization() -> None:
     objs = [ks("app", deps=("base",)), ks("web", deps=("base", "app")), ks("base")]
-    assert dependents("apps/base", objs) == ["apps/app", "apps/web"]
-    assert dependents("apps/app", objs) == ["apps/web"]
+    store = Store.of(objs)
+    assert dependents("apps/base", store) == ["apps/app", "apps/web"]
+    assert dependents("apps/app", store) == ["apps/web"]

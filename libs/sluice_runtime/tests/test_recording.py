@@ -10,12 +10,12 @@ from typing import Any
 import pytest_asyncio
 from aiohttp import web
 
+from sluice_runtime.endpoints import serving
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.resources import EVENT
 from sluice_runtime.reconciling.errors import StepError
 from sluice_runtime.reconciling.steps import Result, Step
 from sluice_runtime.recording import EventRecorder
-from sluice_runtime.serving import serving
 from sluice_runtime.tokens import TokenFile
 
 from .conftest import GITREPO, RecordingContext, eventually, gitrepo, running_controller

@@ -31,10 +31,10 @@ another controller: they are never reconciled, nor written to.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from application_controller import expansion
 from application_controller.expansion import Child, Invalid
@@ -97,20 +97,11 @@ class Services:
 
 
 @dataclass(kw_only=True)
-class ApplicationContext(ReconcileContext):
+class ApplicationContext(ReconcileContext[Application]):
     services: Services
     children: list[Child] = field(default_factory=list)
     applied: dict[str, JSON] = field(default_factory=dict)
     """Each child as the API server answered its apply, by destination."""
-
-    @property
-    def app(self) -> Application:
-        obj: Application = self.obj
-        return obj
-
-    @property
-    def namespace(self) -> str:
-        return self.app.metadata.namespace or "default"
 
 
 def _stall(error: Invalid) -> Stalling:
@@ -122,7 +113,7 @@ def _stall(error: Invalid) -> Stalling:
 
 @step()
 async def reconcile_expansion(ctx: ApplicationContext) -> Result | None:
-    app = ctx.app
+    app = ctx.obj
     if not expansion.is_flux(app):
         # Ours before its kind changed: let go of what it made, then of it.
         await _prune(ctx, keep=set())
@@ -133,14 +124,14 @@ async def reconcile_expansion(ctx: ApplicationContext) -> Result | None:
                 APPLICATION,
                 app.metadata.name,
                 {"metadata": {"finalizers": finalizers or None}},
-                namespace=ctx.namespace,
+                namespace=ctx.obj.namespace,
             )
         return done()
     template: JSON | None = None
     name = expansion.template_name(app) if _is_helm(app) else None
     if name is not None:
         try:
-            template = await ctx.client.get(HELMCHART, name, ctx.namespace)
+            template = await ctx.client.get(HELMCHART, name, ctx.obj.namespace)
         except NotFound:
             template = None
     try:
@@ -154,12 +145,12 @@ async def reconcile_expansion(ctx: ApplicationContext) -> Result | None:
         if child.secret is None:
             continue
         try:
-            await ctx.client.get(SECRET, child.secret, ctx.namespace)
+            await ctx.client.get(SECRET, child.secret, ctx.obj.namespace)
         except NotFound:
             ctx.services.missing_secrets.add(app.key)
             raise Stalling(
                 Reason.INVALID,
-                f"{child.secret_field}: Secret {ctx.namespace}/{child.secret} not found",
+                f"{child.secret_field}: Secret {ctx.obj.namespace}/{child.secret} not found",
             ) from None
     return None
 
@@ -176,7 +167,7 @@ def _is_helm(app: Application) -> bool:
 
 @step()
 async def reconcile_template(ctx: ApplicationContext) -> Result | None:
-    app = ctx.app
+    app = ctx.obj
     if not expansion.wants_template(app) or expansion.template_name(app) is not None:
         return None
     if not _is_helm(app):
@@ -184,14 +175,14 @@ async def reconcile_template(ctx: ApplicationContext) -> Result | None:
     wanted = expansion.saved_template(app)
     name = wanted["metadata"]["name"]
     try:
-        existing: JSON | None = await ctx.client.get(HELMCHART, name, ctx.namespace)
+        existing: JSON | None = await ctx.client.get(HELMCHART, name, ctx.obj.namespace)
     except NotFound:
         existing = None
     labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
     if existing is not None and labels.get(TEMPLATE_LABEL) != "true":
         raise Stalling(
             Reason.TEMPLATE_FAILED,
-            f"cannot save the template: HelmChart {ctx.namespace}/{name} exists and is "
+            f"cannot save the template: HelmChart {ctx.obj.namespace}/{name} exists and is "
             "not a template",
         )
     try:
@@ -201,7 +192,7 @@ async def reconcile_template(ctx: ApplicationContext) -> Result | None:
             Reason.TEMPLATE_FAILED, f"cannot save template HelmChart {name}: {error}"
         ) from None
     if existing is None:
-        ctx.events.normal(Reason.CREATED, f"Saved template HelmChart {ctx.namespace}/{name}")
+        ctx.events.normal(Reason.CREATED, f"Saved template HelmChart {ctx.obj.namespace}/{name}")
     return None
 
 
@@ -210,13 +201,13 @@ async def reconcile_template(ctx: ApplicationContext) -> Result | None:
 
 async def _owned(ctx: ApplicationContext) -> list[JSON]:
     """Every HelmRelease and Kustomization labelled as this app's and owned by it."""
-    uid = ctx.app.metadata.uid
+    uid = ctx.obj.metadata.uid
     found: list[JSON] = []
     for rt in CHILD_TYPES.values():
         listed = await ctx.client.list(
             rt,
-            namespace=ctx.namespace,
-            label_selector=f"{MANAGED_BY_LABEL}={ctx.app.metadata.name}",
+            namespace=ctx.obj.namespace,
+            label_selector=f"{MANAGED_BY_LABEL}={ctx.obj.metadata.name}",
         )
         for obj in listed.items:
             owners = obj["metadata"].get("ownerReferences") or []
@@ -233,7 +224,7 @@ async def _prune(ctx: ApplicationContext, *, keep: set[tuple[str, str]]) -> None
             continue
         destination = (obj["metadata"].get("annotations") or {}).get(DESTINATION_ANNOTATION, "")
         try:
-            await ctx.client.delete(CHILD_TYPES[kind], name, namespace=ctx.namespace)
+            await ctx.client.delete(CHILD_TYPES[kind], name, namespace=ctx.obj.namespace)
         except NotFound:
             continue
         except KubeError as error:
@@ -273,7 +264,7 @@ async def reconcile_children(ctx: ApplicationContext) -> Result | None:
 
 @step()
 async def reconcile_summary(ctx: ApplicationContext) -> Result | None:
-    app = ctx.app
+    app = ctx.obj
     kind = ctx.children[0].kind if ctx.children else "HelmRelease"
     statuses = {dest: obj.get("status") or {} for dest, obj in ctx.applied.items()}
     app.status.kind = "fluxcd"
@@ -304,16 +295,16 @@ async def reconcile_summary(ctx: ApplicationContext) -> Result | None:
 
 
 async def _label(ctx: ApplicationContext, labels: dict[str, str]) -> None:
-    current = ctx.app.metadata.labels or {}
+    current = ctx.obj.metadata.labels or {}
     changed = {k: v for k, v in labels.items() if current.get(k) != v}
     if not changed:
         return
     # A label, not status: KubeSphere's UI selects and sorts Applications by it.
     await ctx.client.merge_patch(
         APPLICATION,
-        ctx.app.metadata.name,
+        ctx.obj.metadata.name,
         {"metadata": {"labels": changed}},
-        namespace=ctx.namespace,
+        namespace=ctx.obj.namespace,
     )
 
 
@@ -322,7 +313,7 @@ STEPS = (reconcile_expansion, reconcile_template, reconcile_children, reconcile_
 
 async def finalize(ctx: ApplicationContext) -> None:
     """Delete every child; their controllers uninstall and prune. Templates stay."""
-    ctx.services.missing_secrets.discard(ctx.app.key)
+    ctx.services.missing_secrets.discard(ctx.obj.key)
     with contextlib.suppress(NotFound):
         await _prune(ctx, keep=set())
 
@@ -401,13 +392,12 @@ class FluxAppsRunner(Runner[ApplicationContext]):
 
 
 def reconciler(services: Services) -> Reconciler[ApplicationContext]:
-    def make(**base: Any) -> ApplicationContext:
-        return ApplicationContext(services=services, **base)
+    context = functools.partial(ApplicationContext, services=services)
 
     return Reconciler(
         model=Application,
         steps=STEPS,
-        context=make,
+        context=context,
         finalize=finalize,
         success_reason=Reason.SUCCEEDED,
     )

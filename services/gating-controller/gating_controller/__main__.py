@@ -1,12 +1,12 @@
 """gating-controller: opens and closes Gates for approvals, maintenance windows and freezes.
 
-Wiring only: the Gate controller, with the clock it reads (a test can hand
-it another through `components["clock"]`).
+Wiring only: the Gate controller, with the clock it reads (a test wires it
+with another through `setup_with`).
 """
 
 from __future__ import annotations
 
-from gating_controller import gating
+from gating_controller import gate
 from sluice_api import Gate
 from sluice_runtime import app
 
@@ -15,10 +15,16 @@ KINDS = (Gate,)
 """Every kind this process reads; startup fails clearly if one is not served."""
 
 
-async def setup(runtime: app.Runtime) -> None:
-    """Wire the Gate controller."""
-    clock = runtime.components.get("clock", gating.system_clock)
-    runtime.controller(gating.reconciler(clock))
+def setup_with(clock: gate.Clock) -> app.Setup:
+    """The wiring, with the clock the Gate controller reads."""
+
+    async def setup(runtime: app.Runtime) -> None:
+        runtime.controller(gate.reconciler(clock))
+
+    return setup
+
+
+setup = setup_with(gate.system_clock)
 
 
 def main() -> None:

@@ -27,9 +27,9 @@ from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import Observer, condition, make_secret, running_service
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
+from sluice_runtime.endpoints import serving
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import ResourceType
-from sluice_runtime.serving import serving
 
 GATE = ResourceType("gating.toolkit.fluxcd.io", "v1alpha1", "gates", "Gate")
 GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
@@ -66,7 +66,7 @@ class Stage:
     observe: Observer
     clock: FakeClock
     gating: app.Runtime
-    notification: app.Runtime
+    receiver_port: int
     session: aiohttp.ClientSession
     kubeconfig: str
 
@@ -78,7 +78,7 @@ class Stage:
 
     @property
     def receiver_url(self) -> str:
-        return f"http://127.0.0.1:{self.notification.components['receiver_address'][1]}"
+        return f"http://127.0.0.1:{self.receiver_port}"
 
     async def gate(self, name: str, **spec: Any) -> JSON:
         body = {
@@ -243,6 +243,7 @@ async def stage(
     events_token = tmp_path / "events-token"
     events_token.write_text(secrets.token_hex(16))
     storage_port = free_port()
+    notification = notification_main.Wiring()
     async with (
         running_service(
             notification_main,
@@ -253,17 +254,18 @@ async def stage(
                 "--events-addr", "127.0.0.1:0",
                 "--events-token-file", str(events_token),
             ],
-        ) as notification,
+            setup=notification.setup,
+        ),
         running_service(
             gating_main,
             kubeconfig=kubeconfig,
             namespace=namespace,
             argv=[
                 "--events-addr",
-                f"http://127.0.0.1:{notification.components['events_address'][1]}/",
+                f"http://127.0.0.1:{notification.events_port}/",
                 "--events-token-file", str(events_token),
             ],
-            components={"clock": clock},
+            setup=gating_main.setup_with(clock),
         ) as gating,
         running_service(
             source_main,
@@ -279,6 +281,6 @@ async def stage(
         aiohttp.ClientSession() as session,
     ):  # fmt: skip
         yield Stage(
-            kube, namespace, git_http, Observer(kube, namespace), clock, gating, notification,
-            session, kubeconfig,
+            kube, namespace, git_http, Observer(kube, namespace), clock, gating,
+            notification.receiver_port, session, kubeconfig,
         )  # fmt: skip

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gating_controller.gates import InvalidGate, evaluate
+from gating_controller.evaluating import InvalidGate, evaluate
 
-from .test_gates import gate
+from .test_evaluating import gate
 
 cron_field = st.one_of(
     st.sampled_from(

@@ -7,7 +7,7 @@ import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 
-from gating_controller.gates import parse_time
+from sluice_api.meta import parse_time
 from sluice_envtest.harness import condition
 from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.errors import NotFound

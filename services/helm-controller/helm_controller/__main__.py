@@ -15,7 +15,7 @@ import structlog
 
 from helm_controller import helmrelease
 from sluice_api import Gate, HelmChart, HelmRelease
-from sluice_runtime import app, gates
+from sluice_runtime import app, gatekeeping
 from sluice_runtime.helming import HelmMissing, helm_binary
 from sluice_runtime.kube.resources import ResourceType
 
@@ -69,7 +69,7 @@ async def setup(runtime: app.Runtime) -> None:
     controller = runtime.controller(helmrelease.reconciler(services))
     controller.watch(chart_rt, helmrelease.chart_watchers(hrs))
     controller.watch(hr_rt, helmrelease.dependent_watchers(hrs), selected=True)
-    controller.watch(gate_rt, gates.consumers_of(hrs))
+    controller.watch(gate_rt, gatekeeping.consumers_of(hrs))
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ only what the tenant may.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import tempfile
 from collections.abc import Callable
@@ -49,10 +50,11 @@ from sluice_api.helm import (
 )
 from sluice_api.meta import Artifact, parse_duration
 from sluice_api.source import HelmChart
-from sluice_runtime import dependencies, gates
+from sluice_runtime import dependencies, gatekeeping
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
+from sluice_runtime.conditions import condition_of
 from sluice_runtime.helming import HelmError, run_helm
-from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.informing.watching import Change, Index, Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound
 from sluice_runtime.kube.impersonation import impersonated_user
@@ -89,7 +91,7 @@ class Services:
 
 
 @dataclass(kw_only=True)
-class HelmReleaseContext(ReconcileContext):
+class HelmReleaseContext(ReconcileContext[HelmRelease]):
     services: Services
     artifact: Artifact | None = None
     chart_dir: Path | None = None
@@ -109,28 +111,19 @@ class HelmReleaseContext(ReconcileContext):
         return self.target.kubeconfig if self.target is not None else self.services.kubeconfig
 
     @property
-    def hr(self) -> HelmRelease:
-        obj: HelmRelease = self.obj
-        return obj
-
-    @property
-    def namespace(self) -> str:
-        return self.hr.metadata.namespace or "default"
-
-    @property
     def release_namespace(self) -> str:
-        return self.hr.spec.target_namespace or self.namespace
+        return self.obj.spec.target_namespace or self.obj.namespace
 
     @property
     def release_name(self) -> str:
-        spec = self.hr.spec
+        spec = self.obj.spec
         return releases.release_name(
-            self.hr.metadata.name, spec.target_namespace, spec.release_name
+            self.obj.metadata.name, spec.target_namespace, spec.release_name
         )
 
     @property
     def timeout(self) -> float:
-        spec = self.hr.spec
+        spec = self.obj.spec
         return parse_duration(spec.timeout).total_seconds() if spec.timeout else DEFAULT_TIMEOUT
 
 
@@ -174,12 +167,12 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
 
 @step()
 async def reconcile_unsupported(ctx: HelmReleaseContext) -> Result | None:
-    spec = ctx.hr.spec
+    spec = ctx.obj.spec
     if (spec.chart is None) == (spec.chart_ref is None):
         raise Stalling(
             Reason.INIT_FAILED, "exactly one of spec.chart and spec.chartRef must be set"
         )
-    found = unsupported_fields(ctx.hr)
+    found = unsupported_fields(ctx.obj)
     if found:
         raise Stalling(
             Reason.UNSUPPORTED,
@@ -197,12 +190,12 @@ async def reconcile_target(ctx: HelmReleaseContext) -> Result | None:
 
 
 async def _target(ctx: HelmReleaseContext) -> targets.Target | None:
-    ref = ctx.hr.spec.kube_config
+    ref = ctx.obj.spec.kube_config
     if ref is None:
         return None
     try:
         return await targets.remote(
-            ref, client=ctx.client, namespace=ctx.namespace, cleanup=ctx.cleanup
+            ref, client=ctx.client, namespace=ctx.obj.namespace, cleanup=ctx.cleanup
         )
     except targets.TargetRefused as error:
         raise Stalling(Reason.INIT_FAILED, str(error)) from None
@@ -216,12 +209,12 @@ async def _target(ctx: HelmReleaseContext) -> targets.Target | None:
 @step(Condition.APPROVED)
 async def reconcile_gates(ctx: HelmReleaseContext) -> Result | None:
     """A closed gate holds install and upgrade (the release stays as it is)."""
-    gates.hold_while_closed(
-        ctx.hr.spec.gates,
-        namespace=ctx.namespace,
+    gatekeeping.hold_while_closed(
+        ctx.obj.spec.gates,
+        namespace=ctx.obj.namespace,
         store=ctx.services.gates,
         conditions=ctx.conditions,
-        requeue_after=parse_duration(ctx.hr.spec.interval).total_seconds(),
+        requeue_after=parse_duration(ctx.obj.spec.interval).total_seconds(),
     )
     return None
 
@@ -231,7 +224,7 @@ async def reconcile_gates(ctx: HelmReleaseContext) -> Result | None:
 
 @step()
 async def reconcile_dependencies(ctx: HelmReleaseContext) -> Result | None:
-    if not ctx.hr.spec.depends_on:
+    if not ctx.obj.spec.depends_on:
         return None
     dependencies.require_ready(
         ctx.raw,
@@ -250,7 +243,7 @@ def desired_chart(hr: HelmRelease) -> dict[str, Any]:
     assert hr.spec.chart is not None
     template = hr.spec.chart
     spec = template.spec
-    source_ns = spec.source_ref.namespace or hr.metadata.namespace or "default"
+    source_ns = spec.source_ref.namespace or hr.namespace
     labels = {**((template.metadata.labels if template.metadata else None) or {})}
     labels.update({NAME_LABEL: hr.metadata.name, NAMESPACE_LABEL: hr.metadata.namespace or ""})
     chart_spec: dict[str, Any] = {
@@ -278,11 +271,11 @@ def desired_chart(hr: HelmRelease) -> dict[str, Any]:
 
 @step()
 async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
-    hr = ctx.hr
+    hr = ctx.obj
     if hr.spec.chart is not None:
         wanted = desired_chart(hr)
         namespace = wanted["metadata"]["namespace"]
-        if ctx.services.no_cross_namespace_refs and namespace != ctx.namespace:
+        if ctx.services.no_cross_namespace_refs and namespace != ctx.obj.namespace:
             raise Stalling(
                 Reason.ARTIFACT_FAILED,
                 f"cannot access HelmRepository/{namespace}: cross-namespace references are "
@@ -299,10 +292,10 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
     else:
         assert hr.spec.chart_ref is not None
         ref = hr.spec.chart_ref
-        key = f"{ref.namespace or ctx.namespace}/{ref.name}"
+        key = f"{ref.namespace or ctx.obj.namespace}/{ref.name}"
         if (
             ctx.services.no_cross_namespace_refs
-            and (ref.namespace or ctx.namespace) != ctx.namespace
+            and (ref.namespace or ctx.obj.namespace) != ctx.obj.namespace
         ):
             raise Stalling(
                 Reason.ARTIFACT_FAILED,
@@ -341,10 +334,10 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
 
 
 def _ready_message(chart: dict[str, Any]) -> str:
-    for cond in (chart.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("status") != "True":
-            return str(cond.get("message") or "")
-    return ""
+    ready = condition_of(chart)
+    if ready is None or ready.get("status") == "True":
+        return ""
+    return str(ready.get("message") or "")
 
 
 # -- 5. values -------------------------------------------------------------------------------
@@ -352,16 +345,18 @@ def _ready_message(chart: dict[str, Any]) -> str:
 
 @step()
 async def reconcile_values(ctx: HelmReleaseContext) -> Result | None:
-    spec = ctx.hr.spec
+    spec = ctx.obj.spec
     values: dict[str, Any] = {}
     for ref in spec.values_from or []:
         key = ref.values_key or "values.yaml"
-        where = f"{ref.kind} '{ctx.namespace}/{ref.name}'"
+        where = f"{ref.kind} '{ctx.obj.namespace}/{ref.name}'"
         try:
             if ref.kind == "Secret":
-                data = await secret_data(ctx.client, ctx.namespace, ref.name)
+                data = await secret_data(ctx.client, ctx.obj.namespace, ref.name)
             else:
-                data = (await ctx.client.get(CONFIG_MAP, ref.name, ctx.namespace)).get("data") or {}
+                data = (await ctx.client.get(CONFIG_MAP, ref.name, ctx.obj.namespace)).get(
+                    "data"
+                ) or {}
         except (NotFound, SecretError):
             if ref.optional:
                 continue
@@ -410,7 +405,7 @@ async def _history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapsh
 
 def _identity(ctx: HelmReleaseContext) -> list[str]:
     user = impersonated_user(
-        ctx.namespace, ctx.hr.spec.service_account_name, ctx.services.default_service_account
+        ctx.obj.namespace, ctx.obj.spec.service_account_name, ctx.services.default_service_account
     )
     return ["--kube-as-user", user] if user else []
 
@@ -432,7 +427,7 @@ def _duration(text: str | None, default: float) -> float:
 def _release_args(
     ctx: HelmReleaseContext, action: str, values_file: Path
 ) -> tuple[list[str], float]:
-    spec = ctx.hr.spec
+    spec = ctx.obj.spec
     assert ctx.chart_dir is not None
     args = [action, ctx.release_name, str(ctx.chart_dir), "--values", str(values_file)]
     args += ["--description", f"{action} by Sluice helm-controller"]
@@ -480,7 +475,7 @@ def _release_args(
 
 def _retries(ctx: HelmReleaseContext, action: str) -> tuple[int, bool]:
     """(retries, remediate the last failure) of the action's remediation."""
-    spec = ctx.hr.spec
+    spec = ctx.obj.spec
     remediation: Any = (
         (spec.install.remediation if spec.install else None)
         if action == "install"
@@ -522,8 +517,8 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
     release would be upgraded again. This process is the only writer of
     these fields, so its own memory of them is never older than the cache.
     """
-    status = ctx.hr.status
-    uid = ctx.hr.metadata.uid or ctx.hr.key
+    status = ctx.obj.status
+    uid = ctx.obj.metadata.uid or ctx.obj.key
     remembered = ctx.services.attempts.get(uid)
     if remembered is not None:
         for name, value in remembered.items():
@@ -535,7 +530,7 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
 
 
 async def _release(ctx: HelmReleaseContext) -> Result | None:
-    hr = ctx.hr
+    hr = ctx.obj
     status = hr.status
     meta = hr.metadata
     annotations = meta.annotations or {}
@@ -603,7 +598,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         failed_tests = [
             name for name, hook in (latest.test_hooks or {}).items() if hook.phase == "Failed"
         ]
-        test = ctx.hr.spec.test
+        test = ctx.obj.spec.test
         if failed_tests and test is not None and test.enable and not _ignore_test_failures(ctx):
             raise Stalling(
                 Reason.TEST_FAILED,
@@ -666,7 +661,7 @@ async def _failed(
 ) -> NoReturn:
     """Count a failed action (or test), remediate it as configured, and raise:
     Stalling once the retries are exhausted, else a retried StepError."""
-    status = ctx.hr.status
+    status = ctx.obj.status
     retries, remediate_last = _retries(ctx, action)
     status.failures = (status.failures or 0) + 1
     if action == "install":
@@ -688,7 +683,7 @@ def _kept_reason(ctx: HelmReleaseContext) -> str:
     released = ctx.conditions.get(Condition.RELEASED)
     if released is not None and released.status == "True":
         return released.reason
-    if ctx.hr.status.last_attempted_release_action == "upgrade":
+    if ctx.obj.status.last_attempted_release_action == "upgrade":
         return Reason.UPGRADE_SUCCEEDED
     return Reason.INSTALL_SUCCEEDED
 
@@ -696,7 +691,7 @@ def _kept_reason(ctx: HelmReleaseContext) -> str:
 def _release_message(
     ctx: HelmReleaseContext, snap: Snapshot, outcome: str, *, chart: str, action: str | None = None
 ) -> str:
-    verb = action or ctx.hr.status.last_attempted_release_action or "install"
+    verb = action or ctx.obj.status.last_attempted_release_action or "install"
     return (
         f"Helm {verb} {outcome} for release {snap.namespace}/{snap.name}.v{snap.version} "
         f"with chart {snap.chart_name}@{snap.chart_version}"
@@ -704,14 +699,14 @@ def _release_message(
 
 
 def _record_history(ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Snapshot]]) -> None:
-    spec = ctx.hr.spec
+    spec = ctx.obj.spec
     keep = spec.max_history if spec.max_history else DEFAULT_MAX_HISTORY
-    ctx.hr.status.history = [snap for _, snap in found[:keep]] or None
+    ctx.obj.status.history = [snap for _, snap in found[:keep]] or None
 
 
 async def _remediate(ctx: HelmReleaseContext, action: str, *, chart: str) -> None:
     """Undo a failed action: uninstall a failed install, roll back (or uninstall) an upgrade."""
-    spec = ctx.hr.spec
+    spec = ctx.obj.spec
     strategy = (
         "uninstall"
         if action == "install"
@@ -780,7 +775,7 @@ async def _remediate(ctx: HelmReleaseContext, action: str, *, chart: str) -> Non
 
 
 async def _uninstall(ctx: HelmReleaseContext) -> None:
-    un = ctx.hr.spec.uninstall
+    un = ctx.obj.spec.uninstall
     timeout = _duration(un.timeout if un else None, ctx.timeout)
     args = ["uninstall", ctx.release_name, "--timeout", f"{int(timeout)}s", "--ignore-not-found"]
     if un is None or not un.disable_wait:
@@ -796,7 +791,7 @@ async def _uninstall(ctx: HelmReleaseContext) -> None:
 
 async def _test(ctx: HelmReleaseContext, current: Snapshot, *, chart: str) -> str | None:
     """Run `helm test` when enabled; the failure message when it failed and counts."""
-    test = ctx.hr.spec.test
+    test = ctx.obj.spec.test
     if test is None or not test.enable:
         return None
     timeout = _duration(test.timeout, ctx.timeout)
@@ -821,8 +816,8 @@ async def _test(ctx: HelmReleaseContext, current: Snapshot, *, chart: str) -> st
 
 def _ignore_test_failures(ctx: HelmReleaseContext) -> bool:
     """The action's remediation.ignoreTestFailures, else test.ignoreFailures."""
-    spec = ctx.hr.spec
-    action = ctx.hr.status.last_attempted_release_action
+    spec = ctx.obj.spec
+    action = ctx.obj.status.last_attempted_release_action
     remediation: Any = (
         (spec.install.remediation if spec.install else None)
         if action == "install"
@@ -846,7 +841,7 @@ STEPS = (
 
 async def finalize(ctx: HelmReleaseContext) -> None:
     """Uninstall the release and delete the HelmChart it owns."""
-    hr = ctx.hr
+    hr = ctx.obj
     if not hr.spec.suspend and hr.status.history:
         # The remote target's client and kubeconfig file live until the uninstall ends.
         async with ctx.cleanup:
@@ -889,37 +884,36 @@ def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
         keys = []
         if labels.get(NAME_LABEL) and labels.get(NAMESPACE_LABEL):
             keys.append(f"{labels[NAMESPACE_LABEL]}/{labels[NAME_LABEL]}")
-        for obj in hrs.values():
-            ref = (obj.get("spec") or {}).get("chartRef") or {}
-            ns = obj["metadata"].get("namespace")
-            if (
-                ref.get("kind") == "HelmChart"
-                and f"{ref.get('namespace') or ns}/{ref.get('name')}" == key
-            ):
-                keys.append(f"{ns}/{obj['metadata']['name']}")
+        keys += hrs.referencing(CHART_REF, key)
         return keys
 
     return mapper
 
 
+def _chart_refs(obj: dict[str, Any]) -> list[str]:
+    ref = (obj.get("spec") or {}).get("chartRef")
+    if not isinstance(ref, dict) or ref.get("kind") != "HelmChart" or not ref.get("name"):
+        return []
+    return [f"{ref.get('namespace') or obj['metadata'].get('namespace', '')}/{ref['name']}"]
+
+
+CHART_REF = Index("spec.chartRef", _chart_refs)
+"""HelmReleases by the HelmChart their `chartRef` names (`namespace/name`)."""
+
+
 def dependent_watchers(hrs: Store) -> Callable[[Change], list[str]]:
     def mapper(change: Change) -> list[str]:
-        meta = change.obj["metadata"]
-        return dependencies.dependents(
-            f"{meta.get('namespace')}/{meta['name']}", list(hrs.values())
-        )
+        return dependencies.dependents(change.key, hrs)
 
     return mapper
 
 
 def reconciler(services: Services) -> Reconciler[HelmReleaseContext]:
-    def make(**base: Any) -> HelmReleaseContext:
-        return HelmReleaseContext(services=services, **base)
-
+    context = functools.partial(HelmReleaseContext, services=services)
     return Reconciler(
         model=HelmRelease,
         steps=STEPS,
-        context=make,
+        context=context,
         negative_conditions=(),
         finalize=finalize,
         trigger_annotations=(FORCE_REQUESTED_AT_ANNOTATION, RESET_REQUESTED_AT_ANNOTATION),

@@ -23,7 +23,7 @@ from sluice_api import (
     Kustomization,
     OCIRepository,
 )
-from sluice_runtime import app, building, gates
+from sluice_runtime import app, building, gatekeeping
 from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
 
@@ -144,7 +144,7 @@ async def setup(runtime: app.Runtime) -> None:
     for kind in SOURCE_KINDS:
         controller.watch(ResourceType.of_model(kind), kustomization.source_watchers(kustomizations))
     controller.watch(ks_rt, kustomization.dependent_watchers(kustomizations), selected=True)
-    controller.watch(ResourceType.of_model(Gate), gates.consumers_of(kustomizations))
+    controller.watch(ResourceType.of_model(Gate), gatekeeping.consumers_of(kustomizations))
 
 
 def main() -> None:

@@ -29,14 +29,14 @@ from sluice_runtime.ssa.manager import ResourceManager
 async def target_manager(ctx: KustomizationContext) -> ResourceManager:
     """The manager for `kubeConfig`'s cluster as `serviceAccountName`; raises
     TargetClusterError."""
-    kube_config = ctx.ks.spec.kube_config
+    kube_config = ctx.obj.spec.kube_config
     if kube_config is not None and kube_config.secret_ref is None:
         # configMapRef (workload identity) is refused by reconcile_spec; deletion
         # must not fall back to the local cluster for it either.
         raise TargetClusterError("spec.kubeConfig names no secretRef")
     cluster = await ctx.services.targets.resolve(
-        namespace=ctx.namespace,
-        service_account_name=ctx.ks.spec.service_account_name,
+        namespace=ctx.obj.namespace,
+        service_account_name=ctx.obj.spec.service_account_name,
         kubeconfig=kube_config.secret_ref if kube_config is not None else None,
         reader=ctx.client,
     )
@@ -45,7 +45,7 @@ async def target_manager(ctx: KustomizationContext) -> ResourceManager:
         cluster.mapper,
         field_manager=FIELD_MANAGER,
         owner_labels=ctx.owner_labels,
-        ignore_rules=ignore_rules(ctx.ks),
+        ignore_rules=ignore_rules(ctx.obj),
     )
 
 
@@ -76,8 +76,8 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
         # objects are unchanged, so those cost no further request.
         ctx.changeset = await ctx.manager.apply_all_staged(
             ctx.objects,
-            force=ctx.ks.spec.force,
-            dry_run_first=dry_run_first_of(ctx.ks),
+            force=ctx.obj.spec.force,
+            dry_run_first=dry_run_first_of(ctx.obj),
             wait_timeout=ctx.timeout,
         )
     except ValidationFailed as error:
@@ -116,11 +116,11 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
 def _merge_inventory(ctx: KustomizationContext, applied: ChangeSet) -> None:
     merged = ResourceInventory.of([*_inventory(ctx).items(), *applied.to_inventory().items()])
     if merged.entries:
-        ctx.ks.status.inventory = merged
+        ctx.obj.status.inventory = merged
 
 
 def _inventory(ctx: KustomizationContext) -> ResourceInventory:
-    return ctx.ks.status.inventory or ResourceInventory(entries=[])
+    return ctx.obj.status.inventory or ResourceInventory(entries=[])
 
 
 # -- 9. prune ------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
     assert ctx.manager is not None
     new = ctx.changeset.to_inventory()
     stale = _inventory(ctx).ids() - new.ids()
-    if ctx.ks.spec.prune and stale:
+    if ctx.obj.spec.prune and stale:
         try:
             pruned = await ctx.manager.delete_all(stale)
         except ApplyFailed as error:
@@ -150,7 +150,7 @@ async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
             ctx.events.normal(
                 Reason.PROGRESSING, pruned.summary(only_changes=True), metadata=ctx.event_metadata
             )
-    ctx.ks.status.inventory = new
+    ctx.obj.status.inventory = new
     return None
 
 
@@ -161,7 +161,7 @@ def _keep_unpruned(
     still to be pruned, so that neither escapes a later prune or garbage collection."""
     left = stale - pruned.ids()
     kept = [(oid, version) for oid, version in _inventory(ctx).items() if oid in left]
-    ctx.ks.status.inventory = ResourceInventory.of([*kept, *new.items()])
+    ctx.obj.status.inventory = ResourceInventory.of([*kept, *new.items()])
 
 
 # -- deletion ------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def _keep_unpruned(
 
 async def finalize(ctx: KustomizationContext) -> None:
     """Garbage-collect what this Kustomization applied, per its deletion policy."""
-    spec = ctx.ks.spec
+    spec = ctx.obj.spec
     policy = spec.deletion_policy or "MirrorPrune"
     delete = policy in ("Delete", "WaitForTermination") or (policy == "MirrorPrune" and spec.prune)
     inventory = _inventory(ctx)

@@ -63,7 +63,7 @@ class Services:
 
 
 @dataclass(kw_only=True)
-class KustomizationContext(ReconcileContext):
+class KustomizationContext(ReconcileContext[Kustomization]):
     services: Services
     artifact: Artifact | None = None
     source_key: tuple[str, str] | None = None
@@ -75,22 +75,13 @@ class KustomizationContext(ReconcileContext):
     health_rules: HealthRules = field(default_factory=lambda: HealthRules(()))
 
     @property
-    def ks(self) -> Kustomization:
-        obj: Kustomization = self.obj
-        return obj
-
-    @property
-    def namespace(self) -> str:
-        return self.ks.metadata.namespace or "default"
-
-    @property
     def owner_labels(self) -> dict[str, str]:
         """The labels that make an applied object this Kustomization's (and prunable)."""
-        return {NAME_LABEL: self.ks.metadata.name, NAMESPACE_LABEL: self.namespace}
+        return {NAME_LABEL: self.obj.metadata.name, NAMESPACE_LABEL: self.obj.namespace}
 
     @cached_property
     def _intervals(self) -> tuple[float, float, float]:
-        return specs.intervals(self.ks)
+        return specs.intervals(self.obj)
 
     @property
     def interval(self) -> float:

@@ -71,12 +71,12 @@ async def _health_targets(
     """What to wait for (everything applied with `wait`, else `healthChecks`), and the
     health the apply already showed of it."""
     assert ctx.manager is not None
-    if ctx.ks.spec.wait:
+    if ctx.obj.spec.wait:
         refs = ctx.changeset.health_refs()
         return refs, _without_custom(ctx, ctx.changeset.observed(refs))
     mapper = ctx.manager.mapper
     targets: list[ObjectRef] = []
-    for check in ctx.ks.spec.health_checks or []:
+    for check in ctx.obj.spec.health_checks or []:
         try:
             # v1beta1 health checks may name only a kind (`kind: Deployment`).
             rt = await (
@@ -86,7 +86,7 @@ async def _health_targets(
             )
         except UnknownKind as error:
             raise ctx.failed(Reason.HEALTH_CHECK_FAILED, str(error)) from None
-        targets.append(ObjectRef.to(rt, check.name, check.namespace or ctx.namespace))
+        targets.append(ObjectRef.to(rt, check.name, check.namespace or ctx.obj.namespace))
     return targets, _without_custom(ctx, ctx.changeset.observed(targets))
 
 

@@ -11,6 +11,7 @@ and prune (and deletion), `health_checking` the health step.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +29,9 @@ from kustomize_controller.health_checking import reconcile_health
 from kustomize_controller.specs import health_rules, ignore_rules, unsupported
 from sluice_api.kustomize import Kustomization
 from sluice_api.meta import Artifact
-from sluice_runtime import building, dependencies, gates, substituting
+from sluice_runtime import building, dependencies, gatekeeping, substituting
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
+from sluice_runtime.conditions import condition_of
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube.expressions import InvalidExpression
 from sluice_runtime.kube.ignoring import InvalidSelector
@@ -46,17 +48,17 @@ MAX_ARTIFACT_SIZE = 512 * 1024 * 1024
 
 @step()
 async def reconcile_spec(ctx: KustomizationContext) -> Result | None:
-    problem = unsupported(ctx.ks)
+    problem = unsupported(ctx.obj)
     if problem is not None:
         raise Stalling(Reason.RECONCILIATION_FAILED, problem)
     # Expressions are compiled before anything is applied: a typo in one is the
     # spec's fault, which no retry fixes.
     try:
-        ctx.health_rules = health_rules(ctx.ks)
+        ctx.health_rules = health_rules(ctx.obj)
     except InvalidExpression as error:
         raise Stalling(Reason.RECONCILIATION_FAILED, str(error)) from None
     try:
-        validate_ignore_rules(ignore_rules(ctx.ks))
+        validate_ignore_rules(ignore_rules(ctx.obj))
     except InvalidSelector as error:
         raise Stalling(Reason.RECONCILIATION_FAILED, f"driftIgnoreRules: {error}") from None
     return None
@@ -68,9 +70,9 @@ async def reconcile_spec(ctx: KustomizationContext) -> Result | None:
 @step(Condition.APPROVED)
 async def reconcile_gates(ctx: KustomizationContext) -> Result | None:
     """A closed gate holds the Kustomization before it looks at its source."""
-    gates.hold_while_closed(
-        ctx.ks.spec.gates,
-        namespace=ctx.namespace,
+    gatekeeping.hold_while_closed(
+        ctx.obj.spec.gates,
+        namespace=ctx.obj.namespace,
         store=ctx.services.gates,
         conditions=ctx.conditions,
         requeue_after=ctx.interval,
@@ -83,9 +85,9 @@ async def reconcile_gates(ctx: KustomizationContext) -> Result | None:
 
 @step()
 async def reconcile_source(ctx: KustomizationContext) -> Result | None:
-    ref = ctx.ks.spec.source_ref
-    namespace = ref.namespace or ctx.namespace
-    if ctx.services.no_cross_namespace_refs and namespace != ctx.namespace:
+    ref = ctx.obj.spec.source_ref
+    namespace = ref.namespace or ctx.obj.namespace
+    if ctx.services.no_cross_namespace_refs and namespace != ctx.obj.namespace:
         raise Stalling(
             Reason.ACCESS_DENIED,
             f"cannot access {ref.kind}/{namespace}/{ref.name}: "
@@ -108,7 +110,7 @@ async def reconcile_source(ctx: KustomizationContext) -> Result | None:
         )
     ctx.artifact = Artifact.model_validate(artifact)
     ctx.source_key = (ref.kind, f"{namespace}/{ref.name}")
-    ctx.ks.status.last_attempted_revision = ctx.artifact.revision
+    ctx.obj.status.last_attempted_revision = ctx.artifact.revision
     ctx.event_metadata["revision"] = ctx.artifact.revision
     if ctx.origin_revision:
         ctx.event_metadata["originRevision"] = ctx.origin_revision
@@ -120,7 +122,7 @@ async def reconcile_source(ctx: KustomizationContext) -> Result | None:
 
 @step()
 async def reconcile_dependencies(ctx: KustomizationContext) -> Result | None:
-    if not ctx.ks.spec.depends_on:
+    if not ctx.obj.spec.depends_on:
         return None
     assert ctx.artifact is not None
     dependencies.require_ready(
@@ -168,7 +170,7 @@ async def reconcile_build(ctx: KustomizationContext) -> Result | None:
     try:
         ctx.objects = await building.build(
             ctx.workdir,
-            ctx.ks.spec,
+            ctx.obj.spec,
             kustomize=ctx.services.kustomize,
             sandbox=ctx.services.sandbox,
             allow_remote_bases=ctx.services.allow_remote_bases,
@@ -186,7 +188,7 @@ async def reconcile_build(ctx: KustomizationContext) -> Result | None:
 
 async def _decryptor(ctx: KustomizationContext) -> decrypting.Decryptor | None:
     """The SOPS decryptor for spec.decryption: the secretRef's keys, then the controller's."""
-    decryption = ctx.ks.spec.decryption
+    decryption = ctx.obj.spec.decryption
     if decryption is None:
         return None
     if decryption.service_account_name:
@@ -199,7 +201,7 @@ async def _decryptor(ctx: KustomizationContext) -> decrypting.Decryptor | None:
     keys = decrypting.Keys()
     if decryption.secret_ref is not None:
         try:
-            data = await secret_data(ctx.client, ctx.namespace, decryption.secret_ref.name)
+            data = await secret_data(ctx.client, ctx.obj.namespace, decryption.secret_ref.name)
         except SecretError as error:
             raise ctx.failed(Reason.BUILD_FAILED, f"decryption keys: {error}") from None
         keys = decrypting.keys_from_entries(data)
@@ -215,11 +217,11 @@ async def _decryptor(ctx: KustomizationContext) -> decrypting.Decryptor | None:
 
 @step()
 async def reconcile_substitution(ctx: KustomizationContext) -> Result | None:
-    post_build = ctx.ks.spec.post_build
+    post_build = ctx.obj.spec.post_build
     if post_build is None or not substituting.post_build_enabled(post_build):
         return None
     try:
-        variables = await substituting.collect(ctx.client, ctx.namespace, post_build)
+        variables = await substituting.collect(ctx.client, ctx.obj.namespace, post_build)
         ctx.objects = substituting.substitute(
             ctx.objects, variables, always=post_build.substitute_strategy == "Always"
         )
@@ -234,7 +236,7 @@ async def reconcile_substitution(ctx: KustomizationContext) -> Result | None:
 @step()
 async def reconcile_status(ctx: KustomizationContext) -> Result | None:
     assert ctx.artifact is not None
-    status = ctx.ks.status
+    status = ctx.obj.status
     status.last_applied_revision = ctx.artifact.revision
     status.last_applied_origin_revision = ctx.origin_revision
     ctx.ready_message = f"Applied revision: {ctx.artifact.revision}"
@@ -268,23 +270,16 @@ def source_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
         new = ((change.new or {}).get("status") or {}).get("artifact") or {}
         if change.kind == "deleted" or old.get("revision") == new.get("revision"):
             return []
-        kind = change.obj.get("kind")
-        namespace = change.obj["metadata"].get("namespace")
-        name = change.obj["metadata"]["name"]
-        keys = []
-        for obj in kustomizations.values():
-            spec = obj.get("spec") or {}
-            if spec.get("suspend"):
-                continue  # a suspended Kustomization ignores source events
-            ref = spec.get("sourceRef") or {}
-            own_ns = obj["metadata"].get("namespace")
-            if (
-                ref.get("kind") == kind
-                and ref.get("name") == name
-                and (ref.get("namespace") or own_ns) == namespace
-            ):
-                keys.append(f"{own_ns}/{obj['metadata']['name']}")
-        return keys
+        meta = change.obj["metadata"]
+        source = dependencies.source_ref(
+            str(change.obj.get("kind")), meta.get("namespace", ""), meta["name"]
+        )
+        # A suspended Kustomization ignores source events.
+        return [
+            key
+            for key in kustomizations.referencing(dependencies.SOURCE_REF, source)
+            if not ((kustomizations.get(key) or {}).get("spec") or {}).get("suspend")
+        ]
 
     return mapper
 
@@ -298,31 +293,22 @@ def dependent_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
 
         def state(obj: dict[str, Any] | None) -> tuple[Any, ...]:
             status = (obj or {}).get("status") or {}
-            ready = next(
-                (
-                    c.get("status")
-                    for c in status.get("conditions") or []
-                    if c.get("type") == "Ready"
-                ),
-                None,
-            )
+            ready = (condition_of(obj or {}) or {}).get("status")
             return (ready, status.get("lastAppliedRevision"), status.get("observedGeneration"))
 
         if state(change.old) == state(change.new):
             return []
-        return dependencies.dependents(change.key, list(kustomizations.values()))
+        return dependencies.dependents(change.key, kustomizations)
 
     return mapper
 
 
 def reconciler(services: Services) -> Reconciler[KustomizationContext]:
-    def make(**base: Any) -> KustomizationContext:
-        return KustomizationContext(services=services, **base)
-
+    context = functools.partial(KustomizationContext, services=services)
     return Reconciler(
         model=Kustomization,
         steps=STEPS,
-        context=make,
+        context=context,
         finalize=finalize,
         success_reason=Reason.RECONCILIATION_SUCCEEDED,
     )

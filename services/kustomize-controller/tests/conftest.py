@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import Observer, running_service
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
+from sluice_runtime.controller import ReconcileLog
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import EVENT, ResourceType
 
@@ -92,6 +93,8 @@ class Delivery:
     observe: Observer
     source: app.Runtime
     kustomize: app.Runtime
+    reconciles: ReconcileLog = field(default_factory=ReconcileLog)
+    """Every Kustomization reconcile, per key."""
 
     def repo(self, name: str) -> WorkRepo:
         return self.git.create_repo(f"{name}-{self.namespace}")
@@ -189,6 +192,7 @@ async def delivery(
     if flags.cluster_wide:
         confined, selector = None, ["--watch-label-selector", f"{TEST_LABEL}={namespace}"]
     kubeconfig = str(cluster.kubeconfig)
+    reconciles = ReconcileLog()
     async with (
         running_service(
             source_main, kubeconfig=kubeconfig, namespace=confined, argv=[*storage, *selector]
@@ -198,9 +202,10 @@ async def delivery(
             kubeconfig=kubeconfig,
             namespace=confined,
             argv=["--requeue-dependency", "1s", *selector, *flags.kustomize],
+            observer=reconciles,
         ) as ks,
     ):
-        yield Delivery(kube, namespace, git_http, Observer(kube, namespace), src, ks)
+        yield Delivery(kube, namespace, git_http, Observer(kube, namespace), src, ks, reconciles)
 
 
 async def make_tenant(

@@ -346,7 +346,7 @@ async def test_a_failure_is_retried_after_the_retry_interval(
         await asyncio.sleep(0.05)
         due = controller.queue.due_in(key)
     assert due is not None and retry - 10 < due <= retry, due
-    assert controller.last_outcome[key].requeue_after == retry
+    assert d.reconciles.last_outcome[key].requeue_after == retry
 
 
 async def test_a_refused_set_is_described_once_per_object_without_codes(

@@ -9,21 +9,23 @@ on, as in Flux) with its Alert dispatcher.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 
 from notification_controller import alerts, authenticating, provider_objects, receivers
 from notification_controller import hub as hub_module
-from notification_controller.hub import EventHub
+from notification_controller.hub import EventHub, HubObserver
 from notification_controller.limiting import Dedup, WebhookLimiter
-from notification_controller.webhooks import WebhookServer
+from notification_controller.webhooks import WebhookObserver, WebhookServer
 from sluice_api import Alert, Gate, Provider, Receiver
 from sluice_runtime import app
+from sluice_runtime.endpoints import serving
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.resources import ResourceType
-from sluice_runtime.serving import serving
 from sluice_runtime.tokens import TokenFile
 
 SERVICE = "notification-controller"
@@ -101,68 +103,92 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def setup(runtime: app.Runtime) -> None:
-    """Wire Receivers, the webhook server and the event hub."""
-    options = runtime.options
-    directory = receivers.Directory()
-    receiver_rt = ResourceType.of_model(Receiver)
-    receiver_informer = runtime.informers.get(receiver_rt, selected=True)
-    receiver_informer.add_handler(directory.on_change)
-    runtime.controller(
-        receivers.reconciler(directory, no_cross_namespace_refs=options.no_cross_namespace_refs)
-    )
-    mapper = RestMapper(runtime.client)
-    webhooks = WebhookServer(
-        client=runtime.client,
-        mapper=mapper,
-        receivers=receiver_informer.store,
-        directory=directory,
-        limiter=WebhookLimiter(
-            rate=options.receiver_rate,
-            burst=options.receiver_burst,
-            window=timedelta(seconds=options.receiver_debounce),
-        ),
-        replay_window=timedelta(seconds=options.replay_window) if options.replay_window else None,
-    )
-    runtime.components["webhooks"] = webhooks
-    receiving = await runtime.stack.enter_async_context(
-        serving(webhooks.app(), options.receiver_addr)
-    )
-    runtime.components["receiver_address"] = receiving.addresses[0]
+class NotificationObserver(HubObserver, WebhookObserver, Protocol):
+    """What the hub and the webhook server report, in one observer."""
 
-    runtime.controller(alerts.reconciler())
-    runtime.controller(provider_objects.reconciler())
 
-    session = aiohttp.ClientSession()
-    runtime.stack.push_async_callback(session.close)
-    hub = EventHub(
-        client=runtime.client,
-        mapper=mapper,
-        alerts=runtime.informers.get(ResourceType.of_model(Alert), selected=True).store,
-        providers=runtime.informers.get(ResourceType.of_model(Provider), selected=True).store,
-        recorder=runtime.recorder,
-        session=session,
-        dedup=Dedup(timedelta(seconds=options.rate_limit_interval)),
-        authenticator=authenticating.EventAuthenticator(
+@dataclass
+class Wiring:
+    """What `setup` starts besides the controllers, typed, for the tests and
+    benchmarks that drive the servers directly; set once `setup` has run."""
+
+    observer: NotificationObserver | None = None
+    """Told of every webhook action and every event the hub handles."""
+    webhooks: WebhookServer = field(init=False)
+    hub: EventHub = field(init=False)
+    receiver_port: int = field(init=False)
+    events_port: int = field(init=False)
+
+    async def setup(self, runtime: app.Runtime) -> None:
+        """Wire Receivers, the webhook server and the event hub."""
+        options = runtime.options
+        directory = receivers.Directory()
+        receiver_rt = ResourceType.of_model(Receiver)
+        receiver_informer = runtime.informers.get(receiver_rt, selected=True)
+        receiver_informer.add_handler(directory.on_change)
+        runtime.controller(
+            receivers.reconciler(directory, no_cross_namespace_refs=options.no_cross_namespace_refs)
+        )
+        mapper = RestMapper(runtime.client)
+        webhooks = WebhookServer(
             client=runtime.client,
-            service_accounts=authenticating.service_account_users(
-                options.events_service_accounts.split(","), namespace=app.runtime_namespace()
+            mapper=mapper,
+            receivers=receiver_informer.store,
+            directory=directory,
+            limiter=WebhookLimiter(
+                rate=options.receiver_rate,
+                burst=options.receiver_burst,
+                window=timedelta(seconds=options.receiver_debounce),
             ),
-            shared=TokenFile(Path(options.events_token_file))
-            if options.events_token_file
+            replay_window=timedelta(seconds=options.replay_window)
+            if options.replay_window
             else None,
-        ),
-        no_cross_namespace_refs=options.no_cross_namespace_refs,
-        queue_bytes=options.event_queue_bytes,
-        provider_concurrency=options.provider_concurrency,
-        provider_backlog=options.provider_backlog,
-        max_provider_timeout=options.provider_timeout_max,
-    )
-    runtime.components["hub"] = hub
-    await hub.start()
-    runtime.stack.push_async_callback(hub.stop)
-    listening = await runtime.stack.enter_async_context(serving(hub.app(), options.events_addr))
-    runtime.components["events_address"] = listening.addresses[0]
+            observer=self.observer,
+        )
+        self.webhooks = webhooks
+        receiving = await runtime.stack.enter_async_context(
+            serving(webhooks.app(), options.receiver_addr)
+        )
+        self.receiver_port = int(receiving.addresses[0][1])
+
+        runtime.controller(alerts.reconciler())
+        runtime.controller(provider_objects.reconciler())
+
+        session = aiohttp.ClientSession()
+        runtime.stack.push_async_callback(session.close)
+        hub = EventHub(
+            client=runtime.client,
+            mapper=mapper,
+            alerts=runtime.informers.get(ResourceType.of_model(Alert), selected=True).store,
+            providers=runtime.informers.get(ResourceType.of_model(Provider), selected=True).store,
+            recorder=runtime.recorder,
+            session=session,
+            dedup=Dedup(timedelta(seconds=options.rate_limit_interval)),
+            authenticator=authenticating.EventAuthenticator(
+                client=runtime.client,
+                service_accounts=authenticating.service_account_users(
+                    options.events_service_accounts.split(","), namespace=app.runtime_namespace()
+                ),
+                shared=TokenFile(Path(options.events_token_file))
+                if options.events_token_file
+                else None,
+            ),
+            no_cross_namespace_refs=options.no_cross_namespace_refs,
+            queue_bytes=options.event_queue_bytes,
+            provider_concurrency=options.provider_concurrency,
+            provider_backlog=options.provider_backlog,
+            max_provider_timeout=options.provider_timeout_max,
+            observer=self.observer,
+        )
+        self.hub = hub
+        await hub.start()
+        runtime.stack.push_async_callback(hub.stop)
+        listening = await runtime.stack.enter_async_context(serving(hub.app(), options.events_addr))
+        self.events_port = int(listening.addresses[0][1])
+
+
+async def setup(runtime: app.Runtime) -> None:
+    await Wiring().setup(runtime)
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ lookaround) is refused here too, saying so. A valid Alert is Ready.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from notification_controller.alerting import invalid_patterns
 from sluice_api.notification import Alert, NotificationReason
@@ -22,16 +21,13 @@ from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
 
 
 @dataclass(kw_only=True)
-class AlertContext(ReconcileContext):
-    @property
-    def alert(self) -> Alert:
-        obj: Alert = self.obj
-        return obj
+class AlertContext(ReconcileContext[Alert]):
+    """Checking an Alert needs nothing beyond the base context."""
 
 
 @step()
 async def reconcile_patterns(ctx: AlertContext) -> Result | None:
-    errors = invalid_patterns(ctx.alert)
+    errors = invalid_patterns(ctx.obj)
     if errors:
         raise Stalling(NotificationReason.INVALID_CONFIG, "; ".join(str(e) for e in errors))
     ctx.ready_message = "Initialized"
@@ -42,13 +38,10 @@ STEPS = (reconcile_patterns,)
 
 
 def reconciler() -> Reconciler[AlertContext]:
-    def make(**base: Any) -> AlertContext:
-        return AlertContext(**base)
-
     return Reconciler(
         model=Alert,
         steps=STEPS,
-        context=make,
+        context=AlertContext,
         uses_finalizer=False,
         success_reason=NotificationReason.SUCCEEDED,
     )

@@ -47,7 +47,7 @@ class Transport:
 
 async def transport_for(client: KubeClient, provider: Provider) -> Transport:
     """The Provider's proxy and TLS settings, read from its Secrets."""
-    namespace = provider.metadata.namespace or "default"
+    namespace = provider.namespace
     proxy, proxy_headers = provider.spec.proxy, None
     if provider.spec.proxy_secret_ref is not None:
         name = provider.spec.proxy_secret_ref.name

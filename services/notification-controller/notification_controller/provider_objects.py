@@ -9,7 +9,6 @@ type; a Provider of a supported type is Ready.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from notification_controller.providers import SUPPORTED_TYPES
 from sluice_api.notification import NotificationReason, Provider
@@ -28,16 +27,13 @@ def unsupported_type(provider: Provider) -> str | None:
 
 
 @dataclass(kw_only=True)
-class ProviderContext(ReconcileContext):
-    @property
-    def provider(self) -> Provider:
-        obj: Provider = self.obj
-        return obj
+class ProviderContext(ReconcileContext[Provider]):
+    """Checking a Provider needs nothing beyond the base context."""
 
 
 @step()
 async def reconcile_type(ctx: ProviderContext) -> Result | None:
-    problem = unsupported_type(ctx.provider)
+    problem = unsupported_type(ctx.obj)
     if problem is not None:
         raise Stalling(NotificationReason.INVALID_CONFIG, problem)
     ctx.ready_message = "Initialized"
@@ -48,13 +44,10 @@ STEPS = (reconcile_type,)
 
 
 def reconciler() -> Reconciler[ProviderContext]:
-    def make(**base: Any) -> ProviderContext:
-        return ProviderContext(**base)
-
     return Reconciler(
         model=Provider,
         steps=STEPS,
-        context=make,
+        context=ProviderContext,
         uses_finalizer=False,
         success_reason=NotificationReason.SUCCEEDED,
     )

@@ -10,9 +10,9 @@ logs or events. The webhook server finds a Receiver by its path through
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from sluice_api.notification import (
     RECEIVER_SECRET_REQUIRED,
@@ -55,14 +55,9 @@ class Directory:
 
 
 @dataclass(kw_only=True)
-class ReceiverContext(ReconcileContext):
+class ReceiverContext(ReconcileContext[Receiver]):
     directory: Directory
     no_cross_namespace_refs: bool = False
-
-    @property
-    def receiver(self) -> Receiver:
-        obj: Receiver = self.obj
-        return obj
 
 
 def unsupported(receiver: Receiver) -> str | None:
@@ -93,7 +88,7 @@ def unsupported(receiver: Receiver) -> str | None:
 
 @step()
 async def reconcile_spec(ctx: ReceiverContext) -> Result | None:
-    problem = unsupported(ctx.receiver)
+    problem = unsupported(ctx.obj)
     if problem is not None:
         raise Stalling(NotificationReason.INVALID_CONFIG, problem)
     return None
@@ -102,8 +97,8 @@ async def reconcile_spec(ctx: ReceiverContext) -> Result | None:
 @step()
 async def reconcile_resources(ctx: ReceiverContext) -> Result | None:
     """Refuse, once and clearly, resources a webhook could never act on."""
-    receiver = ctx.receiver
-    namespace = receiver.metadata.namespace or "default"
+    receiver = ctx.obj
+    namespace = receiver.namespace
     for resource in receiver.spec.resources:
         where = f"{resource.kind}/{resource.namespace or namespace}/{resource.name}"
         if resource.action and resource.kind != "Gate":
@@ -130,8 +125,8 @@ async def reconcile_resources(ctx: ReceiverContext) -> Result | None:
 
 @step()
 async def reconcile_token(ctx: ReceiverContext) -> Result | None:
-    receiver = ctx.receiver
-    namespace = receiver.metadata.namespace or "default"
+    receiver = ctx.obj
+    namespace = receiver.namespace
     assert receiver.spec.secret_ref is not None  # reconcile_spec refused it otherwise
     name = receiver.spec.secret_ref.name
     try:
@@ -154,15 +149,13 @@ STEPS = (reconcile_spec, reconcile_resources, reconcile_token)
 def reconciler(
     directory: Directory, *, no_cross_namespace_refs: bool = False
 ) -> Reconciler[ReceiverContext]:
-    def make(**base: Any) -> ReceiverContext:
-        return ReceiverContext(
-            directory=directory, no_cross_namespace_refs=no_cross_namespace_refs, **base
-        )
-
+    context = functools.partial(
+        ReceiverContext, directory=directory, no_cross_namespace_refs=no_cross_namespace_refs
+    )
     return Reconciler(
         model=Receiver,
         steps=STEPS,
-        context=make,
+        context=context,
         uses_finalizer=False,
         success_reason=NotificationReason.SUCCEEDED,
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 import structlog
@@ -26,14 +26,16 @@ from aiohttp import web
 from notification_controller.limiting import WebhookLimiter
 from notification_controller.receivers import Directory
 from notification_controller.signatures import event_allowed, verify
+from sluice_api import ALL_KINDS
 from sluice_api.gating import (
     CLOSE_REQUESTED_AT_ANNOTATION,
     CLOSE_REQUESTED_BY_ANNOTATION,
     OPEN_REQUESTED_AT_ANNOTATION,
     OPEN_REQUESTED_BY_ANNOTATION,
 )
-from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
+from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION, format_time
 from sluice_api.notification import Receiver, ReceiverResource
+from sluice_runtime.conditions import is_ready
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
@@ -45,23 +47,17 @@ log = structlog.get_logger(__name__)
 MAX_BODY = 3 * 1024 * 1024
 
 DEFAULT_API_VERSIONS = {
-    "GitRepository": "source.toolkit.fluxcd.io/v1",
-    "OCIRepository": "source.toolkit.fluxcd.io/v1",
-    "HelmRepository": "source.toolkit.fluxcd.io/v1",
-    "HelmChart": "source.toolkit.fluxcd.io/v1",
-    "Bucket": "source.toolkit.fluxcd.io/v1",
-    "Kustomization": "kustomize.toolkit.fluxcd.io/v1",
-    "HelmRelease": "helm.toolkit.fluxcd.io/v2",
+    # Sluice's own kinds, at the version its API serves.
+    **{kind.KIND: kind.api_version_str() for kind in ALL_KINDS},
+    # Flux kinds Sluice has no model of, at Flux's served versions.
     "ImageRepository": "image.toolkit.fluxcd.io/v1beta2",
     "ImagePolicy": "image.toolkit.fluxcd.io/v1beta2",
     "ImageUpdateAutomation": "image.toolkit.fluxcd.io/v1beta2",
-    "ExternalArtifact": "source.toolkit.fluxcd.io/v1",
     "ArtifactGenerator": "source.extensions.fluxcd.io/v1beta1",
     # The Flux Operator's kinds (Flux 2.7 Receivers and Alerts may name them).
     "FluxInstance": "fluxcd.controlplane.io/v1",
     "ResourceSet": "fluxcd.controlplane.io/v1",
     "ResourceSetInputProvider": "fluxcd.controlplane.io/v1",
-    "Gate": "gating.toolkit.fluxcd.io/v1alpha1",
 }
 
 
@@ -73,12 +69,10 @@ class ActionRefused(Exception):
     """An action this Receiver may never take; named in the 500 like a failure."""
 
 
-def rfc3339(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+class WebhookObserver(Protocol):
+    """A hook on every action a webhook triggers (tests, the load benchmark)."""
 
-
-def rfc3339_nano(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    def webhook_acted(self) -> None: ...
 
 
 class WebhookServer:
@@ -92,6 +86,7 @@ class WebhookServer:
         limiter: WebhookLimiter,
         replay_window: timedelta | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        observer: WebhookObserver | None = None,
     ) -> None:
         self.client = client
         self.mapper = mapper
@@ -101,8 +96,7 @@ class WebhookServer:
         self.replay_window = replay_window
         self.clock = clock
         self._trailing: set[asyncio.Task[None]] = set()
-        # Observable by tests and the load benchmark.
-        self.actions = 0
+        self._observer = observer
 
     def app(self) -> web.Application:
         application = web.Application(client_max_size=MAX_BODY)
@@ -127,7 +121,7 @@ class WebhookServer:
         if receiver.spec.suspend:
             return self._reject(503, "receiver is suspended", request, log_)
         token = self.directory.tokens.get(key)
-        if not ready_for_spec(raw) or token is None:
+        if not is_ready(raw) or token is None:
             return self._reject(503, "receiver is not ready", request, log_)
         if request.content_length is not None and request.content_length > MAX_BODY:
             # Answered before reading: a huge body costs us nothing.
@@ -204,8 +198,9 @@ class WebhookServer:
 
     async def act(self, receiver: Receiver, now: datetime) -> None:
         """Annotate every resource of the receiver; raise ActionFailed naming what failed."""
-        self.actions += 1
-        namespace = receiver.metadata.namespace or "default"
+        if self._observer is not None:
+            self._observer.webhook_acted()
+        namespace = receiver.namespace
         failures = []
         for resource in receiver.spec.resources:
             try:
@@ -237,9 +232,12 @@ class WebhookServer:
                 if resource.action == "open"
                 else (CLOSE_REQUESTED_AT_ANNOTATION, CLOSE_REQUESTED_BY_ANNOTATION)
             )
-            annotations = {requested: rfc3339(now), by: f"receiver:{receiver.key}"}
+            annotations = {
+                requested: format_time(now, fraction="none"),
+                by: f"receiver:{receiver.key}",
+            }
         else:
-            annotations = {RECONCILE_REQUESTED_AT_ANNOTATION: rfc3339_nano(now)}
+            annotations = {RECONCILE_REQUESTED_AT_ANNOTATION: format_time(now, fraction="micro")}
         patch = {"metadata": {"annotations": annotations}}
         if resource.name != "*":
             await self.client.merge_patch(rt, resource.name, patch, namespace=target_ns)
@@ -248,20 +246,3 @@ class WebhookServer:
         listed = await self.client.list(rt, namespace=target_ns, label_selector=selector or None)
         for obj in listed.items:
             await self.client.merge_patch(rt, obj["metadata"]["name"], patch, namespace=target_ns)
-
-
-def ready_for_spec(raw: dict[str, Any]) -> bool:
-    """Ready=True for the Receiver's current spec.
-
-    A Ready condition from before the last spec change says nothing about the
-    new spec (it may add a resource the reconcile will refuse), so readiness
-    counts only once `status.observedGeneration` has caught up.
-    """
-    status = raw.get("status") or {}
-    generation = (raw.get("metadata") or {}).get("generation")
-    if generation is None or status.get("observedGeneration") != generation:
-        return False
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False

@@ -21,6 +21,8 @@ import pytest_asyncio
 from multidict import CIMultiDictProxy
 
 from notification_controller import __main__ as notification_main
+from notification_controller.hub import EventHub
+from notification_controller.webhooks import WebhookServer
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import (
@@ -30,7 +32,6 @@ from sluice_envtest.harness import (
     running_service,
 )
 from sluice_envtest.pytest_plugin import Cluster
-from sluice_runtime import app
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import ResourceType
@@ -50,12 +51,34 @@ def config_map(name: str, namespace: str, **data: str) -> str:
 
 
 @dataclass
+class Counts:
+    """A NotificationObserver that counts."""
+
+    actions: int = 0
+    refused: int = 0
+    received: int = 0
+    delivered: int = 0
+
+    def webhook_acted(self) -> None:
+        self.actions += 1
+
+    def event_refused(self) -> None:
+        self.refused += 1
+
+    def event_received(self) -> None:
+        self.received += 1
+
+    def event_delivered(self) -> None:
+        self.delivered += 1
+
+
+@dataclass
 class Platform:
     kube: KubeClient
     namespace: str
     git: GitHttpServer
     observe: Observer
-    notification: app.Runtime
+    notification: notification_main.Wiring
     receiver_url: str
     events_url: str
     session: aiohttp.ClientSession
@@ -67,12 +90,18 @@ class Platform:
         return self.git.url(f"{name}-{self.namespace}")
 
     @property
-    def webhooks(self) -> Any:
-        return self.notification.components["webhooks"]
+    def counts(self) -> Counts:
+        """What the webhook server and the hub did, counted."""
+        assert isinstance(self.notification.observer, Counts)
+        return self.notification.observer
 
     @property
-    def hub(self) -> Any:
-        return self.notification.components["hub"]
+    def webhooks(self) -> WebhookServer:
+        return self.notification.webhooks
+
+    @property
+    def hub(self) -> EventHub:
+        return self.notification.hub
 
     async def create(
         self, rt: ResourceType, name: str, spec: JSON, labels: dict[str, str] | None = None
@@ -176,11 +205,13 @@ def events_auth(token: str = EVENTS_TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def running_notification(
+@contextlib.asynccontextmanager
+async def running_notification(
     kubeconfig: str, namespace: str, *flags: str
-) -> contextlib.AbstractAsyncContextManager[app.Runtime]:
+) -> AsyncIterator[notification_main.Wiring]:
     """The notification-controller on loopback ports, with `flags` added."""
-    return running_service(
+    wiring = notification_main.Wiring(observer=Counts())
+    async with running_service(
         notification_main,
         kubeconfig=kubeconfig,
         namespace=namespace,
@@ -190,14 +221,16 @@ def running_notification(
             "--events-token-file", events_token_file(),
             *flags,
         ],
-    )  # fmt: skip
+        setup=wiring.setup,
+    ):  # fmt: skip
+        yield wiring
 
 
 def platform_of(
     kube: KubeClient,
     namespace: str,
     git: GitHttpServer,
-    notification: app.Runtime,
+    notification: notification_main.Wiring,
     session: aiohttp.ClientSession,
 ) -> Platform:
     return Platform(
@@ -206,8 +239,8 @@ def platform_of(
         git,
         Observer(kube, namespace),
         notification,
-        f"http://127.0.0.1:{notification.components['receiver_address'][1]}",
-        f"http://127.0.0.1:{notification.components['events_address'][1]}/",
+        f"http://127.0.0.1:{notification.receiver_port}",
+        f"http://127.0.0.1:{notification.events_port}/",
         session,
     )
 
@@ -256,7 +289,7 @@ async def platform(
     async with running_notification(
         kubeconfig, namespace, "--receiver-debounce", "1s"
     ) as notification:
-        events_port = notification.components["events_address"][1]
+        events_port = notification.events_port
         async with (
             running_service(
                 source_main,

@@ -26,9 +26,9 @@ from sluice_envtest.certificates import ServingPki, make_serving_pki
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.endpoints import serving
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.secrets import SecretError
-from sluice_runtime.serving import serving
 
 from .conftest import (
     ALERT,
@@ -282,7 +282,7 @@ async def test_the_provider_secret_wins_over_its_spec_and_its_headers_are_sent(
     assert delivery.headers["X-Trace-Id"] == "abc123"
     assert delivery.headers["gotk-component"] == "source-controller"
     assert delivery.event["involvedObject"]["name"] == "app"
-    assert p.hub.delivered == 2
+    assert p.counts.delivered == 2
 
 
 async def test_a_suspended_provider_delivers_nothing(alone: Platform, peers: Peers) -> None:
@@ -292,7 +292,7 @@ async def test_a_suspended_provider_delivers_nothing(alone: Platform, peers: Pee
     await alerting(p, "quiet", quiet, GIT_SOURCES)
     await emit(p, event(ns, "app"))
     assert peers.at("quiet") == []
-    assert p.hub.delivered == 0
+    assert p.counts.delivered == 0
     await p.kube.merge_patch(PROVIDER, "quiet", {"spec": {"suspend": False}}, namespace=ns)
     await cached(p.hub.providers, f"{ns}/quiet", lambda o: not o["spec"].get("suspend"))
     await emit(p, event(ns, "app"))
@@ -414,8 +414,8 @@ async def test_forged_events_are_refused_and_reach_no_provider(
     for headers, status, text in refused:
         assert await p.post(p.events_url, body, headers) == (status, text)
     await p.hub.drain()
-    assert p.hub.refused == 3
-    assert p.hub.received == 0
+    assert p.counts.refused == 3
+    assert p.counts.received == 0
     assert peers.at("forged") == []
     await emit(p, event(p.namespace, "app", "genuine"))
     assert [d.event["message"] for d in peers.at("forged")] == ["genuine"]
@@ -614,7 +614,7 @@ async def test_the_provider_proxy_secret_is_honoured(alone: Platform) -> None:
             f"Basic {base64.b64encode(b'u:pw').decode()}",
         )
     ]
-    assert p.hub.delivered == 1
+    assert p.counts.delivered == 1
 
 
 @contextlib.asynccontextmanager

@@ -7,6 +7,7 @@ import contextlib
 import gzip
 import json
 import time
+import typing
 import zlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -17,11 +18,13 @@ from structlog.testing import capture_logs
 
 from notification_controller.receivers import unsupported
 from notification_controller.signatures import sign, timestamped_payload
-from notification_controller.webhooks import ActionFailed, ready_for_spec
-from sluice_api.notification import Receiver
+from notification_controller.webhooks import DEFAULT_API_VERSIONS, ActionFailed
+from sluice_api import ALL_KINDS
+from sluice_api.notification import Receiver, ReferableKind
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import condition, github_headers, make_secret, push_payload
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime.conditions import is_ready
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.installing import install_crds
@@ -170,7 +173,7 @@ async def test_rejected_webhooks_annotate_nothing_and_log_why(
     secrets += [] if case == "unknown-path" else [digest]
     assert logged_secrets(entries, *secrets) == []
     assert requested_at(await p.kube.get(GITREPO, "guarded", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
 
 
 async def test_a_guessed_token_is_rejected_and_never_logged(platform: Platform) -> None:
@@ -186,7 +189,7 @@ async def test_a_guessed_token_is_rejected_and_never_logged(platform: Platform) 
     assert [e["reason"] for e in entries if e["event"] == "webhook rejected"] == [text]
     assert logged_secrets(entries, TOKEN, guess, url.rpartition("/")[2]) == []
     assert requested_at(await p.kube.get(GITREPO, "guessed", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
 
 
 async def test_a_ping_is_answered_without_acting(platform: Platform) -> None:
@@ -223,7 +226,7 @@ async def test_a_burst_of_pushes_triggers_a_handful_of_reconciles(platform: Plat
         == []
     )
     await p.webhooks.settle()  # the trailing action, at the end of the debounce window
-    assert 1 <= p.webhooks.actions <= 3, f"{p.webhooks.actions} actions for 50 pushes"
+    assert 1 <= p.counts.actions <= 3, f"{p.counts.actions} actions for 50 pushes"
     assert requested_at(await p.kube.get(GITREPO, "bursty", p.namespace)) is not None
 
 
@@ -314,7 +317,7 @@ async def test_a_burst_of_invalid_webhooks_annotates_nothing_nor_spends_the_budg
     )
     assert {status for status, _ in answers} == {400}
     assert requested_at(await p.kube.get(GITREPO, "forged", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
     # 60 forged requests, three times the burst of 20: none of them was counted.
     assert await p.post(url, body, github_headers(TOKEN, body)) == (200, "ok")
     assert requested_at(await p.kube.get(GITREPO, "forged", p.namespace)) is not None
@@ -372,7 +375,7 @@ async def test_a_receiver_whose_token_secret_is_gone_answers_503(platform: Platf
     assert (status, text) == (503, "receiver is not ready")
     assert [e["reason"] for e in entries if e["event"] == "webhook rejected"] == [text]
     assert requested_at(await p.kube.get(GITREPO, "orphaned", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
 
 
 def _not_ready(obj: JSON) -> bool:
@@ -446,7 +449,7 @@ async def test_replay_protection_end_to_end(strict: Platform) -> None:
     for headers, reason in rejected:
         assert await p.post(url, body, headers) == (400, reason)
     assert requested_at(await p.kube.get(GITREPO, "replayed", p.namespace)) is None
-    assert p.webhooks.actions == 0
+    assert p.counts.actions == 0
     fresh = generic_hmac_headers(TOKEN, body, signed_at=time.time())
     assert await p.post(url, body, fresh) == (200, "ok")
     assert requested_at(await p.kube.get(GITREPO, "replayed", p.namespace)) is not None
@@ -636,7 +639,7 @@ def _receiver(generation: int | None, observed: int | None, ready: str | None) -
     ],
 )
 def test_the_webhook_trusts_ready_only_for_the_current_generation(obj: JSON, trusted: bool) -> None:
-    assert ready_for_spec(obj) is trusted
+    assert is_ready(obj) is trusted
 
 
 def receiver_of(**spec: Any) -> Receiver:
@@ -778,3 +781,10 @@ async def test_a_compressed_body_is_taken_as_sent(
     )
     assert (status, text) == (400, "X-Signature-Timestamped signature does not match")
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+
+
+@pytest.mark.parametrize("kind", typing.get_args(ReferableKind))
+def test_every_kind_a_receiver_may_name_has_a_default_api_version(kind: str) -> None:
+    own = {model.KIND: model.api_version_str() for model in ALL_KINDS}
+    assert DEFAULT_API_VERSIONS[kind] == own.get(kind, DEFAULT_API_VERSIONS[kind])
+    assert DEFAULT_API_VERSIONS[kind].count("/") == 1

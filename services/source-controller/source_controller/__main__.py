@@ -24,11 +24,11 @@ from sluice_api import (
     OCIRepository,
 )
 from sluice_api.meta import parse_duration
-from sluice_runtime import app, gates
+from sluice_runtime import app, gatekeeping
 from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
+from sluice_runtime.endpoints import serving
 from sluice_runtime.kube.resources import ResourceType
-from sluice_runtime.serving import serving
 from source_controller import (
     artifactgenerator,
     bucket,
@@ -137,12 +137,12 @@ async def setup(runtime: app.Runtime) -> None:
         )
     )
     git.watch(git_rt, gitrepository.includers_of(repositories), selected=True)
-    git.watch(gate_rt, gates.consumers_of(repositories))
+    git.watch(gate_rt, gatekeeping.consumers_of(repositories))
 
     oci_rt = ResourceType.of_model(OCIRepository)
     oci_repos = runtime.informers.get(oci_rt, selected=True).store
     oci = runtime.controller(ocirepository.reconciler(storage, gates=gate_store, limits=limits))
-    oci.watch(gate_rt, gates.consumers_of(oci_repos))
+    oci.watch(gate_rt, gatekeeping.consumers_of(runtime.informers.get(oci_rt, selected=True).store))
 
     helm_repo_rt = ResourceType.of_model(HelmRepository)
     helm_repos = runtime.informers.get(helm_repo_rt, selected=True).store
@@ -154,7 +154,7 @@ async def setup(runtime: app.Runtime) -> None:
             index_max_size=options.helm_index_max_size,
         )
     )
-    helm_repo.watch(gate_rt, gates.consumers_of(helm_repos))
+    helm_repo.watch(gate_rt, gatekeeping.consumers_of(helm_repos))
 
     bucket_rt = ResourceType.of_model(Bucket)
     buckets = runtime.informers.get(bucket_rt, selected=True).store
@@ -165,7 +165,7 @@ async def setup(runtime: app.Runtime) -> None:
     bucket_controller = runtime.controller(
         bucket.reconciler(storage, cache_root=cache_root, gates=gate_store, limits=limits)
     )
-    bucket_controller.watch(gate_rt, gates.consumers_of(buckets))
+    bucket_controller.watch(gate_rt, gatekeeping.consumers_of(buckets))
 
     chart_rt = ResourceType.of_model(HelmChart)
     charts = runtime.informers.get(chart_rt, selected=True).store
@@ -180,7 +180,7 @@ async def setup(runtime: app.Runtime) -> None:
             chart_max_size=options.helm_chart_max_size,
         )
     )
-    chart.watch(gate_rt, gates.consumers_of(charts))
+    chart.watch(gate_rt, gatekeeping.consumers_of(charts))
     chart.watch(helm_repo_rt, helmchart.charts_of(charts, "HelmRepository"), selected=True)
     chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
     chart.watch(bucket_rt, helmchart.charts_of(charts, "Bucket"), selected=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import tempfile
@@ -40,7 +41,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sluice_api.extensions import (
     GENERATOR_LABEL,
@@ -91,7 +91,7 @@ class FetchedSource:
 
 
 @dataclass(kw_only=True)
-class GeneratorContext(ReconcileContext):
+class GeneratorContext(ReconcileContext[ArtifactGenerator]):
     storage: Storage
     stores: dict[str, Store]
     limits: Limits
@@ -99,15 +99,6 @@ class GeneratorContext(ReconcileContext):
     workdir: Path | None = None
     sources: dict[str, FetchedSource] = field(default_factory=dict)
     sources_digest: str = ""
-
-    @property
-    def generator(self) -> ArtifactGenerator:
-        obj: ArtifactGenerator = self.obj
-        return obj
-
-    @property
-    def namespace(self) -> str:
-        return str(self.generator.metadata.namespace or "default")
 
 
 def _invalid(message: str) -> Stalling:
@@ -117,7 +108,7 @@ def _invalid(message: str) -> Stalling:
 @step()
 async def reconcile_disabled(ctx: GeneratorContext) -> Result | None:
     """The reconcile annotation set to `disabled` stops the generator (as Flux's)."""
-    annotations = ctx.generator.metadata.annotations or {}
+    annotations = ctx.obj.metadata.annotations or {}
     if annotations.get(RECONCILE_ANNOTATION, "").lower() == "disabled":
         raise Waiting(
             RECONCILIATION_DISABLED,
@@ -129,7 +120,7 @@ async def reconcile_disabled(ctx: GeneratorContext) -> Result | None:
 
 @step()
 async def reconcile_validate(ctx: GeneratorContext) -> Result | None:
-    spec = ctx.generator.spec
+    spec = ctx.obj.spec
     aliases: dict[str, str] = {}
     for source in spec.sources:
         if source.alias in aliases:
@@ -139,8 +130,8 @@ async def reconcile_validate(ctx: GeneratorContext) -> Result | None:
                 f"source '{source.alias}': kind {source.kind} is not supported by this version "
                 f"of Sluice (supported: {', '.join(SOURCE_KINDS)})"
             )
-        namespace = source.namespace or ctx.namespace
-        if ctx.no_cross_namespace_refs and namespace != ctx.namespace:
+        namespace = source.namespace or ctx.obj.namespace
+        if ctx.no_cross_namespace_refs and namespace != ctx.obj.namespace:
             # A tenant's generator must not copy another tenant's source.
             raise Stalling(
                 ACCESS_DENIED,
@@ -179,10 +170,10 @@ async def reconcile_validate(ctx: GeneratorContext) -> Result | None:
 @step()
 async def reconcile_sources(ctx: GeneratorContext) -> Result | None:
     """Resolve every source's artifact; unpack them only when something changed."""
-    generator = ctx.generator
+    generator = ctx.obj
     resolved: list[tuple[str, str, str, Artifact]] = []
     for ref in generator.spec.sources:
-        namespace = ref.namespace or ctx.namespace
+        namespace = ref.namespace or ctx.obj.namespace
         key = f"{namespace}/{ref.name}"
         raw = ctx.stores[ref.kind].get(key)
         described = f"{ref.kind} '{key}'"
@@ -252,7 +243,7 @@ def _ready_message(inventory: list[ExternalArtifactReference]) -> str:
 
 @step()
 async def reconcile_generate(ctx: GeneratorContext) -> Result | None:
-    generator = ctx.generator
+    generator = ctx.obj
     previous = {ref.name: ref for ref in generator.status.inventory or []}
     inventory: list[ExternalArtifactReference] = []
     for output in generator.spec.artifacts:
@@ -301,7 +292,7 @@ async def _generate(ctx: GeneratorContext, output: OutputArtifact) -> ExternalAr
     except generating.CopyError as error:
         raise StepError(BUILD_FAILED, f"artifact '{output.name}': {error}") from None
     filename += ".tar.gz"
-    namespace = ctx.namespace
+    namespace = ctx.obj.namespace
     rel = ctx.storage.relative_path(STORAGE_KIND, namespace, output.name, filename)
     try:
         ignore = await asyncio.to_thread(IgnoreRules.load, staging, spec_ignore=None)
@@ -356,8 +347,8 @@ def _origin_revision(source: FetchedSource) -> str | None:
 
 async def _publish(ctx: GeneratorContext, name: str, artifact: Artifact) -> None:
     """Create the ExternalArtifact if need be, then write its status (artifact, Ready)."""
-    generator = ctx.generator
-    namespace = ctx.namespace
+    generator = ctx.obj
+    namespace = ctx.obj.namespace
     body = {
         "apiVersion": ExternalArtifact.api_version_str(),
         "kind": ExternalArtifact.KIND,
@@ -425,7 +416,7 @@ async def _prune(ctx: GeneratorContext, gone: list[ExternalArtifactReference]) -
         except NotFound:
             current = None
         source_ref = ((current or {}).get("spec") or {}).get("sourceRef") or {}
-        if current is not None and source_ref.get("name") == ctx.generator.metadata.name:
+        if current is not None and source_ref.get("name") == ctx.obj.metadata.name:
             with contextlib.suppress(NotFound):
                 await ctx.client.delete(EXTERNAL_ARTIFACT, ref.name, namespace=ref.namespace)
         await asyncio.to_thread(ctx.storage.remove_all, STORAGE_KIND, ref.namespace, ref.name)
@@ -438,22 +429,22 @@ def _generated(
     """The inventory, plus ExternalArtifacts naming this generator that it misses (made
     by a reconcile whose status write was lost), so that none is left behind."""
     found = dict(inventory)
-    for obj in ctx.stores["ExternalArtifact"].values(ctx.namespace):
+    for obj in ctx.stores["ExternalArtifact"].values(ctx.obj.namespace):
         source_ref = (obj.get("spec") or {}).get("sourceRef") or {}
         name = obj["metadata"]["name"]
         if (
             source_ref.get("kind") == ArtifactGenerator.KIND
-            and source_ref.get("name") == ctx.generator.metadata.name
+            and source_ref.get("name") == ctx.obj.metadata.name
             and name not in found
         ):
             found[name] = ExternalArtifactReference(
-                name=name, namespace=ctx.namespace, digest="", filename=""
+                name=name, namespace=ctx.obj.namespace, digest="", filename=""
             )
     return found
 
 
 async def finalize(ctx: GeneratorContext) -> None:
-    inventory = {ref.name: ref for ref in ctx.generator.status.inventory or []}
+    inventory = {ref.name: ref for ref in ctx.obj.status.inventory or []}
     await _prune(ctx, list(_generated(ctx, inventory).values()))
 
 
@@ -507,19 +498,18 @@ def reconciler(
     limits: Limits | None = None,
     no_cross_namespace_refs: bool = False,
 ) -> Reconciler[GeneratorContext]:
-    def make(**base: Any) -> GeneratorContext:
-        return GeneratorContext(
-            storage=storage,
-            stores=stores,
-            limits=limits or Limits(),
-            no_cross_namespace_refs=no_cross_namespace_refs,
-            **base,
-        )
+    context = functools.partial(
+        GeneratorContext,
+        storage=storage,
+        stores=stores,
+        limits=limits or Limits(),
+        no_cross_namespace_refs=no_cross_namespace_refs,
+    )
 
     return Reconciler(
         model=ArtifactGenerator,
         steps=STEPS,
-        context=make,
+        context=context,
         finalize=finalize,
         default_interval=INTERVAL,
     )

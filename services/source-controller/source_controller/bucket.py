@@ -27,6 +27,7 @@ field), never silently replaced by another identity.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import posixpath
@@ -118,7 +119,7 @@ def build_index(
 
 
 @dataclass(kw_only=True)
-class BucketContext(SourceContext):
+class BucketContext(SourceContext[Bucket]):
     cache_root: Path
     objects: dict[str, ObjectInfo] | None = None
     index: dict[str, str] | None = None
@@ -127,19 +128,14 @@ class BucketContext(SourceContext):
     client_options: dict[str, Any] | None = None
 
     @property
-    def bucket(self) -> Bucket:
-        obj: Bucket = self.obj
-        return obj
-
-    @property
     def cache_dir(self) -> Path:
-        return self.cache_root / self.namespace / self.name
+        return self.cache_root / self.obj.namespace / self.obj.metadata.name
 
 
 @step()
 async def reconcile_refused(ctx: BucketContext) -> Result | None:
     """Refuse what this version accepts in the API but cannot do, naming the field."""
-    spec = ctx.bucket.spec
+    spec = ctx.obj.spec
     unsupported = None
     if spec.provider in ("gcp", "azure"):
         unsupported = f"spec.provider '{spec.provider}'"
@@ -158,7 +154,7 @@ async def reconcile_refused(ctx: BucketContext) -> Result | None:
 
 @step(SourceCondition.FETCH_FAILED)
 async def reconcile_source(ctx: BucketContext) -> Result | None:
-    spec = ctx.bucket.spec
+    spec = ctx.obj.spec
     ctx.client_options = await _client_options(ctx)
     timeout = parse_duration(spec.timeout).total_seconds()
     try:
@@ -185,7 +181,7 @@ async def reconcile_source(ctx: BucketContext) -> Result | None:
         )
     ctx.revision = index_revision(ctx.index)
     ctx.event_metadata["revision"] = ctx.revision
-    status = ctx.bucket.status
+    status = ctx.obj.status
     artifact = status.artifact
     if (
         artifact is not None
@@ -201,8 +197,8 @@ async def reconcile_source(ctx: BucketContext) -> Result | None:
 
 async def _client_options(ctx: BucketContext) -> dict[str, Any]:
     """create_client's arguments; secret material goes into temporary files it cleans up."""
-    spec = ctx.bucket.spec
-    namespace = ctx.namespace
+    spec = ctx.obj.spec
+    namespace = ctx.obj.namespace
     endpoint = spec.endpoint
     if "://" not in endpoint:
         endpoint = f"{'http' if spec.insecure else 'https'}://{endpoint}"
@@ -265,7 +261,7 @@ async def _client(options: dict[str, Any]) -> AsyncIterator[Any]:
 
 
 async def _list(client: Any, ctx: BucketContext) -> dict[str, ObjectInfo]:
-    spec = ctx.bucket.spec
+    spec = ctx.obj.spec
     objects: dict[str, ObjectInfo] = {}
     total = 0
     arguments: dict[str, Any] = {"Bucket": spec.bucket_name}
@@ -328,7 +324,7 @@ def _write_state(cache_dir: Path, state: dict[str, Any]) -> None:
 async def _download(
     client: Any, ctx: BucketContext, key: str, info: ObjectInfo, dest: Path
 ) -> None:
-    spec = ctx.bucket.spec
+    spec = ctx.obj.spec
     arguments: dict[str, Any] = {"Bucket": spec.bucket_name, "Key": key}
     if info.etag:
         arguments["IfMatch"] = f'"{info.etag}"'
@@ -375,7 +371,7 @@ def _describe(error: Exception) -> str:
 
 
 def _bucket_error(ctx: BucketContext, message: str) -> StepError:
-    spec = ctx.bucket.spec
+    spec = ctx.obj.spec
     return StepError(
         SourceReason.BUCKET_OPERATION_FAILED,
         f"bucket '{spec.bucket_name}' at '{spec.endpoint}': {message}",
@@ -385,7 +381,7 @@ def _bucket_error(ctx: BucketContext, message: str) -> StepError:
 
 @step(SourceCondition.STORAGE_OPERATION_FAILED)
 async def reconcile_artifact(ctx: BucketContext) -> Result | None:
-    bucket = ctx.bucket
+    bucket = ctx.obj
     if ctx.noop and bucket.status.artifact is not None:
         mark_stored(ctx, ctx.revision)
         return done()
@@ -418,7 +414,7 @@ async def _sync(ctx: BucketContext, files: Path) -> None:
         await asyncio.to_thread(_remove, files, key)
     wanted = [k for k, etag in ctx.index.items() if held.get(k) != etag]
     limit = asyncio.Semaphore(DOWNLOADS_AT_ONCE)
-    timeout = parse_duration(ctx.bucket.spec.timeout).total_seconds()
+    timeout = parse_duration(ctx.obj.spec.timeout).total_seconds()
 
     async def fetch(client: Any, key: str) -> None:
         async with limit:
@@ -479,15 +475,18 @@ def reconciler(
     gates: Store | None = None,
     limits: Limits | None = None,
 ) -> Reconciler[BucketContext]:
-    def make(**base: Any) -> BucketContext:
-        return BucketContext(
-            storage=storage, cache_root=cache_root, gates=gates, limits=limits or Limits(), **base
-        )
+    context = functools.partial(
+        BucketContext,
+        storage=storage,
+        cache_root=cache_root,
+        gates=gates,
+        limits=limits or Limits(),
+    )
 
     return Reconciler(
         model=Bucket,
         steps=STEPS,
-        context=make,
+        context=context,
         negative_conditions=NEGATIVE_CONDITIONS,
         finalize=finalize,
     )

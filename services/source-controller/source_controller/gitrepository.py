@@ -11,6 +11,7 @@ objects downloaded. That is the no-op fetch of the design note.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import shutil
@@ -30,7 +31,7 @@ from sluice_api.source import (
 )
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
-from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.informing.watching import Change, Index, Store
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
@@ -66,7 +67,7 @@ class GitServices:
 
 
 @dataclass(kw_only=True)
-class GitRepositoryContext(SourceContext):
+class GitRepositoryContext(SourceContext[GitRepository]):
     services: GitServices
     workdir: Path | None = None
     resolved: ResolvedRef | None = None
@@ -77,18 +78,13 @@ class GitRepositoryContext(SourceContext):
     includes: list[tuple[GitRepositoryInclude, Artifact]] = field(default_factory=list)
     content_checksum: str = ""
 
-    @property
-    def repo(self) -> GitRepository:
-        obj: GitRepository = self.obj
-        return obj
-
 
 # -- step 2 ------------------------------------------------------------------
 
 
 @step(SourceCondition.FETCH_FAILED)
 async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
-    repo = ctx.repo
+    repo = ctx.obj
     spec = repo.spec
     _validate_url(spec.url)
     auth = await _auth(ctx)
@@ -162,10 +158,10 @@ def _validate_url(url: str) -> None:
 
 
 async def _auth(ctx: GitRepositoryContext) -> gitclient.GitAuth:
-    ref = ctx.repo.spec.secret_ref
+    ref = ctx.obj.spec.secret_ref
     if ref is None:
         return gitclient.GitAuth()
-    namespace = ctx.repo.metadata.namespace or "default"
+    namespace = ctx.obj.namespace
     secret = f"{namespace}/{ref.name}"
     try:
         data = await secret_data(ctx.client, namespace, ref.name)
@@ -207,8 +203,8 @@ def _commit_of(revision: str) -> str:
 def _included_artifacts(ctx: GitRepositoryContext) -> list[tuple[GitRepositoryInclude, Artifact]]:
     """The artifacts of included GitRepositories, from the cache (nothing downloaded)."""
     found = []
-    namespace = ctx.repo.metadata.namespace
-    for include in ctx.repo.spec.include or []:
+    namespace = ctx.obj.metadata.namespace
+    for include in ctx.obj.spec.include or []:
         name = include.repository.name
         cached = ctx.services.repositories.get(f"{namespace}/{name}")
         artifact = ((cached or {}).get("status") or {}).get("artifact")
@@ -227,7 +223,7 @@ def _included_artifacts(ctx: GitRepositoryContext) -> list[tuple[GitRepositoryIn
 
 def _content_checksum(ctx: GitRepositoryContext) -> str:
     """What, besides the commit, decides the artifact's bytes."""
-    spec = ctx.repo.spec
+    spec = ctx.obj.spec
     config: dict[str, Any] = {
         "ignore": spec.ignore,
         "recurseSubmodules": spec.recurse_submodules,
@@ -259,7 +255,7 @@ async def reconcile_verify(ctx: GitRepositoryContext) -> Result | None:
     SourceVerified is set here rather than owned by the step, so that a
     no-op fetch (the stored commit was verified when it was stored) keeps it.
     """
-    verify = ctx.repo.spec.verify
+    verify = ctx.obj.spec.verify
     if verify is None:
         ctx.conditions.delete(SourceCondition.SOURCE_VERIFIED)
         return None
@@ -275,7 +271,7 @@ async def reconcile_verify(ctx: GitRepositoryContext) -> Result | None:
             "(use spec.ref.tag or spec.ref.semver, or mode HEAD)",
             condition=SourceCondition.SOURCE_VERIFIED,
         )
-    namespace = ctx.namespace
+    namespace = ctx.obj.namespace
     try:
         data = await secret_data(ctx.client, namespace, verify.secret_ref.name)
         keys = verifying.trusted_keys(data)
@@ -320,7 +316,7 @@ def _unverified(message: str) -> StepError:
 
 
 def _tag_name(ctx: GitRepositoryContext) -> str | None:
-    ref = ctx.repo.spec.ref
+    ref = ctx.obj.spec.ref
     if ref is None or ref.commit or ref.name:
         return None
     if ref.tag:
@@ -392,7 +388,7 @@ def _copy_into(source: Path, target: Path) -> None:
 
 @step(SourceCondition.STORAGE_OPERATION_FAILED)
 async def reconcile_artifact(ctx: GitRepositoryContext) -> Result | None:
-    repo = ctx.repo
+    repo = ctx.obj
     status = repo.status
     resolved = ctx.resolved
     assert resolved is not None
@@ -446,16 +442,25 @@ def includers_of(store: Store) -> Callable[[Change], list[str]]:
         new = ((change.new or {}).get("status") or {}).get("artifact") or {}
         if old.get("digest") == new.get("digest"):
             return []
-        namespace = change.obj["metadata"].get("namespace")
-        name = change.obj["metadata"]["name"]
-        keys = []
-        for obj in store.values(namespace):
-            includes = (obj.get("spec") or {}).get("include") or []
-            if any((inc.get("repository") or {}).get("name") == name for inc in includes):
-                keys.append(f"{namespace}/{obj['metadata']['name']}")
-        return keys
+        return store.referencing(INCLUDES, change.key)
 
     return mapper
+
+
+def _included(obj: dict[str, Any]) -> list[str]:
+    namespace = obj["metadata"].get("namespace", "")
+    includes = (obj.get("spec") or {}).get("include") or []
+    return [
+        f"{namespace}/{inc['repository']['name']}"
+        for inc in includes
+        if isinstance(inc, dict)
+        and isinstance(inc.get("repository"), dict)
+        and "name" in inc["repository"]
+    ]
+
+
+INCLUDES = Index("spec.include", _included)
+"""GitRepositories by the GitRepositories they include (`namespace/name`)."""
 
 
 STEPS = (
@@ -470,19 +475,17 @@ STEPS = (
 
 
 def reconciler(services: GitServices) -> Reconciler[GitRepositoryContext]:
-    def make(**base: Any) -> GitRepositoryContext:
-        return GitRepositoryContext(
-            services=services,
-            storage=services.storage,
-            gates=services.gates,
-            limits=services.limits,
-            **base,
-        )
-
+    context = functools.partial(
+        GitRepositoryContext,
+        services=services,
+        storage=services.storage,
+        gates=services.gates,
+        limits=services.limits,
+    )
     return Reconciler(
         model=GitRepository,
         steps=STEPS,
-        context=make,
+        context=context,
         negative_conditions=NEGATIVE_CONDITIONS,
         finalize=finalize,
     )

@@ -22,6 +22,7 @@ source exists in Sluice.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import re
@@ -35,6 +36,7 @@ import yaml
 
 from sluice_api.meta import Artifact, parse_duration
 from sluice_api.source import HelmChart, HelmRepository, SourceCondition, SourceReason
+from sluice_runtime import dependencies
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.helming import HelmError, run_helm
@@ -84,18 +86,13 @@ class ChartStores:
 
 
 @dataclass(kw_only=True)
-class HelmChartContext(SourceContext):
+class HelmChartContext(SourceContext[HelmChart]):
     stores: ChartStores
     chart_max_size: int = DEFAULT_CHART_MAX_SIZE
     version: str = ""
     source_revision: str = ""
     noop: bool = False
     package: Path | None = None
-
-    @property
-    def chart(self) -> HelmChart:
-        obj: HelmChart = self.obj
-        return obj
 
 
 def select_version(entries: list[dict[str, Any]], constraint: str) -> dict[str, Any]:
@@ -133,14 +130,14 @@ def _package_error(message: str) -> StepError:
 
 
 def _values_files(ctx: HelmChartContext) -> list[str]:
-    spec = ctx.chart.spec
+    spec = ctx.obj.spec
     files = ([spec.values_file] if spec.values_file else []) + list(spec.values_files or [])
     return files
 
 
 @step(SourceCondition.FETCH_FAILED)
 async def reconcile_source(ctx: HelmChartContext) -> Result | None:
-    ref = ctx.chart.spec.source_ref
+    ref = ctx.obj.spec.source_ref
     if ref.kind == "HelmRepository":
         await _from_repository(ctx)
     elif ref.kind == "GitRepository":
@@ -156,19 +153,19 @@ async def reconcile_source(ctx: HelmChartContext) -> Result | None:
 
 
 def _source(ctx: HelmChartContext, store: Store) -> dict[str, Any]:
-    ref = ctx.chart.spec.source_ref
-    obj = store.get(f"{ctx.namespace}/{ref.name}")
+    ref = ctx.obj.spec.source_ref
+    obj = store.get(f"{ctx.obj.namespace}/{ref.name}")
     if obj is None:
         raise Waiting(
             SourceReason.FAILED,
-            f"{ref.kind} '{ctx.namespace}/{ref.name}' not found",
+            f"{ref.kind} '{ctx.obj.namespace}/{ref.name}' not found",
             requeue_after=_SOURCE_WAIT,
         )
     return obj
 
 
 async def _from_repository(ctx: HelmChartContext) -> None:
-    spec = ctx.chart.spec
+    spec = ctx.obj.spec
     raw = _source(ctx, ctx.stores.helm_repositories)
     repo = HelmRepository.from_obj(raw)
     if repo.spec.type == "oci":
@@ -180,7 +177,7 @@ async def _from_repository(ctx: HelmChartContext) -> None:
     if artifact is None or not await asyncio.to_thread(ctx.storage.exists, artifact.path):
         raise Waiting(
             SourceReason.FAILED,
-            f"HelmRepository '{ctx.namespace}/{repo.metadata.name}' has no index artifact yet",
+            f"HelmRepository '{ctx.obj.namespace}/{repo.metadata.name}' has no index artifact yet",
             requeue_after=_SOURCE_WAIT,
         )
     path = ctx.storage.path(artifact.path)
@@ -213,7 +210,7 @@ async def _from_repository(ctx: HelmChartContext) -> None:
     url = chart_url(repo.spec.url, str(urls[0]))
     work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="helmchart-")))
     try:
-        creds = await credentials(ctx.client, ctx.namespace, repo.spec, tmp=work)
+        creds = await credentials(ctx.client, ctx.obj.namespace, repo.spec, tmp=work)
     except SecretError as error:
         raise StepError(
             SourceReason.AUTHENTICATION_FAILED, str(error), condition=SourceCondition.FETCH_FAILED
@@ -273,12 +270,12 @@ def _single_chart_dir(root: Path) -> Path:
 
 
 def _up_to_date(ctx: HelmChartContext) -> bool:
-    status = ctx.chart.status
+    status = ctx.obj.status
     artifact = status.artifact
     return (
         artifact is not None
         and artifact.revision == ctx.version
-        and status.observed_chart_name == ctx.chart.spec.chart
+        and status.observed_chart_name == ctx.obj.spec.chart
         and (status.observed_values_files or []) == _values_files(ctx)
         and ctx.storage.exists(artifact.path)
     )
@@ -286,14 +283,14 @@ def _up_to_date(ctx: HelmChartContext) -> bool:
 
 async def _from_artifact(ctx: HelmChartContext, store: Store) -> None:
     """A chart directory in a GitRepository's or Bucket's artifact, packaged here."""
-    spec = ctx.chart.spec
+    spec = ctx.obj.spec
     kind = spec.source_ref.kind
     raw = _source(ctx, store)
     status = raw.get("status") or {}
     if not status.get("artifact"):
         raise Waiting(
             SourceReason.FAILED,
-            f"{kind} '{ctx.namespace}/{spec.source_ref.name}' has no artifact yet",
+            f"{kind} '{ctx.obj.namespace}/{spec.source_ref.name}' has no artifact yet",
             requeue_after=_SOURCE_WAIT,
         )
     artifact = Artifact.model_validate(status["artifact"])
@@ -359,7 +356,7 @@ async def _merge_values_files(ctx: HelmChartContext, root: Path, chart_dir: Path
                 f"values file '{name}' points outside the source",
             )
         if not path.is_file():
-            if ctx.chart.spec.ignore_missing_values_files:
+            if ctx.obj.spec.ignore_missing_values_files:
                 continue
             raise _package_error(f"values file '{name}' not found")
         try:
@@ -382,7 +379,7 @@ async def _package(
     try:
         await run_helm(args, timeout=HELM_TIMEOUT, confine_to=out.parent)
     except HelmError as error:
-        raise _package_error(f"helm package of '{ctx.chart.spec.chart}' failed: {error}") from None
+        raise _package_error(f"helm package of '{ctx.obj.spec.chart}' failed: {error}") from None
     packages = list(out.glob("*.tgz"))
     if len(packages) != 1:
         raise _package_error("helm package produced no archive")
@@ -391,7 +388,7 @@ async def _package(
 
 @step(SourceCondition.STORAGE_OPERATION_FAILED)
 async def reconcile_artifact(ctx: HelmChartContext) -> Result | None:
-    chart = ctx.chart
+    chart = ctx.obj
     status = chart.status
     if ctx.noop and status.artifact is not None:
         status.observed_source_artifact_revision = ctx.source_revision
@@ -435,14 +432,9 @@ def charts_of(store: Store, kind: str) -> Callable[[Change], list[str]]:
         new = ((change.new or {}).get("status") or {}).get("artifact") or {}
         if change.kind == "updated" and old.get("digest") == new.get("digest"):
             return []
-        namespace = change.obj["metadata"].get("namespace")
-        name = change.obj["metadata"]["name"]
-        return [
-            f"{namespace}/{obj['metadata']['name']}"
-            for obj in store.values(namespace)
-            if ((obj.get("spec") or {}).get("sourceRef") or {}).get("kind") == kind
-            and obj["spec"]["sourceRef"].get("name") == name
-        ]
+        meta = change.obj["metadata"]
+        source = dependencies.source_ref(kind, meta.get("namespace", ""), meta["name"])
+        return store.referencing(dependencies.SOURCE_REF, source)
 
     return mapper
 
@@ -455,20 +447,18 @@ def reconciler(
     limits: Limits | None = None,
     chart_max_size: int = DEFAULT_CHART_MAX_SIZE,
 ) -> Reconciler[HelmChartContext]:
-    def make(**base: Any) -> HelmChartContext:
-        return HelmChartContext(
-            storage=storage,
-            stores=stores,
-            gates=gates,
-            limits=limits or Limits(),
-            chart_max_size=chart_max_size,
-            **base,
-        )
-
+    context = functools.partial(
+        HelmChartContext,
+        storage=storage,
+        stores=stores,
+        gates=gates,
+        limits=limits or Limits(),
+        chart_max_size=chart_max_size,
+    )
     return Reconciler(
         model=HelmChart,
         steps=STEPS,
-        context=make,
+        context=context,
         negative_conditions=NEGATIVE_CONDITIONS,
         finalize=finalize,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import ssl
 import tempfile
@@ -226,7 +227,7 @@ INDEX_CACHE = IndexCache()
 
 
 @dataclass(kw_only=True)
-class HelmRepositoryContext(SourceContext):
+class HelmRepositoryContext(SourceContext[HelmRepository]):
     index_max_size: int = DEFAULT_INDEX_MAX_SIZE
     etags: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Per object key: (ETag, artifact digest) of the last index stored."""
@@ -235,13 +236,8 @@ class HelmRepositoryContext(SourceContext):
     noop: bool = False
 
     @property
-    def repo(self) -> HelmRepository:
-        obj: HelmRepository = self.obj
-        return obj
-
-    @property
     def timeout(self) -> float:
-        spec = self.repo.spec
+        spec = self.obj.spec
         return parse_duration(spec.timeout).total_seconds() if spec.timeout else DEFAULT_TIMEOUT
 
 
@@ -253,7 +249,7 @@ def _fetch_failed(message: str, *, auth: bool = False) -> StepError:
 @step(SourceCondition.FETCH_FAILED)
 async def reconcile_oci(ctx: HelmRepositoryContext) -> Result | None:
     """`type: oci`: no index and no artifact; Ready once the registry answers."""
-    spec = ctx.repo.spec
+    spec = ctx.obj.spec
     if spec.type != "oci":
         if spec.url.startswith("oci://"):
             raise Stalling(SourceReason.URL_INVALID, "an oci:// URL needs spec.type: oci")
@@ -280,14 +276,14 @@ async def reconcile_oci(ctx: HelmRepositoryContext) -> Result | None:
             # credentials charts will be pulled with.
             if not error.auth:
                 raise _fetch_failed(str(error)) from None
-    ctx.status.artifact = None
+    ctx.obj.status.artifact = None
     ctx.ready_message = "Helm repository is ready"
     return done()
 
 
 async def _credentials(ctx: HelmRepositoryContext, tmp: Path) -> Credentials:
     try:
-        return await credentials(ctx.client, ctx.namespace, ctx.repo.spec, tmp=tmp)
+        return await credentials(ctx.client, ctx.obj.namespace, ctx.obj.spec, tmp=tmp)
     except SecretError as error:
         raise _fetch_failed(str(error), auth=True) from None
     except ssl.SSLError as error:
@@ -296,9 +292,9 @@ async def _credentials(ctx: HelmRepositoryContext, tmp: Path) -> Credentials:
 
 @step(SourceCondition.FETCH_FAILED)
 async def reconcile_index(ctx: HelmRepositoryContext) -> Result | None:
-    spec = ctx.repo.spec
-    artifact = ctx.status.artifact
-    known = ctx.etags.get(ctx.repo.key)
+    spec = ctx.obj.spec
+    artifact = ctx.obj.status.artifact
+    known = ctx.etags.get(ctx.obj.key)
     etag = None
     if (
         known is not None
@@ -332,7 +328,7 @@ async def reconcile_index(ctx: HelmRepositoryContext) -> Result | None:
     ctx.revision = "sha256:" + hashlib.sha256(fetched.body).hexdigest()
     ctx.event_metadata["revision"] = ctx.revision
     if fetched.etag:
-        ctx.etags[ctx.repo.key] = (fetched.etag, ctx.revision)
+        ctx.etags[ctx.obj.key] = (fetched.etag, ctx.revision)
     if (
         artifact is not None
         and artifact.revision == ctx.revision
@@ -346,7 +342,7 @@ async def reconcile_index(ctx: HelmRepositoryContext) -> Result | None:
 
 @step(SourceCondition.STORAGE_OPERATION_FAILED)
 async def reconcile_artifact(ctx: HelmRepositoryContext) -> Result | None:
-    if ctx.noop and ctx.status.artifact is not None:
+    if ctx.noop and ctx.obj.status.artifact is not None:
         mark_stored(ctx, ctx.revision)
         return None
     assert ctx.body is not None
@@ -360,12 +356,12 @@ async def reconcile_artifact(ctx: HelmRepositoryContext) -> Result | None:
         written,
         revision=ctx.revision,
         new_artifact_message=f"stored fetched index of size {len(ctx.body)} from "
-        f"'{redact_url(ctx.repo.spec.url)}'",
+        f"'{redact_url(ctx.obj.spec.url)}'",
     )
     if written.digest == ctx.revision:
-        known = ctx.etags.get(ctx.repo.key)
+        known = ctx.etags.get(ctx.obj.key)
         if known is not None:
-            ctx.etags[ctx.repo.key] = (known[0], written.digest)
+            ctx.etags[ctx.obj.key] = (known[0], written.digest)
     return None
 
 
@@ -381,20 +377,18 @@ def reconciler(
 ) -> Reconciler[HelmRepositoryContext]:
     etags: dict[str, tuple[str, str]] = {}
 
-    def make(**base: Any) -> HelmRepositoryContext:
-        return HelmRepositoryContext(
-            storage=storage,
-            gates=gates,
-            limits=limits or Limits(),
-            index_max_size=index_max_size,
-            etags=etags,
-            **base,
-        )
-
+    context = functools.partial(
+        HelmRepositoryContext,
+        storage=storage,
+        gates=gates,
+        limits=limits or Limits(),
+        index_max_size=index_max_size,
+        etags=etags,
+    )
     return Reconciler(
         model=HelmRepository,
         steps=STEPS,
-        context=make,
+        context=context,
         negative_conditions=NEGATIVE_CONDITIONS,
         finalize=finalize,
     )

@@ -65,22 +65,17 @@ server and storage work need. Four bound the damage; further calls queue."""
 
 
 @dataclass(kw_only=True)
-class OCIRepositoryContext(SourceContext):
+class OCIRepositoryContext(SourceContext[OCIRepository]):
     revision: str = ""
     manifest: oci.Manifest | None = None
     registry: oci.Registry | None = None
     noop: bool = False
     content_checksum: str = ""
 
-    @property
-    def repo(self) -> OCIRepository:
-        obj: OCIRepository = self.obj
-        return obj
-
 
 @step(SourceCondition.FETCH_FAILED)
 async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
-    spec = ctx.repo.spec
+    spec = ctx.obj.spec
     try:
         url = oci.OCIURL.parse(spec.url)
     except ValueError as error:
@@ -117,11 +112,11 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
     ctx.revision = f"{tag}@{manifest.digest}" if tag else manifest.digest
     ctx.event_metadata["revision"] = ctx.revision
     ctx.content_checksum = _content_checksum(ctx)
-    artifact = ctx.repo.status.artifact
+    artifact = ctx.obj.status.artifact
     if (
         artifact is not None
         and artifact.revision == ctx.revision
-        and ctx.repo.status.content_config_checksum == ctx.content_checksum
+        and ctx.obj.status.content_config_checksum == ctx.content_checksum
         and await asyncio.to_thread(ctx.storage.exists, artifact.path)
     ):
         ctx.noop = True
@@ -141,8 +136,8 @@ async def _bounded(fn: Any, *args: Any, timeout: float) -> Any:
 
 
 async def _registry(ctx: OCIRepositoryContext, url: oci.OCIURL) -> oci.Registry:
-    spec = ctx.repo.spec
-    namespace = ctx.namespace
+    spec = ctx.obj.spec
+    namespace = ctx.obj.namespace
     username = password = None
     ca_file: str | None = None
     try:
@@ -195,7 +190,7 @@ def _registry_failure(error: oci.RegistryError) -> StepError:
 
 
 def _content_checksum(ctx: OCIRepositoryContext) -> str:
-    spec = ctx.repo.spec
+    spec = ctx.obj.spec
     selector = spec.layer_selector
     config: dict[str, Any] = {
         "ignore": spec.ignore,
@@ -211,7 +206,7 @@ def _content_checksum(ctx: OCIRepositoryContext) -> str:
 
 @step(SourceCondition.STORAGE_OPERATION_FAILED)
 async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
-    repo = ctx.repo
+    repo = ctx.obj
     status = repo.status
     if ctx.noop and status.artifact is not None:
         mark_stored(ctx, ctx.revision)
@@ -272,7 +267,7 @@ async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
 def _select_layer(ctx: OCIRepositoryContext) -> dict[str, Any]:
     assert ctx.manifest is not None
     layers = ctx.manifest.layers()
-    selector = ctx.repo.spec.layer_selector
+    selector = ctx.obj.spec.layer_selector
     wanted = selector.media_type if selector else None
     for layer in layers:
         if wanted is None or layer.get("mediaType") == wanted:
@@ -293,7 +288,7 @@ async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
     SourceVerified is set here rather than owned by the step, so that a
     no-op pull (the stored digest was verified when it was stored) keeps it.
     """
-    verify = ctx.repo.spec.verify
+    verify = ctx.obj.spec.verify
     if verify is None:
         ctx.conditions.delete(SourceCondition.SOURCE_VERIFIED)
         return None
@@ -301,9 +296,9 @@ async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
     if ctx.noop:
         return None
     assert ctx.manifest is not None and ctx.registry is not None and verify.secret_ref is not None
-    secret = f"{ctx.namespace}/{verify.secret_ref.name}"
+    secret = f"{ctx.obj.namespace}/{verify.secret_ref.name}"
     try:
-        data = await secret_data(ctx.client, ctx.namespace, verify.secret_ref.name)
+        data = await secret_data(ctx.client, ctx.obj.namespace, verify.secret_ref.name)
         keys = cosigning.public_keys(data)
     except (SecretError, cosigning.CosignError) as error:
         raise _unverified(f"verification keys: {error}") from None
@@ -311,7 +306,7 @@ async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
         raise _unverified(f"verification keys: secret '{secret}' holds no '*.pub' public key")
     digest = ctx.manifest.digest
     registry = ctx.registry
-    timeout = parse_duration(ctx.repo.spec.timeout).total_seconds()
+    timeout = parse_duration(ctx.obj.spec.timeout).total_seconds()
     failed = f"failed to verify the signature of '{ctx.revision}' using provider 'cosign'"
     try:
         signatures = await _bounded(
@@ -381,13 +376,16 @@ STEPS = (
 def reconciler(
     storage: Storage, *, gates: Store | None = None, limits: Limits | None = None
 ) -> Reconciler[OCIRepositoryContext]:
-    def make(**base: Any) -> OCIRepositoryContext:
-        return OCIRepositoryContext(storage=storage, gates=gates, limits=limits or Limits(), **base)
-
+    context = functools.partial(
+        OCIRepositoryContext,
+        storage=storage,
+        gates=gates,
+        limits=limits or Limits(),
+    )
     return Reconciler(
         model=OCIRepository,
         steps=STEPS,
-        context=make,
+        context=context,
         negative_conditions=NEGATIVE_CONDITIONS,
         finalize=finalize,
     )

@@ -13,11 +13,11 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sluice_api.meta import Artifact, parse_duration
+from sluice_api.meta import Artifact, Resource, format_time, parse_duration
 from sluice_api.source import SourceCondition, SourceReason
-from sluice_runtime import gates
+from sluice_runtime import gatekeeping
 from sluice_runtime.artifacts.fetching import DEFAULT_MAX_MEMBERS
 from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
 from sluice_runtime.artifacts.storage import ArtifactFile, ArtifactTooLarge, Storage
@@ -48,8 +48,13 @@ class Limits:
     for it (`--git-checkout-max-size`)."""
 
 
+S = TypeVar("S", bound=Resource[Any, Any])
+
+
 @dataclass(kw_only=True)
-class SourceContext(ReconcileContext):
+class SourceContext(ReconcileContext[S]):
+    """What every source kind's steps share; `S` is the source's model."""
+
     storage: Storage
     gates: Store | None = None
     """The Gate cache, for sources that list `spec.gates`."""
@@ -57,27 +62,20 @@ class SourceContext(ReconcileContext):
 
     @property
     def kind(self) -> str:
-        return str(self.obj.KIND).lower()
-
-    @property
-    def namespace(self) -> str:
-        return str(self.obj.metadata.namespace or "default")
-
-    @property
-    def name(self) -> str:
-        return str(self.obj.metadata.name)
+        return self.obj.KIND.lower()
 
     def relative_path(self, filename: str) -> str:
-        return self.storage.relative_path(self.kind, self.namespace, self.name, filename)
+        obj = self.obj
+        return self.storage.relative_path(self.kind, obj.namespace, obj.metadata.name, filename)
 
 
 @step(SourceCondition.BLOCKED)
-async def reconcile_gates(ctx: SourceContext) -> Result | None:
+async def reconcile_gates(ctx: SourceContext[Any]) -> Result | None:
     """A closed gate freezes the source at its last artifact (a change freeze)."""
     refs = ctx.obj.spec.gates
     if not refs or ctx.gates is None:
         return None
-    closed = gates.closed_gates(refs, namespace=ctx.namespace, store=ctx.gates)
+    closed = gatekeeping.closed_gates(refs, namespace=ctx.obj.namespace, store=ctx.gates)
     if not closed:
         return None
     first = closed[0]
@@ -95,7 +93,7 @@ async def reconcile_gates(ctx: SourceContext) -> Result | None:
 
 
 @step()
-async def reconcile_unsupported(ctx: SourceContext) -> Result | None:
+async def reconcile_unsupported(ctx: SourceContext[Any]) -> Result | None:
     """Refuse fields this version accepts in the API but does not implement.
 
     Ignoring them would be worse than failing: `proxySecretRef` ignored
@@ -113,7 +111,7 @@ async def reconcile_unsupported(ctx: SourceContext) -> Result | None:
 
 
 @step()
-async def reconcile_storage(ctx: SourceContext) -> Result | None:
+async def reconcile_storage(ctx: SourceContext[Any]) -> Result | None:
     """Forget an artifact whose file vanished, and keep URLs on the advertised address."""
     status = ctx.obj.status
     storage = ctx.storage
@@ -142,7 +140,7 @@ def ignore_rules(root: Path, spec_ignore: str | None) -> IgnoreRules:
 
 
 async def write_archive(
-    ctx: SourceContext, filename: str, src: Path, spec_ignore: str | None
+    ctx: SourceContext[Any], filename: str, src: Path, spec_ignore: str | None
 ) -> ArtifactFile:
     rel = ctx.relative_path(filename)
     ignore = await asyncio.to_thread(ignore_rules, src, spec_ignore)
@@ -155,7 +153,7 @@ async def write_archive(
         raise _storage_failed(SourceReason.ARCHIVE_OPERATION_FAILED, error) from None
 
 
-async def write_file(ctx: SourceContext, filename: str, src: Path) -> ArtifactFile:
+async def write_file(ctx: SourceContext[Any], filename: str, src: Path) -> ArtifactFile:
     limit = ctx.limits.artifact_max_size
     try:
         return await asyncio.to_thread(
@@ -189,7 +187,7 @@ def _storage_failed(reason: SourceReason, error: OSError) -> StepError:
 
 
 async def record_artifact(
-    ctx: SourceContext,
+    ctx: SourceContext[Any],
     written: ArtifactFile,
     *,
     revision: str,
@@ -209,27 +207,31 @@ async def record_artifact(
         url=storage.url(written.path),
         revision=revision,
         digest=written.digest,
-        last_update_time=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        last_update_time=format_time(datetime.now(UTC), fraction="none"),
         size=written.size,
         metadata=metadata or None,
     )
     status.url = storage.url(latest(written.path))
     await asyncio.to_thread(
-        storage.garbage_collect, ctx.kind, ctx.namespace, ctx.name, keep=[written.path]
+        storage.garbage_collect,
+        ctx.kind,
+        ctx.obj.namespace,
+        ctx.obj.metadata.name,
+        keep=[written.path],
     )
     mark_stored(ctx, revision)
     if previous is None or previous.revision != revision:
         ctx.events.normal("NewArtifact", new_artifact_message, metadata=ctx.event_metadata)
 
 
-def mark_stored(ctx: SourceContext, revision: str) -> None:
+def mark_stored(ctx: SourceContext[Any], revision: str) -> None:
     message = f"stored artifact for revision '{revision}'"
     ctx.conditions.mark_true(SourceCondition.ARTIFACT_IN_STORAGE, SourceReason.SUCCEEDED, message)
     ctx.conditions.delete(SourceCondition.ARTIFACT_OUTDATED)
     ctx.ready_message = message
 
 
-def mark_outdated(ctx: SourceContext, revision: str) -> None:
+def mark_outdated(ctx: SourceContext[Any], revision: str) -> None:
     artifact = ctx.obj.status.artifact
     if artifact is not None and artifact.revision != revision:
         ctx.conditions.mark_true(
@@ -239,8 +241,10 @@ def mark_outdated(ctx: SourceContext, revision: str) -> None:
         )
 
 
-async def finalize(ctx: SourceContext) -> None:
-    await asyncio.to_thread(ctx.storage.remove_all, ctx.kind, ctx.namespace, ctx.name)
+async def finalize(ctx: SourceContext[Any]) -> None:
+    await asyncio.to_thread(
+        ctx.storage.remove_all, ctx.kind, ctx.obj.namespace, ctx.obj.metadata.name
+    )
 
 
 NEGATIVE_CONDITIONS = (

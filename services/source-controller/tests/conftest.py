@@ -26,6 +26,7 @@ from sluice_envtest.harness import Observer, running_service
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_envtest.sshserver import SshGitServer
 from sluice_runtime import app
+from sluice_runtime.controller import ReconcileLog
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import EVENT, ResourceType
 from source_controller import __main__ as source_main
@@ -46,9 +47,12 @@ class SourceController(Observer):
         storage_addr: str,
         client: KubeClient,
         namespace: str,
+        reconciles: ReconcileLog,
     ) -> None:
         super().__init__(client, namespace)
         self.runtime = runtime
+        self.reconciles = reconciles
+        """Every reconcile the controllers ran, per key."""
         self.storage = storage
         self.storage_addr = storage_addr
 
@@ -163,6 +167,7 @@ async def start_source_controller(
     """The controller as the fixture runs it, with `flags` added (limits, say)."""
     port = free_port()
     storage = tmp_path / "storage"
+    reconciles = ReconcileLog()
     async with running_service(
         source_main,
         kubeconfig=str(cluster.kubeconfig),
@@ -175,8 +180,9 @@ async def start_source_controller(
             "--artifact-retention-records", "1",
             *flags,
         ],
+        observer=reconciles,
     ) as runtime:  # fmt: skip
-        yield SourceController(runtime, storage, f"127.0.0.1:{port}", kube, namespace)
+        yield SourceController(runtime, storage, f"127.0.0.1:{port}", kube, namespace, reconciles)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

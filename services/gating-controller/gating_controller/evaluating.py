@@ -82,10 +82,9 @@ the gate's last state.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -101,7 +100,7 @@ from sluice_api.gating import (
     GateReason,
     GateSchedule,
 )
-from sluice_api.meta import parse_duration
+from sluice_api.meta import format_time, parse_duration, parse_time
 
 HISTORY_LIMIT = 20
 """How many open and close entries status.history keeps."""
@@ -115,11 +114,6 @@ _DST_MARGIN = timedelta(hours=3)
 _MAX_TIME = datetime.max.replace(tzinfo=UTC)
 
 Action = Literal["open", "close"]
-
-_RFC3339 = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})"
-    r"(?:\.([0-9]+))?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
-)
 
 
 class InvalidGate(Exception):
@@ -217,46 +211,6 @@ def evaluate(gate: Gate, *, now: datetime, history_limit: int = HISTORY_LIMIT) -
         new_history=new_history,
         history=history,
     )
-
-
-def parse_time(text: str) -> datetime:
-    """An RFC 3339 time with its zone (`2026-11-21T10:00:00Z`, `...+01:00`), in UTC.
-
-    Nothing else is accepted: no missing zone, no date alone, no space for
-    `T`. Fractions beyond microseconds are truncated. Raises ValueError.
-    """
-    match = _RFC3339.fullmatch(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not an RFC3339 time")
-    year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
-    offset = timedelta(0)
-    if not zulu:
-        if int(off_h) > 23 or int(off_m) > 59:
-            raise ValueError(f"{text!r} has an invalid offset")
-        offset = timedelta(hours=int(off_h), minutes=int(off_m)) * (-1 if sign == "-" else 1)
-    try:
-        local = datetime(
-            int(year),
-            int(month),
-            int(day),
-            int(hour),
-            int(minute),
-            int(second),
-            int((fraction or "0")[:6].ljust(6, "0")),
-            tzinfo=timezone(offset),
-        )
-        return local.astimezone(UTC)
-    except (ValueError, OverflowError) as error:
-        raise ValueError(f"{text!r} is out of range: {error}") from None
-
-
-def format_time(value: datetime) -> str:
-    """RFC 3339 in UTC with a `Z`, with a fraction only when there is one."""
-    t = value.astimezone(UTC)
-    text = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
-    if t.microsecond:
-        text += "." + f"{t.microsecond:06d}".rstrip("0")
-    return text + "Z"
 
 
 def parse_requester(value: str | None) -> tuple[str, str | None]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from sluice_runtime.conditions import Conditions
-from sluice_runtime.informing.watching import Change, Store
+from sluice_api.meta import JSON
+from sluice_runtime.conditions import Conditions, condition_of
+from sluice_runtime.informing.watching import Change, Index, Store
 from sluice_runtime.reconciling.errors import Waiting
 
-JSON = dict[str, Any]
 OPENED = "Opened"
 
 
@@ -49,10 +49,8 @@ def closed_gates(gates: Sequence[GateRef], *, namespace: str, store: Store) -> l
 
 
 def is_open(gate: JSON) -> bool:
-    for cond in (gate.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == OPENED:
-            return bool(cond.get("status") == "True")
-    return False
+    opened = condition_of(gate, OPENED)
+    return opened is not None and opened.get("status") == "True"
 
 
 def consumers_of(store: Store) -> Callable[[Change], list[str]]:
@@ -63,16 +61,19 @@ def consumers_of(store: Store) -> Callable[[Change], list[str]]:
         now = is_open(change.new) if change.new is not None else None
         if change.kind == "updated" and was == now:
             return []
-        namespace = change.obj["metadata"].get("namespace")
-        name = change.obj["metadata"]["name"]
-        keys = []
-        for obj in store.values(namespace):
-            refs = (obj.get("spec") or {}).get("gates") or []
-            if any(ref.get("name") == name for ref in refs):
-                keys.append(f"{namespace}/{obj['metadata']['name']}")
-        return keys
+        return store.referencing(GATE_REFS, change.key)
 
     return mapper
+
+
+def _gate_refs(obj: JSON) -> list[str]:
+    namespace = obj["metadata"].get("namespace", "")
+    refs = (obj.get("spec") or {}).get("gates") or []
+    return [f"{namespace}/{ref['name']}" for ref in refs if isinstance(ref, dict) and "name" in ref]
+
+
+GATE_REFS = Index("spec.gates", _gate_refs)
+"""Objects by the Gates they list (`namespace/name`, always their own namespace)."""
 
 
 APPROVED = "Approved"

@@ -11,12 +11,12 @@ Ready False with the bad value quoted, and the gate keeps its last state.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from gating_controller.gates import InvalidGate, evaluate
+from gating_controller.evaluating import InvalidGate, evaluate
 from sluice_api.gating import (
     CLOSE_REQUESTED_AT_ANNOTATION,
     CLOSE_REQUESTED_BY_ANNOTATION,
@@ -40,18 +40,13 @@ def system_clock() -> datetime:
 
 
 @dataclass(kw_only=True)
-class GateContext(ReconcileContext):
+class GateContext(ReconcileContext[Gate]):
     clock: Clock
-
-    @property
-    def gate(self) -> Gate:
-        obj: Gate = self.obj
-        return obj
 
 
 @step()
 async def reconcile_gate(ctx: GateContext) -> Result | None:
-    gate = ctx.gate
+    gate = ctx.obj
     now = ctx.clock()
     try:
         state = evaluate(gate, now=now)
@@ -88,7 +83,7 @@ def _announce(
 ) -> None:
     verb = "opened" if opened else "closed"
     who = f"{source}:{user}" if user and source == "cli" else (user or source)
-    message = f"{ctx.gate.metadata.name} {verb} by {who}"
+    message = f"{ctx.obj.metadata.name} {verb} by {who}"
     if until:
         message += f" until {until}"
     ctx.events.normal("GateOpened" if opened else "GateClosed", message)
@@ -104,13 +99,11 @@ TRIGGERS = (
 
 
 def reconciler(clock: Clock = system_clock) -> Reconciler[GateContext]:
-    def make(**base: Any) -> GateContext:
-        return GateContext(clock=clock, **base)
-
+    context = functools.partial(GateContext, clock=clock)
     return Reconciler(
         model=Gate,
         steps=STEPS,
-        context=make,
+        context=context,
         uses_finalizer=False,
         trigger_annotations=TRIGGERS,
         success_reason=GateReason.RECONCILIATION_SUCCEEDED,

@@ -11,16 +11,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gating_controller.gates import (
+from gating_controller.evaluating import (
     CLOSE_REQUESTED_BY_ANNOTATION,
     OPEN_REQUESTED_BY_ANNOTATION,
     GateState,
     InvalidGate,
     evaluate,
-    format_time,
     merge_history,
     parse_requester,
-    parse_time,
 )
 from sluice_api.gating import (
     CLOSE_REQUESTED_AT_ANNOTATION,
@@ -30,7 +28,7 @@ from sluice_api.gating import (
     GateSpec,
     GateStatus,
 )
-from sluice_api.meta import ObjectMeta
+from sluice_api.meta import ObjectMeta, format_time, parse_time
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

@@ -142,7 +142,7 @@ async def setup(runtime: app.Runtime) -> None:
     oci_rt = ResourceType.of_model(OCIRepository)
     oci_repos = runtime.informers.get(oci_rt, selected=True).store
     oci = runtime.controller(ocirepository.reconciler(storage, gates=gate_store, limits=limits))
-    oci.watch(gate_rt, gatekeeping.consumers_of(runtime.informers.get(oci_rt, selected=True).store))
+    oci.watch(gate_rt, gatekeeping.consumers_of(oci_repos))
 
     helm_repo_rt = ResourceType.of_model(HelmRepository)
     helm_repos = runtime.informers.get(helm_repo_rt, selected=True).store

@@ -16,7 +16,9 @@ STEPS: unsupported → gates → dependencies → chart → values → release.
   generation, forceAt/resetAt) and only then runs `helm install` or
   `helm upgrade` (then `helm test` when enabled); failures are counted and
   remediated (uninstall after a failed install, rollback or uninstall after
-  a failed upgrade) until the retries are exhausted, which stalls.
+  a failed upgrade) until the retries are exhausted, which stalls. A steady
+  release (nothing to install or upgrade) is checked for drift instead, when
+  `driftDetection` asks (`drifting`).
 
 Helm runs as the controller, or as the tenant's ServiceAccount with
 `--kube-as-user system:serviceaccount:<ns>:<sa>`, so a release can create
@@ -36,7 +38,7 @@ from typing import Any, NoReturn
 import aiohttp
 import yaml
 
-from helm_controller import releases
+from helm_controller import drifting, releases
 from sluice_api.helm import (
     FORCE_REQUESTED_AT_ANNOTATION,
     NAME_LABEL,
@@ -53,6 +55,10 @@ from sluice_runtime import dependencies, gates
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.helming import HelmError, run_helm
 from sluice_runtime.informing.watching import Change, Store
+from sluice_runtime.kube import ignoring
+from sluice_runtime.kube.applying import ApplyError, ResourceManager
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import KubeError, NotFound
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
 from sluice_runtime.kube.secrets import SecretError, secret_data
@@ -84,6 +90,14 @@ class Services:
     no_cross_namespace_refs: bool = False
     attempts: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per HelmRelease uid: the release-deciding status fields this process last wrote."""
+    mapper: RestMapper | None = None
+    """Which resource serves a kind, for drift detection; made on first use."""
+
+    def rest_mapper(self, client: KubeClient) -> RestMapper:
+        # Discovery with the controller's own identity: every identity may read it.
+        if self.mapper is None:
+            self.mapper = RestMapper(client)
+        return self.mapper
 
 
 @dataclass(kw_only=True)
@@ -136,8 +150,6 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
         found.append("spec.kubeConfig")
     if spec.post_renderers:
         found.append("spec.postRenderers")
-    if spec.drift_detection is not None and spec.drift_detection.mode in ("enabled", "warn"):
-        found.append(f"spec.driftDetection.mode={spec.drift_detection.mode}")
     if spec.common_metadata is not None:
         found.append("spec.commonMetadata")
     if spec.chart is not None and spec.chart.spec.verify is not None:
@@ -172,7 +184,16 @@ async def reconcile_unsupported(ctx: HelmReleaseContext) -> Result | None:
             f"not supported by this version of Sluice: {', '.join(found)}; "
             "remove them to release this HelmRelease",
         )
+    try:
+        ignoring.validate(_ignore_rules(ctx.hr))
+    except ignoring.InvalidSelector as error:
+        raise Stalling(Reason.INIT_FAILED, f"spec.driftDetection.ignore: {error}") from None
     return None
+
+
+def _ignore_rules(hr: HelmRelease) -> list[ignoring.IgnoreRule]:
+    detection = hr.spec.drift_detection
+    return ignoring.rules_of(detection.ignore or [] if detection else [])
 
 
 # -- 2. gates ------------------------------------------------------------------------------
@@ -373,11 +394,20 @@ async def _history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapsh
         ) from None
 
 
-def _identity(ctx: HelmReleaseContext) -> list[str]:
+def _account(ctx: HelmReleaseContext) -> str | None:
     account = ctx.hr.spec.service_account_name or ctx.services.default_service_account
-    if not account:
-        return []
-    return ["--kube-as-user", f"system:serviceaccount:{ctx.namespace}:{account}"]
+    return f"system:serviceaccount:{ctx.namespace}:{account}" if account else None
+
+
+def _identity(ctx: HelmReleaseContext) -> list[str]:
+    account = _account(ctx)
+    return ["--kube-as-user", account] if account else []
+
+
+def _cluster_client(ctx: HelmReleaseContext) -> KubeClient:
+    """The client that acts on the release's objects: as the tenant, when there is one."""
+    account = _account(ctx)
+    return ctx.client.impersonate(account) if account else ctx.client
 
 
 async def _helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> str:
@@ -578,6 +608,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         ctx.ready_reason = _kept_reason(ctx)
         ctx.ready_message = _release_message(ctx, latest, "succeeded", chart=chart)
         ctx.conditions.mark_true(Condition.RELEASED, ctx.ready_reason, ctx.ready_message)
+        await _drift(ctx, found[0][0], latest)
         return None
 
     status.last_attempted_generation = generation
@@ -624,6 +655,66 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         await _failed(ctx, action, Reason.TEST_FAILED, failure, chart=chart)
     status.failures = status.install_failures = status.upgrade_failures = None
     return None
+
+
+async def _drift(ctx: HelmReleaseContext, release: dict[str, Any], snap: Snapshot) -> None:
+    """Compare the cluster with the release manifest; report (warn) or correct (enabled).
+
+    Only a steady release is checked: an install or upgrade has just written
+    the manifest itself. Correction applies the drifted objects, never
+    `helm upgrade`, so it adds no release revision.
+    """
+    detection = ctx.hr.spec.drift_detection
+    mode = detection.mode if detection is not None else None
+    if mode not in ("enabled", "warn"):
+        return
+    target = f"{snap.namespace}/{snap.name}.v{snap.version}"
+    try:
+        objects = drifting.manifest_objects(
+            str(release.get("manifest") or ""), namespace=ctx.release_namespace
+        )
+    except drifting.ManifestError as error:
+        raise StepError(
+            Reason.RECONCILIATION_FAILED, f"drift detection of release {target}: {error}"
+        ) from None
+    manager = ResourceManager(
+        _cluster_client(ctx),
+        ctx.services.rest_mapper(ctx.client),
+        field_manager=FIELD_MANAGER,
+        owner_labels={},
+        ignore_rules=_ignore_rules(ctx.hr),
+    )
+    try:
+        found = drifting.drifted(await manager.preview_all(objects))
+    except ApplyError as error:
+        raise StepError(
+            Reason.RECONCILIATION_FAILED, f"drift detection of release {target} failed: {error}"
+        ) from None
+    if not found:
+        return
+    ctx.log.info("drift detected", release=target, objects=[d.subject for d in found])
+    if mode == "warn":
+        ctx.events.warning(
+            Reason.DRIFT_DETECTED,
+            f"Cluster state of release {target} has drifted from the desired state:\n"
+            + drifting.describe(found),
+            metadata=ctx.event_metadata,
+        )
+        return
+    try:
+        changes = await manager.apply_all_staged(
+            drifting.select(objects, found), wait_timeout=ctx.timeout
+        )
+    except ApplyError as error:
+        message = f"Failed to correct cluster state of release {target}: {error}"
+        ctx.events.warning(Reason.DRIFT_CORRECTION_FAILED, message, metadata=ctx.event_metadata)
+        raise StepError(Reason.DRIFT_CORRECTION_FAILED, message) from None
+    ctx.events.normal(
+        Reason.DRIFT_CORRECTED,
+        f"Cluster state of release {target} has been corrected:\n"
+        + changes.summary(only_changes=True),
+        metadata=ctx.event_metadata,
+    )
 
 
 async def _failed(

@@ -14,7 +14,7 @@ import aiohttp
 import structlog
 
 from helm_controller import helmrelease
-from sluice_api import Gate, HelmChart, HelmRelease
+from sluice_api import Gate, HelmChart, HelmRelease, OCIRepository
 from sluice_runtime import app, gates
 from sluice_runtime.helming import HelmMissing, helm_binary
 from sluice_runtime.kube.resources import ResourceType
@@ -22,7 +22,7 @@ from sluice_runtime.kube.resources import ResourceType
 log = structlog.get_logger(__name__)
 
 SERVICE = "helm-controller"
-KINDS = (HelmRelease, HelmChart, Gate)
+KINDS = (HelmRelease, HelmChart, OCIRepository, Gate)
 """Every kind this process reads; startup fails clearly if one is not served."""
 
 
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def setup(runtime: app.Runtime) -> None:
-    """Wire the HelmRelease controller; it also watches HelmCharts and Gates."""
+    """Wire the HelmRelease controller; it also watches HelmCharts, OCIRepositories and Gates."""
     options = runtime.options
     try:
         helm = helm_binary()
@@ -55,12 +55,14 @@ async def setup(runtime: app.Runtime) -> None:
     hr_rt = ResourceType.of_model(HelmRelease)
     chart_rt = ResourceType.of_model(HelmChart)
     gate_rt = ResourceType.of_model(Gate)
+    oci_rt = ResourceType.of_model(OCIRepository)
     hrs = runtime.informers.get(hr_rt, selected=True).store
     services = helmrelease.Services(
         session=session,
         releases=hrs,
         charts=runtime.informers.get(chart_rt).store,
         gates=runtime.informers.get(gate_rt).store,
+        oci_repositories=runtime.informers.get(oci_rt).store,
         kubeconfig=options.kubeconfig,
         default_service_account=options.default_service_account or None,
         requeue_dependency=options.requeue_dependency,
@@ -68,6 +70,7 @@ async def setup(runtime: app.Runtime) -> None:
     )
     controller = runtime.controller(helmrelease.reconciler(services))
     controller.watch(chart_rt, helmrelease.chart_watchers(hrs))
+    controller.watch(oci_rt, helmrelease.chart_watchers(hrs, "OCIRepository"))
     controller.watch(hr_rt, helmrelease.dependent_watchers(hrs), selected=True)
     controller.watch(gate_rt, gates.consumers_of(hrs))
 

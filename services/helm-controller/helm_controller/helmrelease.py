@@ -7,8 +7,11 @@ STEPS: unsupported → gates → dependencies → chart → values → release.
   silently ignored).
 - chart: `spec.chart` makes the controller create and own a HelmChart
   `<namespace>-<name>` in the source's namespace; `spec.chartRef` names an
-  existing HelmChart. Either way the release waits for its artifact, which
-  is downloaded and checked against its digest.
+  existing HelmChart or an OCIRepository holding a chart (pushed with
+  `helm push`). Either way the release waits for its artifact, which is
+  downloaded and checked against its digest. A chart from an OCIRepository
+  gets the version `<version>+<first 12 hex of the artifact digest>`, as in
+  Flux, so a chart pushed again under the same version is a new release.
 - values: `valuesFrom` (ConfigMap/Secret keys, optional, targetPath) merged in
   order, then `values` over them; their digest is the config digest.
 - release: reads the release history from Helm's own storage Secrets,
@@ -50,7 +53,7 @@ from sluice_api.helm import (
     Snapshot,
 )
 from sluice_api.meta import Artifact, parse_duration
-from sluice_api.source import HelmChart
+from sluice_api.source import HelmChart, OCIRepository
 from sluice_runtime import dependencies, gates
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.helming import HelmError, run_helm
@@ -70,6 +73,7 @@ Condition = HelmReleaseCondition
 Reason = HelmReleaseReason
 FIELD_MANAGER = "helm-controller"
 HELMCHART = ResourceType.of_model(HelmChart)
+OCIREPOSITORY = ResourceType.of_model(OCIRepository)
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_MAX_HISTORY = 5
 MAX_CHART_SIZE = 64 << 20
@@ -83,6 +87,7 @@ class Services:
     releases: Store
     charts: Store
     gates: Store
+    oci_repositories: Store
     kubeconfig: str | None
     """The controller's kubeconfig for helm; None in a pod (helm uses in-cluster config)."""
     default_service_account: str | None = None
@@ -105,6 +110,8 @@ class HelmReleaseContext(ReconcileContext):
     services: Services
     artifact: Artifact | None = None
     chart_dir: Path | None = None
+    revision: str = ""
+    """The chart revision released: the HelmChart's, or the OCI chart's digest-suffixed version."""
     values: dict[str, Any] = field(default_factory=dict)
     config_digest: str = ""
 
@@ -154,8 +161,6 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
         found.append("spec.commonMetadata")
     if spec.chart is not None and spec.chart.spec.verify is not None:
         found.append("spec.chart.spec.verify")
-    if spec.chart_ref is not None and spec.chart_ref.kind == "OCIRepository":
-        found.append("spec.chartRef.kind=OCIRepository")
     if any(dep.ready_expr for dep in spec.depends_on or []):
         found.append("spec.dependsOn[].readyExpr")
     if spec.storage_namespace is not None and spec.storage_namespace != (
@@ -282,9 +287,11 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
                 Reason.ARTIFACT_FAILED, f"cannot create HelmChart '{key}': {error}"
             ) from None
         hr.status.helm_chart = key
+        kind = "HelmChart"
     else:
         assert hr.spec.chart_ref is not None
         ref = hr.spec.chart_ref
+        kind = ref.kind
         key = f"{ref.namespace or ctx.namespace}/{ref.name}"
         if (
             ctx.services.no_cross_namespace_refs
@@ -292,14 +299,15 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
         ):
             raise Stalling(
                 Reason.ARTIFACT_FAILED,
-                f"cannot access HelmChart/{key}: cross-namespace references are not allowed",
+                f"cannot access {kind}/{key}: cross-namespace references are not allowed",
             )
-    chart = ctx.services.charts.get(key)
+    store = ctx.services.oci_repositories if kind == "OCIRepository" else ctx.services.charts
+    chart = store.get(key)
     artifact = ((chart or {}).get("status") or {}).get("artifact")
     if chart is None or not artifact:
         raise Waiting(
             Reason.ARTIFACT_FAILED,
-            f"HelmChart '{key}' is not ready"
+            f"{kind} '{key}' is not ready"
             + (f": {_ready_message(chart)}" if chart is not None and _ready_message(chart) else ""),
             requeue_after=ctx.services.requeue_dependency,
         )
@@ -317,13 +325,36 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
     except (ArtifactError, ValueError) as error:
         raise StepError(
             Reason.ARTIFACT_FAILED,
-            f"chart artifact '{ctx.artifact.revision}' of HelmChart '{key}': {error}",
+            f"chart artifact '{ctx.artifact.revision}' of {kind} '{key}': {error}",
         ) from None
     dirs = [p for p in (work / "chart").iterdir() if (p / "Chart.yaml").is_file()]
     if len(dirs) != 1:
-        raise StepError(Reason.ARTIFACT_FAILED, f"HelmChart '{key}' artifact holds no chart")
+        raise StepError(Reason.ARTIFACT_FAILED, f"{kind} '{key}' artifact holds no chart")
     ctx.chart_dir = dirs[0]
+    ctx.revision = ctx.artifact.revision
+    if kind == "OCIRepository":
+        ctx.revision = _version_with_digest(ctx.chart_dir, ctx.artifact, where=f"{kind} '{key}'")
     return None
+
+
+def _version_with_digest(chart_dir: Path, artifact: Artifact, *, where: str) -> str:
+    """Write `<version>+<12 hex of the digest>` into Chart.yaml and return it.
+
+    An OCI tag can be pushed again with other content under the same chart
+    version; the digest in the version makes that a new release, as in Flux.
+    """
+    meta_file = chart_dir / "Chart.yaml"
+    try:
+        meta = yaml.safe_load(meta_file.read_text())
+        version = str(meta["version"])
+    except (yaml.YAMLError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise StepError(
+            Reason.ARTIFACT_FAILED, f"{where}: the chart's Chart.yaml is invalid: {error}"
+        ) from None
+    digest = (artifact.digest or artifact.revision).rpartition(":")[2][:12]
+    meta["version"] = f"{version.split('+', 1)[0]}+{digest}"
+    meta_file.write_text(yaml.safe_dump(meta, sort_keys=False))
+    return str(meta["version"])
 
 
 def _ready_message(chart: dict[str, Any]) -> str:
@@ -548,7 +579,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
     reset = annotations.get(RESET_REQUESTED_AT_ANNOTATION)
     changed = (
         status.last_attempted_generation != generation
-        or status.last_attempted_revision != ctx.artifact.revision
+        or status.last_attempted_revision != ctx.revision
         or status.last_attempted_config_digest != ctx.config_digest
         or (reset is not None and reset != status.last_handled_reset_at)
     )
@@ -612,7 +643,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         return None
 
     status.last_attempted_generation = generation
-    status.last_attempted_revision = ctx.artifact.revision
+    status.last_attempted_revision = ctx.revision
     status.last_attempted_revision_digest = ctx.artifact.digest
     status.last_attempted_config_digest = ctx.config_digest
     status.last_attempted_release_action = action  # type: ignore[assignment]
@@ -922,8 +953,9 @@ async def finalize(ctx: HelmReleaseContext) -> None:
 # -- what makes a HelmRelease reconcile ----------------------------------------------------------
 
 
-def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
-    """HelmReleases to reconcile when a HelmChart's artifact or readiness changed."""
+def chart_watchers(hrs: Store, kind: str = "HelmChart") -> Callable[[Change], list[str]]:
+    """HelmReleases to reconcile when a HelmChart's (or an OCIRepository's) artifact or
+    readiness changed."""
 
     def mapper(change: Change) -> list[str]:
         old = (change.old or {}).get("status") or {}
@@ -943,10 +975,7 @@ def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
         for obj in hrs.values():
             ref = (obj.get("spec") or {}).get("chartRef") or {}
             ns = obj["metadata"].get("namespace")
-            if (
-                ref.get("kind") == "HelmChart"
-                and f"{ref.get('namespace') or ns}/{ref.get('name')}" == key
-            ):
+            if ref.get("kind") == kind and f"{ref.get('namespace') or ns}/{ref.get('name')}" == key:
                 keys.append(f"{ns}/{obj['metadata']['name']}")
         return keys
 

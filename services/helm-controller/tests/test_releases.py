@@ -175,7 +175,8 @@ def hr(**spec: Any) -> HelmRelease:
     [
         pytest.param({}, [], id="plain"),
         pytest.param({"driftDetection": {"mode": "disabled"}}, [], id="drift-disabled-is-fine"),
-        pytest.param({"driftDetection": {"mode": "warn"}}, ["spec.driftDetection.mode=warn"], id="drift-warn"),
+        pytest.param({"driftDetection": {"mode": "warn"}}, [], id="drift-warn-is-built"),
+        pytest.param({"chartRef": {"kind": "OCIRepository", "name": "o"}, "chart": None}, [], id="oci-chart-ref-is-built"),
         pytest.param({"kubeConfig": {"secretRef": {"name": "k"}}}, ["spec.kubeConfig"], id="kubeconfig"),
         pytest.param({"postRenderers": [{"kustomize": {}}]}, ["spec.postRenderers"], id="post-renderers"),
         pytest.param({"storageNamespace": "apps"}, [], id="storage-same"),

@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 import aiohttp
 import yaml
 
-from helm_controller import drifting, releases
+from helm_controller import drifting, postrendering, releases
 from sluice_api.helm import (
     FORCE_REQUESTED_AT_ANNOTATION,
     NAME_LABEL,
@@ -155,8 +155,6 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
     found: list[str] = []
     if spec.kube_config is not None:
         found.append("spec.kubeConfig")
-    if spec.post_renderers:
-        found.append("spec.postRenderers")
     if spec.common_metadata is not None:
         found.append("spec.commonMetadata")
     if spec.chart is not None and spec.chart.spec.verify is not None:
@@ -501,6 +499,7 @@ def _release_args(
         if opts_any.disable_schema_validation:
             args.append("--skip-schema-validation")
     args += ["--timeout", f"{int(timeout)}s"]
+    args += postrendering.helm_args(spec.post_renderers or [], values_file.parent / "post-render")
     return args, timeout
 
 
@@ -553,11 +552,25 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
     remembered = ctx.services.attempts.get(uid)
     if remembered is not None:
         for name, value in remembered.items():
-            setattr(status, name, value)
+            if name in ATTEMPT_FIELDS:
+                setattr(status, name, value)
+        # The conditions that tell the last action's story are as fresh as the
+        # fields: a stalled install must keep naming why it failed.
+        ctx.conditions.delete(*RELEASE_CONDITIONS)
+        for kept in remembered.get(_CONDITIONS) or []:
+            ctx.conditions.set(kept.type, kept.status, kept.reason, kept.message)
     try:
         return await _release(ctx)
     finally:
-        ctx.services.attempts[uid] = {name: getattr(status, name) for name in ATTEMPT_FIELDS}
+        memory = {name: getattr(status, name) for name in ATTEMPT_FIELDS}
+        memory[_CONDITIONS] = [
+            c for t in RELEASE_CONDITIONS if (c := ctx.conditions.get(t)) is not None
+        ]
+        ctx.services.attempts[uid] = memory
+
+
+_CONDITIONS = "conditions"
+RELEASE_CONDITIONS = (Condition.RELEASED, Condition.TEST_SUCCESS, Condition.REMEDIATED)
 
 
 async def _release(ctx: HelmReleaseContext) -> Result | None:

@@ -178,7 +178,7 @@ def hr(**spec: Any) -> HelmRelease:
         pytest.param({"driftDetection": {"mode": "warn"}}, [], id="drift-warn-is-built"),
         pytest.param({"chartRef": {"kind": "OCIRepository", "name": "o"}, "chart": None}, [], id="oci-chart-ref-is-built"),
         pytest.param({"kubeConfig": {"secretRef": {"name": "k"}}}, ["spec.kubeConfig"], id="kubeconfig"),
-        pytest.param({"postRenderers": [{"kustomize": {}}]}, ["spec.postRenderers"], id="post-renderers"),
+        pytest.param({"postRenderers": [{"kustomize": {}}]}, [], id="post-renderers-are-built"),
         pytest.param({"storageNamespace": "apps"}, [], id="storage-same"),
         pytest.param({"storageNamespace": "other"}, ["spec.storageNamespace (different from the release namespace)"], id="storage-other"),
         pytest.param({"upgrade": {"crds": "CreateReplace"}}, ["spec.upgrade.crds=CreateReplace"], id="upgrade-crds"),

@@ -6,7 +6,7 @@ objects that would change (or are missing) have drifted. `warn` reports
 them in an event; `enabled` also applies them (server-side, forced, as the
 helm-controller field manager), which puts back what was edited without a
 `helm upgrade` and without a new release revision. The dry-run, the
-comparison and the ignore rules are the runtime's (`kube.applying`,
+comparison and the ignore rules are the runtime's (`ssa`,
 `kube.ignoring`), the same the kustomize-controller uses, so a path ignored
 here is left alone exactly as a Kustomization's `driftIgnoreRules` leave it.
 
@@ -22,7 +22,9 @@ from typing import Any
 
 import yaml
 
-from sluice_runtime.kube.applying import ObjectId, Preview, has_drifted
+from sluice_api.meta import ObjectId
+from sluice_runtime.ssa.changeset import Preview
+from sluice_runtime.ssa.normalizing import has_drifted
 
 DISABLED_KEY = "helm.toolkit.fluxcd.io/driftDetection"
 DISABLED = "disabled"

@@ -59,15 +59,17 @@ from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.helming import HelmError, run_helm
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube import ignoring
-from sluice_runtime.kube.applying import ApplyError, ResourceManager
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import KubeError, NotFound
+from sluice_runtime.kube.impersonation import impersonated_user
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
+from sluice_runtime.ssa.errors import ApplyError
+from sluice_runtime.ssa.manager import ResourceManager
 
 Condition = HelmReleaseCondition
 Reason = HelmReleaseReason
@@ -424,19 +426,20 @@ async def _history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapsh
 
 
 def _account(ctx: HelmReleaseContext) -> str | None:
-    account = ctx.hr.spec.service_account_name or ctx.services.default_service_account
-    return f"system:serviceaccount:{ctx.namespace}:{account}" if account else None
+    return impersonated_user(
+        ctx.namespace, ctx.hr.spec.service_account_name, ctx.services.default_service_account
+    )
 
 
 def _identity(ctx: HelmReleaseContext) -> list[str]:
-    account = _account(ctx)
-    return ["--kube-as-user", account] if account else []
+    user = _account(ctx)
+    return ["--kube-as-user", user] if user else []
 
 
 def _cluster_client(ctx: HelmReleaseContext) -> KubeClient:
     """The client that acts on the release's objects: as the tenant, when there is one."""
-    account = _account(ctx)
-    return ctx.client.impersonate(account) if account else ctx.client
+    user = _account(ctx)
+    return ctx.client.impersonate(user) if user else ctx.client
 
 
 async def _helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> str:

@@ -14,7 +14,7 @@ import aiohttp
 import structlog
 
 from kustomize_controller import decrypting, kustomization
-from kustomize_controller.targets import Targets
+from kustomize_controller.context import Services
 from sluice_api import (
     Bucket,
     ExternalArtifact,
@@ -24,6 +24,7 @@ from sluice_api import (
     OCIRepository,
 )
 from sluice_runtime import app, building, gates
+from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
 
 log = structlog.get_logger(__name__)
@@ -111,9 +112,9 @@ async def setup(runtime: app.Runtime) -> None:
         raise app.StartupError(f"SOPS decryption: {error}") from None
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)
-    targets = Targets(
+    targets = TargetClusters(
         runtime.client,
-        options.default_service_account or None,
+        default_service_account=options.default_service_account or None,
         allow_kubeconfig_exec=options.insecure_kubeconfig_exec,
         allow_kubeconfig_insecure_tls=options.insecure_kubeconfig_tls,
     )
@@ -124,7 +125,7 @@ async def setup(runtime: app.Runtime) -> None:
     sources = {
         kind.KIND: runtime.informers.get(ResourceType.of_model(kind)).store for kind in SOURCE_KINDS
     }
-    services = kustomization.Services(
+    services = Services(
         session=session,
         kustomize=kustomize,
         sources=sources,

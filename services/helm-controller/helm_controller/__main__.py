@@ -17,6 +17,7 @@ from helm_controller import helmrelease
 from sluice_api import Gate, HelmChart, HelmRelease, OCIRepository
 from sluice_runtime import app, gates
 from sluice_runtime.helming import HelmMissing, helm_binary
+from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
 
 log = structlog.get_logger(__name__)
@@ -39,6 +40,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="service account to impersonate when a HelmRelease names none",
     )
+    app.switch(
+        parser,
+        "--insecure-kubeconfig-exec",
+        help="allow the user.exec section of kubeconfigs given for remote releases (the plugin "
+        "runs in the controller and in helm)",
+    )
+    app.switch(
+        parser,
+        "--insecure-kubeconfig-tls",
+        help="allow kubeconfigs given for remote releases to disable TLS verification",
+    )
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -51,6 +63,14 @@ async def setup(runtime: app.Runtime) -> None:
     log.info("helm", binary=str(helm))
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)
+
+    # No default identity here: the HelmRelease steps impersonate per call.
+    targets = TargetClusters(
+        runtime.client,
+        allow_kubeconfig_exec=options.insecure_kubeconfig_exec,
+        allow_kubeconfig_insecure_tls=options.insecure_kubeconfig_tls,
+    )
+    runtime.stack.push_async_callback(targets.close)
 
     hr_rt = ResourceType.of_model(HelmRelease)
     chart_rt = ResourceType.of_model(HelmChart)
@@ -67,6 +87,7 @@ async def setup(runtime: app.Runtime) -> None:
         default_service_account=options.default_service_account or None,
         requeue_dependency=options.requeue_dependency,
         no_cross_namespace_refs=options.no_cross_namespace_refs,
+        targets=targets,
     )
     controller = runtime.controller(helmrelease.reconciler(services))
     controller.watch(chart_rt, helmrelease.chart_watchers(hrs))

@@ -1,6 +1,6 @@
 """HelmRelease: a chart artifact and values, released with the real helm.
 
-STEPS: unsupported → gates → dependencies → chart → values → release.
+STEPS: unsupported → gates → dependencies → chart → values → target → release.
 
 - unsupported: every field this version accepts in the API but does not
   build stalls the HelmRelease with a message naming the field (never
@@ -25,7 +25,13 @@ STEPS: unsupported → gates → dependencies → chart → values → release.
 
 Helm runs as the controller, or as the tenant's ServiceAccount with
 `--kube-as-user system:serviceaccount:<ns>:<sa>`, so a release can create
-only what the tenant may.
+only what the tenant may. `kubeConfig.secretRef` releases to another cluster:
+the Secret is read by the runtime's `TargetClusters` (inline credentials
+only; files, `auth-provider`, and unless the operator allows them `exec` and
+skipped TLS checks are refused, stalling the HelmRelease naming the field),
+and helm gets a private kubeconfig holding exactly those checked credentials.
+The chart, values and HelmRelease stay on the controller's cluster; the
+release, its storage and drift detection are on the target.
 """
 
 from __future__ import annotations
@@ -58,11 +64,16 @@ from sluice_runtime import dependencies, gates
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.helming import HelmError, run_helm
 from sluice_runtime.informing.watching import Change, Store
-from sluice_runtime.kube import ignoring
+from sluice_runtime.kube import ignoring, kubeconfigs
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import KubeError, NotFound
-from sluice_runtime.kube.impersonation import impersonated_user
+from sluice_runtime.kube.impersonation import (
+    TargetClusterError,
+    TargetClusterRefused,
+    TargetClusters,
+    impersonated_user,
+)
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
@@ -99,6 +110,8 @@ class Services:
     """Per HelmRelease uid: the release-deciding status fields this process last wrote."""
     mapper: RestMapper | None = None
     """Which resource serves a kind, for drift detection; made on first use."""
+    targets: TargetClusters | None = None
+    """Clients of remote clusters (`kubeConfig`), built once per Secret version."""
 
     def rest_mapper(self, client: KubeClient) -> RestMapper:
         # Discovery with the controller's own identity: every identity may read it.
@@ -116,6 +129,11 @@ class HelmReleaseContext(ReconcileContext):
     """The chart revision released: the HelmChart's, or the OCI chart's digest-suffixed version."""
     values: dict[str, Any] = field(default_factory=dict)
     config_digest: str = ""
+    target_client: KubeClient | None = None
+    """The remote cluster's client (its own identity), when `kubeConfig` is set."""
+    target_mapper: RestMapper | None = None
+    target_kubeconfig: str | None = None
+    """The private kubeconfig file helm uses for the remote cluster."""
 
     @property
     def hr(self) -> HelmRelease:
@@ -155,8 +173,8 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
     """Fields set on `hr` that this version does not build, by their API path."""
     spec = hr.spec
     found: list[str] = []
-    if spec.kube_config is not None:
-        found.append("spec.kubeConfig")
+    if spec.kube_config is not None and spec.kube_config.config_map_ref is not None:
+        found.append("spec.kubeConfig.configMapRef")
     if spec.common_metadata is not None:
         found.append("spec.commonMetadata")
     if spec.chart is not None and spec.chart.spec.verify is not None:
@@ -408,11 +426,45 @@ def _values_error(message: str) -> StepError:
     return StepError(Reason.INIT_FAILED, message)
 
 
-# -- 6. release --------------------------------------------------------------------------------
+# -- 6. target cluster ---------------------------------------------------------------------------
+
+
+@step()
+async def reconcile_target(ctx: HelmReleaseContext) -> Result | None:
+    """Resolve `kubeConfig`: the remote cluster's client and helm's kubeconfig for it."""
+    try:
+        await _resolve_target(ctx)
+    except TargetClusterRefused as error:
+        raise Stalling(Reason.INIT_FAILED, str(error)) from None
+    except TargetClusterError as error:
+        raise StepError(Reason.INIT_FAILED, str(error)) from None
+    return None
+
+
+async def _resolve_target(ctx: HelmReleaseContext) -> None:
+    ref = ctx.hr.spec.kube_config
+    if ref is None or ref.secret_ref is None:
+        return
+    if ctx.services.targets is None:
+        ctx.services.targets = TargetClusters(ctx.client)
+    # The cluster's own identity: impersonation is added per call (_cluster_client).
+    target = await ctx.services.targets.resolve(
+        namespace=ctx.namespace, service_account_name=None, kubeconfig=ref.secret_ref
+    )
+    assert target.credentials is not None
+    ctx.target_client, ctx.target_mapper = target.client, target.mapper
+    work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="hr-target-")))
+    path = work / "kubeconfig"
+    path.touch(mode=0o600)
+    path.write_text(kubeconfigs.render(target.credentials))
+    ctx.target_kubeconfig = str(path)
+
+
+# -- 7. release --------------------------------------------------------------------------------
 
 
 async def _history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapshot]]:
-    secrets = await ctx.client.list(
+    secrets = await _base_client(ctx).list(
         SECRET,
         namespace=ctx.release_namespace,
         label_selector=f"owner=helm,name={ctx.release_name}",
@@ -436,10 +488,16 @@ def _identity(ctx: HelmReleaseContext) -> list[str]:
     return ["--kube-as-user", user] if user else []
 
 
+def _base_client(ctx: HelmReleaseContext) -> KubeClient:
+    """The release's cluster with the controller's (or the kubeconfig's) own identity."""
+    return ctx.target_client or ctx.client
+
+
 def _cluster_client(ctx: HelmReleaseContext) -> KubeClient:
     """The client that acts on the release's objects: as the tenant, when there is one."""
     user = _account(ctx)
-    return ctx.client.impersonate(user) if user else ctx.client
+    base = _base_client(ctx)
+    return base.impersonate(user) if user else base
 
 
 async def _helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> str:
@@ -447,7 +505,7 @@ async def _helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> 
         [*args, "--namespace", ctx.release_namespace, *_identity(ctx)],
         # helm's own --timeout bounds its waits; give the process a margin over it.
         timeout=timeout + 60,
-        kubeconfig=ctx.services.kubeconfig,
+        kubeconfig=ctx.target_kubeconfig or ctx.services.kubeconfig,
     )
     return result.stdout
 
@@ -726,7 +784,7 @@ async def _drift(ctx: HelmReleaseContext, release: dict[str, Any], snap: Snapsho
         ) from None
     manager = ResourceManager(
         _cluster_client(ctx),
-        ctx.services.rest_mapper(ctx.client),
+        ctx.target_mapper or ctx.services.rest_mapper(ctx.client),
         field_manager=FIELD_MANAGER,
         owner_labels={},
         ignore_rules=_ignore_rules(ctx.hr),
@@ -942,6 +1000,7 @@ STEPS = (
     reconcile_dependencies,
     reconcile_chart,
     reconcile_values,
+    reconcile_target,
     reconcile_release,
 )
 
@@ -951,12 +1010,13 @@ async def finalize(ctx: HelmReleaseContext) -> None:
     hr = ctx.hr
     if not hr.spec.suspend and hr.status.history:
         try:
+            await _resolve_target(ctx)
             await _uninstall(ctx)
             ctx.events.normal(
                 Reason.UNINSTALL_SUCCEEDED,
                 f"Helm uninstall succeeded for release {ctx.release_namespace}/{ctx.release_name}",
             )
-        except HelmError as error:
+        except (HelmError, TargetClusterError) as error:
             ctx.log.warning("uninstall on deletion failed", error=str(error))
             ctx.events.warning(Reason.UNINSTALL_FAILED, f"Helm uninstall failed: {error}")
     ctx.services.attempts.pop(hr.metadata.uid or hr.key, None)

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from sluice_api.meta import ObjectId
+from sluice_runtime import building
 from sluice_runtime.ssa.changeset import Preview
 from sluice_runtime.ssa.normalizing import has_drifted
 
@@ -42,7 +43,8 @@ def manifest_objects(manifest: str, *, namespace: str) -> list[dict[str, Any]]:
     Objects opted out of drift detection are left out.
     """
     try:
-        documents = list(yaml.safe_load_all(manifest))
+        # As Kubernetes reads YAML: `2024-01-01` or `10:30` stay strings.
+        documents = building.load_yaml_all(manifest)
     except yaml.YAMLError as error:
         raise ManifestError(f"the release manifest is not valid YAML: {error}") from None
     objects = []

@@ -175,8 +175,6 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
     found: list[str] = []
     if spec.kube_config is not None and spec.kube_config.config_map_ref is not None:
         found.append("spec.kubeConfig.configMapRef")
-    if spec.common_metadata is not None:
-        found.append("spec.commonMetadata")
     if spec.chart is not None and spec.chart.spec.verify is not None:
         found.append("spec.chart.spec.verify")
     if any(dep.ready_expr for dep in spec.depends_on or []):
@@ -560,7 +558,9 @@ def _release_args(
         if opts_any.disable_schema_validation:
             args.append("--skip-schema-validation")
     args += ["--timeout", f"{int(timeout)}s"]
-    args += postrendering.helm_args(spec.post_renderers or [], values_file.parent / "post-render")
+    args += postrendering.helm_args(
+        spec.post_renderers or [], spec.common_metadata, values_file.parent / "post-render"
+    )
     return args, timeout
 
 

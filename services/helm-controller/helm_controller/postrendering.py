@@ -1,4 +1,4 @@
-"""`spec.postRenderers`: Flux's kustomize post-renderer, run by helm itself.
+"""`spec.postRenderers` and `spec.commonMetadata`: Flux's post-renderers, run by helm.
 
 helm pipes the chart's rendered manifests through the program given with
 `--post-renderer` and installs (and records in the release) what it prints;
@@ -9,7 +9,9 @@ pass over the previous pass's output, with its `patches` (strategic merge
 or JSON 6902, with targets) and `images` merged into a generated
 kustomization exactly as the kustomize-controller merges a Kustomization's,
 through the same `sluice_runtime.building` (kustomize confined to the pass's
-directory, without network).
+directory, without network). Then `commonMetadata` labels and annotations
+are set on every object's own metadata (overriding equal keys, never
+selectors or pod templates), as Flux's last post-renderer does.
 
 The controller writes the renderers as JSON into the release's private work
 directory before it runs helm, and names that directory as the program's
@@ -26,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from sluice_api.helm import PostRenderer
+from sluice_api.helm import CommonMetadata, PostRenderer
+from sluice_api.kustomize import CommonMetadata as KustomizeCommonMetadata
 from sluice_api.kustomize import KustomizationSpec
 from sluice_runtime import building
 
@@ -56,14 +59,21 @@ def passes(renderers: list[PostRenderer]) -> list[dict[str, Any]]:
     return found
 
 
-def helm_args(renderers: list[PostRenderer], work: Path) -> list[str]:
-    """helm's `--post-renderer` flags for `renderers`, after writing them into `work`;
-    none when there is nothing to render."""
+def helm_args(
+    renderers: list[PostRenderer], common: CommonMetadata | None, work: Path
+) -> list[str]:
+    """helm's `--post-renderer` flags for `renderers` and `common`, after writing them
+    into `work`; none when there is nothing to render."""
     found = passes(renderers)
-    if not found:
+    metadata = (
+        common.model_dump(by_alias=True, exclude_none=True)
+        if common is not None and (common.labels or common.annotations)
+        else None
+    )
+    if not found and metadata is None:
         return []
     work.mkdir(parents=True, exist_ok=True)
-    (work / RENDERERS_FILE).write_text(json.dumps(found))
+    (work / RENDERERS_FILE).write_text(json.dumps({"passes": found, "commonMetadata": metadata}))
     args = ["--post-renderer", sys.executable]
     for arg in ("-m", __name__, str(work)):
         args += ["--post-renderer-args", arg]
@@ -85,17 +95,30 @@ def _spec(fragment: dict[str, Any]) -> KustomizationSpec:
 
 async def render(manifest: str, work: Path) -> str:
     """Run every pass of `work`'s renderers over `manifest`; raise building.BuildError."""
-    fragments = json.loads((work / RENDERERS_FILE).read_text())
-    kustomize = building.find_kustomize()
-    for index, fragment in enumerate(fragments):
+    config = json.loads((work / RENDERERS_FILE).read_text())
+    for index, fragment in enumerate(config["passes"]):
         root = work / f"pass-{index}"
         root.mkdir()
         (root / MANIFEST_FILE).write_text(manifest)
         objects = await building.build(
-            root, _spec(fragment), kustomize=kustomize, timeout=PASS_TIMEOUT
+            root, _spec(fragment), kustomize=building.find_kustomize(), timeout=PASS_TIMEOUT
         )
         manifest = yaml.safe_dump_all(objects, sort_keys=False)
+    if config.get("commonMetadata"):
+        manifest = with_common_metadata(
+            manifest, CommonMetadata.model_validate(config["commonMetadata"])
+        )
     return manifest
+
+
+def with_common_metadata(manifest: str, common: CommonMetadata) -> str:
+    """`manifest` with `common`'s labels and annotations on every object's metadata."""
+    objects = [doc for doc in building.load_yaml_all(manifest) if isinstance(doc, dict)]
+    # The same field as a Kustomization's, so the same code sets it.
+    building.set_common_metadata(
+        objects, KustomizeCommonMetadata(labels=common.labels, annotations=common.annotations)
+    )
+    return yaml.safe_dump_all(objects, sort_keys=False)
 
 
 def main() -> None:
@@ -103,7 +126,7 @@ def main() -> None:
     manifest = sys.stdin.read()
     try:
         rendered = asyncio.run(render(manifest, work))
-    except (building.BuildError, building.KustomizeUnavailable) as error:
+    except (building.BuildError, building.KustomizeUnavailable, yaml.YAMLError) as error:
         # helm shows this line in its error, which becomes the condition's message.
         print(f"post-renderer: {error}", file=sys.stderr)
         sys.exit(1)

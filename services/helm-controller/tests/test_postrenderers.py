@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from helm_controller import postrendering
-from sluice_api.helm import PostRenderer
+from sluice_api.helm import CommonMetadata, PostRenderer
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE
 from sluice_envtest.harness import condition
 
@@ -123,3 +123,75 @@ def test_passes(renderers: list[dict[str, Any]], expected: list[dict[str, Any]])
     models = [PostRenderer.model_validate(r) for r in renderers]
     assert postrendering.passes(models) == expected
     assert yaml.safe_load(yaml.safe_dump(expected)) == expected
+
+
+async def test_common_metadata_reaches_every_object_after_the_post_renderers(
+    helm_delivery: HelmDelivery,
+) -> None:
+    d = helm_delivery
+    ns = d.namespace
+    d.charts.add(
+        "app",
+        "1.0.0",
+        values={"image": "nginx:1.25", "greeting": "hi"},
+        templates={"d.yaml": DEPLOYMENT_TEMPLATE, "cm.yaml": CONFIGMAP_TEMPLATE},
+    )
+    await d.helm_repository()
+    await d.helm_release(
+        "web",
+        commonMetadata={"labels": {"team": "a", "app": "common"}, "annotations": {"owner": "me"}},
+        postRenderers=[
+            {
+                "kustomize": {
+                    "patches": [
+                        {
+                            "patch": '- op: add\n  path: /metadata/labels/team\n  value: "b"\n',
+                            "target": {"kind": "ConfigMap"},
+                        }
+                    ]
+                }
+            }
+        ],
+        **NO_WAIT,
+    )
+    await d.observe.wait_ready(HELMRELEASE, "web", timeout=60)
+    cm = await d.kube.get(CONFIG_MAP, "web-config", ns)
+    deployment = await d.kube.get(DEPLOYMENT, "web", ns)
+    for obj in (cm, deployment):
+        # commonMetadata runs last and wins over the chart and the post-renderers.
+        assert obj["metadata"]["labels"]["team"] == "a"
+        assert obj["metadata"]["annotations"]["owner"] == "me"
+    assert deployment["metadata"]["labels"]["app"] == "common"
+    # Only the objects' own metadata: selectors and pod templates keep the chart's.
+    assert deployment["spec"]["selector"]["matchLabels"] == {"app": "web"}
+    assert deployment["spec"]["template"]["metadata"]["labels"] == {"app": "web"}
+
+
+@pytest.mark.parametrize(
+    ("manifest", "common", "expected"),
+    [
+        pytest.param(
+            "kind: A\nmetadata:\n  name: a\n",
+            {"labels": {"x": "1"}},
+            [{"labels": {"x": "1"}, "name": "a"}],
+            id="adds-labels",
+        ),
+        pytest.param(
+            "kind: A\nmetadata:\n  name: a\n  labels: {x: old, y: kept}\n---\n",
+            {"labels": {"x": "new"}, "annotations": {"n": "v"}},
+            [{"annotations": {"n": "v"}, "labels": {"x": "new", "y": "kept"}, "name": "a"}],
+            id="overrides-equal-keys-and-drops-empty-documents",
+        ),
+        pytest.param(
+            "kind: A\nmetadata:\n  name: a\n  annotations: {at: 10:30}\n",
+            {"annotations": {"n": "v"}},
+            [{"annotations": {"at": "10:30", "n": "v"}, "name": "a"}],
+            id="values-read-as-kubernetes-reads-them",
+        ),
+    ],
+)
+def test_with_common_metadata(
+    manifest: str, common: dict[str, Any], expected: list[dict[str, Any]]
+) -> None:
+    rendered = postrendering.with_common_metadata(manifest, CommonMetadata.model_validate(common))
+    assert [doc["metadata"] for doc in yaml.safe_load_all(rendered)] == expected

@@ -36,6 +36,7 @@ release, its storage and drift detection are on the target.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import tempfile
@@ -74,7 +75,7 @@ from sluice_runtime.kube.impersonation import (
     TargetClusters,
     impersonated_user,
 )
-from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
+from sluice_runtime.kube.resources import CONFIG_MAP, CRD, SECRET, ResourceType
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
@@ -184,10 +185,6 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
     ):
         # The helm CLI stores a release in the namespace it deploys to.
         found.append("spec.storageNamespace (different from the release namespace)")
-    if spec.upgrade is not None and spec.upgrade.crds in ("Create", "CreateReplace"):
-        found.append(f"spec.upgrade.crds={spec.upgrade.crds}")
-    if spec.install is not None and spec.install.crds == "CreateReplace":
-        found.append("spec.install.crds=CreateReplace")
     return found
 
 
@@ -525,7 +522,8 @@ def _release_args(
         if opts is not None:
             if opts.create_namespace:
                 args.append("--create-namespace")
-            if opts.skip_crds or opts.crds == "Skip":
+            # CreateReplace: the controller has applied them (_apply_crds).
+            if opts.skip_crds or opts.crds in ("Skip", "CreateReplace"):
                 args.append("--skip-crds")
             if opts.replace:
                 args.append("--replace")
@@ -737,6 +735,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
     }
     ok_reason, failed_reason = reasons[action]
     try:
+        await _apply_crds(ctx, action, timeout=timeout)
         await _helm(ctx, args, timeout=timeout)
     except HelmError as error:
         message = (
@@ -820,6 +819,72 @@ async def _drift(ctx: HelmReleaseContext, release: dict[str, Any], snap: Snapsho
         + changes.summary(only_changes=True),
         metadata=ctx.event_metadata,
     )
+
+
+def _crds_policy(ctx: HelmReleaseContext, action: str) -> str:
+    """`install.crds` (Create unless skipCRDs) or `upgrade.crds` (Skip), as in Flux."""
+    spec = ctx.hr.spec
+    if action == "install":
+        opts = spec.install
+        if opts is not None and opts.crds:
+            return opts.crds
+        return "Skip" if opts is not None and opts.skip_crds else "Create"
+    return (spec.upgrade.crds if spec.upgrade is not None else None) or "Skip"
+
+
+async def _apply_crds(ctx: HelmReleaseContext, action: str, *, timeout: float) -> None:
+    """Create (and with CreateReplace, replace) the chart's CRDs before the action.
+
+    helm installs a chart's `crds/` only on install and never replaces them;
+    `helm upgrade` ignores them. Flux's policies beyond that are the
+    controller's work, done as the tenant; a failure is the action's failure.
+    """
+    policy = _crds_policy(ctx, action)
+    if policy == "Skip" or (action == "install" and policy == "Create"):
+        return
+    assert ctx.chart_dir is not None
+    work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="hr-crds-")))
+    try:
+        crds = await asyncio.to_thread(releases.chart_crds, ctx.chart_dir, work)
+    except releases.ChartCRDsError as error:
+        raise HelmError(str(error)) from None
+    for crd in crds:
+        if crd.get("kind") != "CustomResourceDefinition" or not isinstance(
+            crd.get("metadata"), dict
+        ):
+            raise HelmError(f"the chart's crds/ holds a {crd.get('kind')}, not a CRD")
+    client = _cluster_client(ctx)
+    names = []
+    try:
+        for crd in crds:
+            name = str(crd["metadata"].get("name"))
+            names.append(name)
+            try:
+                existing = await client.get(CRD, name)
+            except NotFound:
+                await client.create(CRD, crd)
+                continue
+            if policy == "CreateReplace":
+                crd["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                await client.replace(CRD, crd)
+        await _wait_established(client, names, timeout=min(timeout, 60.0))
+    except KubeError as error:
+        raise HelmError(f"CustomResourceDefinitions ({policy}): {error}") from None
+
+
+async def _wait_established(client: KubeClient, names: list[str], *, timeout: float) -> None:
+    """Wait until every CRD named is served, so the chart's custom resources apply."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    pending = list(names)
+    while pending:
+        crd = await client.get(CRD, pending[0])
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            pending.pop(0)
+            continue
+        if asyncio.get_running_loop().time() > deadline:
+            raise HelmError(f"CustomResourceDefinition {pending[0]} not established in time")
+        await asyncio.sleep(0.2)
 
 
 async def _failed(

@@ -78,6 +78,9 @@ class HelmReleaseReason(StrEnum):
     """Sluice: a field the controller does not build is set."""
     GATE_CLOSED = "GateClosed"
     SUCCEEDED = "Succeeded"
+    DRIFT_DETECTED = "DriftDetected"
+    DRIFT_CORRECTED = "DriftCorrected"
+    DRIFT_CORRECTION_FAILED = "DriftCorrectionFailed"
 
 
 class CrossNamespaceObjectReference(KubeModel):

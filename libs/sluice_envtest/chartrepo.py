@@ -59,8 +59,10 @@ def write_chart(
     values: dict[str, Any] | None = None,
     templates: dict[str, str] | None = None,
     app_version: str | None = None,
+    crds: dict[str, str] | None = None,
 ) -> Path:
-    """A chart directory `root/name`; a ConfigMap template unless `templates` says otherwise."""
+    """A chart directory `root/name`; a ConfigMap template unless `templates` says otherwise,
+    and `crds` as files of its `crds/` directory."""
     chart = root / name
     (chart / "templates").mkdir(parents=True, exist_ok=True)
     meta = {"apiVersion": "v2", "name": name, "version": version, "type": "application"}
@@ -72,6 +74,10 @@ def write_chart(
         old.unlink()
     for file, text in (templates or {"configmap.yaml": CONFIGMAP_TEMPLATE}).items():
         (chart / "templates" / file).write_text(text)
+    if crds:
+        (chart / "crds").mkdir(exist_ok=True)
+        for file, text in crds.items():
+            (chart / "crds" / file).write_text(text)
     return chart
 
 

@@ -16,7 +16,7 @@ import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 _REQUIREMENT = re.compile(
     r"^\s*(?P<neg>!)?\s*(?P<key>[^\s!=,()]+)\s*"
@@ -172,3 +172,46 @@ def without_ignored(obj: Mapping[str, Any], rules: Iterable[IgnoreRule]) -> dict
                     continue
                 _remove(stripped, tokens)
     return stripped
+
+
+class _SelectorModel(Protocol):
+    group: str | None
+    version: str | None
+    kind: str | None
+    namespace: str | None
+    name: str | None
+    label_selector: str | None
+    annotation_selector: str | None
+
+
+class _RuleModel(Protocol):
+    @property
+    def paths(self) -> Sequence[str]: ...
+
+    @property
+    def target(self) -> _SelectorModel | None: ...
+
+
+def rules_of(models: Iterable[_RuleModel]) -> list[IgnoreRule]:
+    """API ignore rules (a Kustomization's `driftIgnoreRules`, a HelmRelease's
+    `driftDetection.ignore`: the same shape) in this module's terms."""
+    rules = []
+    for model in models:
+        target = model.target
+        rules.append(
+            IgnoreRule(
+                paths=tuple(model.paths),
+                target=None
+                if target is None
+                else Target(
+                    group=target.group,
+                    version=target.version,
+                    kind=target.kind,
+                    namespace=target.namespace,
+                    name=target.name,
+                    label_selector=target.label_selector,
+                    annotation_selector=target.annotation_selector,
+                ),
+            )
+        )
+    return rules

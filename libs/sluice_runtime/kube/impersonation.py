@@ -59,6 +59,9 @@ class TargetCluster:
     """Impersonating the tenant's service account when one applies."""
     mapper: RestMapper
     """Discovery of the same cluster, with that cluster's own credentials."""
+    credentials: kubeconfigs.Credentials | None = None
+    """A remote cluster's checked credentials (for programs that need a kubeconfig
+    file, such as helm); None for the controller's own cluster."""
 
 
 @dataclass
@@ -66,6 +69,7 @@ class _Remote:
     version: str
     client: KubeClient
     mapper: RestMapper
+    credentials: kubeconfigs.Credentials
 
 
 @dataclass
@@ -97,16 +101,16 @@ class TargetClusters:
         """The cluster (local, or the one `kubeconfig` names in `namespace`) and the
         identity for an object in `namespace`; `reader` reads the Secret (the
         controller's client by default). Raises TargetClusterError."""
+        credentials = None
         if kubeconfig is not None:
-            base, mapper = await self._remote(namespace, kubeconfig, reader or self.client)
+            remote = await self._remote(namespace, kubeconfig, reader or self.client)
+            base, mapper, credentials = remote.client, remote.mapper, remote.credentials
         else:
             base, mapper = self.client, self.local_mapper()
         user = impersonated_user(namespace, service_account_name, self.default_service_account)
-        return TargetCluster(base.impersonate(user) if user else base, mapper)
+        return TargetCluster(base.impersonate(user) if user else base, mapper, credentials)
 
-    async def _remote(
-        self, namespace: str, ref: SecretKeyReference, reader: KubeClient
-    ) -> tuple[KubeClient, RestMapper]:
+    async def _remote(self, namespace: str, ref: SecretKeyReference, reader: KubeClient) -> _Remote:
         key = f"{namespace}/{ref.name}"
         try:
             secret = await reader.get(SECRET, ref.name, namespace)
@@ -115,7 +119,7 @@ class TargetClusters:
         version = str(secret["metadata"].get("resourceVersion", ""))
         cached = self._remotes.get(key)
         if cached is not None and cached.version == version:
-            return cached.client, cached.mapper
+            return cached
         try:
             data = await secret_data(reader, namespace, ref.name)
         except SecretError as error:
@@ -139,8 +143,8 @@ class TargetClusters:
             raise TargetClusterError(f"kubeconfig secret '{key}': {error}") from None
         if cached is not None:
             await cached.client.close()
-        self._remotes[key] = _Remote(version, remote, RestMapper(remote))
-        return remote, self._remotes[key].mapper
+        self._remotes[key] = _Remote(version, remote, RestMapper(remote), credentials)
+        return self._remotes[key]
 
     async def close(self) -> None:
         for remote in self._remotes.values():

@@ -156,6 +156,57 @@ def parse(text: str, *, allow_exec: bool = False, allow_insecure_tls: bool = Fal
     )
 
 
+def render(credentials: Credentials) -> str:
+    """A kubeconfig holding exactly `credentials`, all inline, for a program that
+    only reads kubeconfig files (helm): what `parse` accepted, and nothing else.
+
+    The text holds secrets: write it only to a private file.
+    """
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    cluster: dict[str, Any] = {"server": credentials.server}
+    if credentials.ca_data is not None:
+        cluster["certificate-authority-data"] = b64(credentials.ca_data)
+    if credentials.tls_server_name:
+        cluster["tls-server-name"] = credentials.tls_server_name
+    if credentials.proxy_url:
+        cluster["proxy-url"] = credentials.proxy_url
+    if credentials.insecure_skip_tls_verify:
+        cluster["insecure-skip-tls-verify"] = True
+    user: dict[str, Any] = {}
+    if credentials.cert_data is not None:
+        user["client-certificate-data"] = b64(credentials.cert_data)
+    if credentials.key_data is not None:
+        user["client-key-data"] = b64(credentials.key_data)
+    for key, value in (
+        ("token", credentials.token),
+        ("username", credentials.username),
+        ("password", credentials.password),
+    ):
+        if value is not None:
+            user[key] = value
+    if credentials.exec is not None:
+        plugin = credentials.exec
+        user["exec"] = {
+            "apiVersion": plugin.api_version,
+            "command": plugin.command,
+            "args": list(plugin.args),
+            "env": [{"name": k, "value": v} for k, v in plugin.env],
+            "interactiveMode": "Never",
+        }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "target", "cluster": cluster}],
+        "users": [{"name": "target", "user": user}],
+        "contexts": [{"name": "target", "context": {"cluster": "target", "user": "target"}}],
+        "current-context": "target",
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 # -- structure ---------------------------------------------------------------------
 
 

@@ -9,10 +9,12 @@ import pytest
 import yaml
 
 from sluice_runtime.kube.kubeconfigs import (
+    PATH_FIELDS,
     Credentials,
     ExecPlugin,
     KubeconfigError,
     parse,
+    render,
 )
 
 CA = b"-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----\n"
@@ -319,3 +321,40 @@ def test_refusals_name_the_field(text: str, flags: dict[str, bool], fragments: l
     # Messages land in status conditions: never a value.
     for secret in ("hunter2", "s3cret", "/var/run/secrets", "/tls.key", "system:admin"):
         assert secret not in message
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        pytest.param(Credentials(server=SERVER), id="anonymous"),
+        pytest.param(Credentials(server=SERVER, ca_data=CA, token="t0ken"), id="token-and-ca"),
+        pytest.param(
+            Credentials(server=SERVER, ca_data=CA, cert_data=CERT, key_data=KEY), id="client-cert"
+        ),
+        pytest.param(
+            Credentials(
+                server=SERVER,
+                username="u",
+                password="p",
+                tls_server_name="api.internal",
+                proxy_url="http://proxy:3128",
+            ),
+            id="basic-auth-tls-name-proxy",
+        ),
+        pytest.param(
+            Credentials(server=SERVER, insecure_skip_tls_verify=True), id="insecure-when-allowed"
+        ),
+        pytest.param(
+            Credentials(
+                server=SERVER,
+                exec=ExecPlugin("aws", ("eks", "get-token"), (("AWS_PROFILE", "x"),)),
+            ),
+            id="exec-when-allowed",
+        ),
+    ],
+)
+def test_render_writes_back_exactly_what_was_read(credentials: Credentials) -> None:
+    text = render(credentials)
+    assert parse(text, allow_exec=True, allow_insecure_tls=True) == credentials
+    # Nothing that would make the reader open a file.
+    assert not any(f"{key}:" in text for key in PATH_FIELDS)

@@ -14,15 +14,16 @@ import aiohttp
 import structlog
 
 from helm_controller import helmrelease
-from sluice_api import Gate, HelmChart, HelmRelease
+from sluice_api import Gate, HelmChart, HelmRelease, OCIRepository
 from sluice_runtime import app, gatekeeping
 from sluice_runtime.helming import HelmMissing, helm_binary
+from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
 
 log = structlog.get_logger(__name__)
 
 SERVICE = "helm-controller"
-KINDS = (HelmRelease, HelmChart, Gate)
+KINDS = (HelmRelease, HelmChart, OCIRepository, Gate)
 """Every kind this process reads; startup fails clearly if one is not served."""
 
 
@@ -39,10 +40,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="service account to impersonate when a HelmRelease names none",
     )
+    app.switch(
+        parser,
+        "--insecure-kubeconfig-exec",
+        help="allow the user.exec section of kubeconfigs given for remote releases (the plugin "
+        "runs in the controller and in helm)",
+    )
+    app.switch(
+        parser,
+        "--insecure-kubeconfig-tls",
+        help="allow kubeconfigs given for remote releases to disable TLS verification",
+    )
 
 
 async def setup(runtime: app.Runtime) -> None:
-    """Wire the HelmRelease controller; it also watches HelmCharts and Gates."""
+    """Wire the HelmRelease controller; it also watches HelmCharts, OCIRepositories and Gates."""
     options = runtime.options
     try:
         helm = helm_binary()
@@ -52,22 +64,34 @@ async def setup(runtime: app.Runtime) -> None:
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)
 
+    # No default identity here: the HelmRelease steps impersonate per call.
+    targets = TargetClusters(
+        runtime.client,
+        allow_kubeconfig_exec=options.insecure_kubeconfig_exec,
+        allow_kubeconfig_insecure_tls=options.insecure_kubeconfig_tls,
+    )
+    runtime.stack.push_async_callback(targets.close)
+
     hr_rt = ResourceType.of_model(HelmRelease)
     chart_rt = ResourceType.of_model(HelmChart)
     gate_rt = ResourceType.of_model(Gate)
+    oci_rt = ResourceType.of_model(OCIRepository)
     hrs = runtime.informers.get(hr_rt, selected=True).store
     services = helmrelease.Services(
         session=session,
         releases=hrs,
         charts=runtime.informers.get(chart_rt).store,
         gates=runtime.informers.get(gate_rt).store,
+        oci_repositories=runtime.informers.get(oci_rt).store,
         kubeconfig=options.kubeconfig,
         default_service_account=options.default_service_account or None,
         requeue_dependency=options.requeue_dependency,
         no_cross_namespace_refs=options.no_cross_namespace_refs,
+        targets=targets,
     )
     controller = runtime.controller(helmrelease.reconciler(services))
     controller.watch(chart_rt, helmrelease.chart_watchers(hrs))
+    controller.watch(oci_rt, helmrelease.chart_watchers(hrs, "OCIRepository"))
     controller.watch(hr_rt, helmrelease.dependent_watchers(hrs), selected=True)
     controller.watch(gate_rt, gatekeeping.consumers_of(hrs))
 

@@ -1,14 +1,17 @@
 """HelmRelease: a chart artifact and values, released with the real helm.
 
-STEPS: unsupported → gates → dependencies → chart → values → release.
+STEPS: unsupported → gates → dependencies → chart → values → target → release.
 
 - unsupported: every field this version accepts in the API but does not
   build stalls the HelmRelease with a message naming the field (never
   silently ignored).
 - chart: `spec.chart` makes the controller create and own a HelmChart
   `<namespace>-<name>` in the source's namespace; `spec.chartRef` names an
-  existing HelmChart. Either way the release waits for its artifact, which
-  is downloaded and checked against its digest.
+  existing HelmChart or an OCIRepository holding a chart (pushed with
+  `helm push`). Either way the release waits for its artifact, which is
+  downloaded and checked against its digest. A chart from an OCIRepository
+  gets the version `<version>+<first 12 hex of the artifact digest>`, as in
+  Flux, so a chart pushed again under the same version is a new release.
 - values: `valuesFrom` (ConfigMap/Secret keys, optional, targetPath) merged in
   order, then `values` over them; their digest is the config digest.
 - release: reads the release history from Helm's own storage Secrets,
@@ -16,17 +19,26 @@ STEPS: unsupported → gates → dependencies → chart → values → release.
   generation, forceAt/resetAt) and only then runs `helm install` or
   `helm upgrade` (then `helm test` when enabled); failures are counted and
   remediated (uninstall after a failed install, rollback or uninstall after
-  a failed upgrade) until the retries are exhausted, which stalls.
+  a failed upgrade) until the retries are exhausted, which stalls. A steady
+  release (nothing to install or upgrade) is checked for drift instead, when
+  `driftDetection` asks (`drifting`).
 
 Helm runs as the controller, or as the tenant's ServiceAccount with
 `--kube-as-user system:serviceaccount:<ns>:<sa>`, so a release can create
-only what the tenant may.
+only what the tenant may. `kubeConfig.secretRef` releases to another cluster:
+the Secret is read by the runtime's `TargetClusters` (inline credentials
+only; files, `auth-provider`, and unless the operator allows them `exec` and
+skipped TLS checks are refused, stalling the HelmRelease naming the field),
+and helm gets a private kubeconfig holding exactly those checked credentials.
+The chart, values and HelmRelease stay on the controller's cluster; the
+release, its storage and drift detection are on the target.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
+import asyncio
+import contextlib
 import json
 import tempfile
 from collections.abc import Callable
@@ -37,7 +49,7 @@ from typing import Any, NoReturn
 import aiohttp
 import yaml
 
-from helm_controller import releases, targets
+from helm_controller import drifting, postrendering, releases
 from sluice_api.helm import (
     FORCE_REQUESTED_AT_ANNOTATION,
     NAME_LABEL,
@@ -49,25 +61,35 @@ from sluice_api.helm import (
     Snapshot,
 )
 from sluice_api.meta import Artifact, parse_duration
-from sluice_api.source import HelmChart
+from sluice_api.source import HelmChart, OCIRepository
 from sluice_runtime import dependencies, gatekeeping
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
-from sluice_runtime.conditions import condition_of
 from sluice_runtime.helming import HelmError, run_helm
+from sluice_runtime.conditions import condition_of
 from sluice_runtime.informing.watching import Change, Index, Store
+from sluice_runtime.kube import ignoring, kubeconfigs
 from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.errors import KubeError, NotFound
-from sluice_runtime.kube.impersonation import impersonated_user
-from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
+from sluice_runtime.kube.impersonation import (
+    TargetClusterError,
+    TargetClusterRefused,
+    TargetClusters,
+    impersonated_user,
+)
+from sluice_runtime.kube.resources import CONFIG_MAP, CRD, SECRET, ResourceType
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
+from sluice_runtime.ssa.errors import ApplyError
+from sluice_runtime.ssa.manager import ResourceManager
 
 Condition = HelmReleaseCondition
 Reason = HelmReleaseReason
 FIELD_MANAGER = "helm-controller"
 HELMCHART = ResourceType.of_model(HelmChart)
+OCIREPOSITORY = ResourceType.of_model(OCIRepository)
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_MAX_HISTORY = 5
 MAX_CHART_SIZE = 64 << 20
@@ -81,6 +103,7 @@ class Services:
     releases: Store
     charts: Store
     gates: Store
+    oci_repositories: Store
     kubeconfig: str | None
     """The controller's kubeconfig for helm; None in a pod (helm uses in-cluster config)."""
     default_service_account: str | None = None
@@ -88,6 +111,16 @@ class Services:
     no_cross_namespace_refs: bool = False
     attempts: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per HelmRelease uid: the release-deciding status fields this process last wrote."""
+    mapper: RestMapper | None = None
+    """Which resource serves a kind, for drift detection; made on first use."""
+    targets: TargetClusters | None = None
+    """Clients of remote clusters (`kubeConfig`), built once per Secret version."""
+
+    def rest_mapper(self, client: KubeClient) -> RestMapper:
+        # Discovery with the controller's own identity: every identity may read it.
+        if self.mapper is None:
+            self.mapper = RestMapper(client)
+        return self.mapper
 
 
 @dataclass(kw_only=True)
@@ -95,20 +128,15 @@ class HelmReleaseContext(ReconcileContext[HelmRelease]):
     services: Services
     artifact: Artifact | None = None
     chart_dir: Path | None = None
+    revision: str = ""
+    """The chart revision released: the HelmChart's, or the OCI chart's digest-suffixed version."""
     values: dict[str, Any] = field(default_factory=dict)
     config_digest: str = ""
-    target: targets.Target | None = None
-    """The remote cluster of spec.kubeConfig, for this reconcile."""
-
-    @property
-    def target_client(self) -> KubeClient:
-        """The client of the cluster the release lives in (its history included)."""
-        return self.target.client if self.target is not None else self.client
-
-    @property
-    def kubeconfig(self) -> str | None:
-        """The kubeconfig helm runs with."""
-        return self.target.kubeconfig if self.target is not None else self.services.kubeconfig
+    target_client: KubeClient | None = None
+    """The remote cluster's client (its own identity), when `kubeConfig` is set."""
+    target_mapper: RestMapper | None = None
+    target_kubeconfig: str | None = None
+    """The private kubeconfig file helm uses for the remote cluster."""
 
     @property
     def release_namespace(self) -> str:
@@ -139,18 +167,10 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
     """Fields set on `hr` that this version does not build, by their API path."""
     spec = hr.spec
     found: list[str] = []
-    if spec.kube_config is not None and spec.kube_config.secret_ref is None:
+    if spec.kube_config is not None and spec.kube_config.config_map_ref is not None:
         found.append("spec.kubeConfig.configMapRef")
-    if spec.post_renderers:
-        found.append("spec.postRenderers")
-    if spec.drift_detection is not None and spec.drift_detection.mode in ("enabled", "warn"):
-        found.append(f"spec.driftDetection.mode={spec.drift_detection.mode}")
-    if spec.common_metadata is not None:
-        found.append("spec.commonMetadata")
     if spec.chart is not None and spec.chart.spec.verify is not None:
         found.append("spec.chart.spec.verify")
-    if spec.chart_ref is not None and spec.chart_ref.kind == "OCIRepository":
-        found.append("spec.chartRef.kind=OCIRepository")
     if any(dep.ready_expr for dep in spec.depends_on or []):
         found.append("spec.dependsOn[].readyExpr")
     if spec.storage_namespace is not None and spec.storage_namespace != (
@@ -158,10 +178,6 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
     ):
         # The helm CLI stores a release in the namespace it deploys to.
         found.append("spec.storageNamespace (different from the release namespace)")
-    if spec.upgrade is not None and spec.upgrade.crds in ("Create", "CreateReplace"):
-        found.append(f"spec.upgrade.crds={spec.upgrade.crds}")
-    if spec.install is not None and spec.install.crds == "CreateReplace":
-        found.append("spec.install.crds=CreateReplace")
     return found
 
 
@@ -179,28 +195,16 @@ async def reconcile_unsupported(ctx: HelmReleaseContext) -> Result | None:
             f"not supported by this version of Sluice: {', '.join(found)}; "
             "remove them to release this HelmRelease",
         )
-    return None
-
-
-@step()
-async def reconcile_target(ctx: HelmReleaseContext) -> Result | None:
-    """Release to the cluster of spec.kubeConfig (Flux's remote clusters)."""
-    ctx.target = await _target(ctx)
-    return None
-
-
-async def _target(ctx: HelmReleaseContext) -> targets.Target | None:
-    ref = ctx.obj.spec.kube_config
-    if ref is None:
-        return None
     try:
-        return await targets.remote(
-            ref, client=ctx.client, namespace=ctx.obj.namespace, cleanup=ctx.cleanup
-        )
-    except targets.TargetRefused as error:
-        raise Stalling(Reason.INIT_FAILED, str(error)) from None
-    except targets.TargetError as error:
-        raise StepError(Reason.INIT_FAILED, str(error)) from None
+        ignoring.validate(_ignore_rules(ctx.obj))
+    except ignoring.InvalidSelector as error:
+        raise Stalling(Reason.INIT_FAILED, f"spec.driftDetection.ignore: {error}") from None
+    return None
+
+
+def _ignore_rules(hr: HelmRelease) -> list[ignoring.IgnoreRule]:
+    detection = hr.spec.drift_detection
+    return ignoring.rules_of(detection.ignore or [] if detection else [])
 
 
 # -- 2. gates ------------------------------------------------------------------------------
@@ -243,7 +247,7 @@ def desired_chart(hr: HelmRelease) -> dict[str, Any]:
     assert hr.spec.chart is not None
     template = hr.spec.chart
     spec = template.spec
-    source_ns = spec.source_ref.namespace or hr.namespace
+    source_ns = spec.source_ref.namespace or hr.metadata.namespace or "default"
     labels = {**((template.metadata.labels if template.metadata else None) or {})}
     labels.update({NAME_LABEL: hr.metadata.name, NAMESPACE_LABEL: hr.metadata.namespace or ""})
     chart_spec: dict[str, Any] = {
@@ -289,9 +293,11 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
                 Reason.ARTIFACT_FAILED, f"cannot create HelmChart '{key}': {error}"
             ) from None
         hr.status.helm_chart = key
+        kind = "HelmChart"
     else:
         assert hr.spec.chart_ref is not None
         ref = hr.spec.chart_ref
+        kind = ref.kind
         key = f"{ref.namespace or ctx.obj.namespace}/{ref.name}"
         if (
             ctx.services.no_cross_namespace_refs
@@ -299,14 +305,15 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
         ):
             raise Stalling(
                 Reason.ARTIFACT_FAILED,
-                f"cannot access HelmChart/{key}: cross-namespace references are not allowed",
+                f"cannot access {kind}/{key}: cross-namespace references are not allowed",
             )
-    chart = ctx.services.charts.get(key)
+    store = ctx.services.oci_repositories if kind == "OCIRepository" else ctx.services.charts
+    chart = store.get(key)
     artifact = ((chart or {}).get("status") or {}).get("artifact")
     if chart is None or not artifact:
         raise Waiting(
             Reason.ARTIFACT_FAILED,
-            f"HelmChart '{key}' is not ready"
+            f"{kind} '{key}' is not ready"
             + (f": {_ready_message(chart)}" if chart is not None and _ready_message(chart) else ""),
             requeue_after=ctx.services.requeue_dependency,
         )
@@ -324,13 +331,36 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
     except (ArtifactError, ValueError) as error:
         raise StepError(
             Reason.ARTIFACT_FAILED,
-            f"chart artifact '{ctx.artifact.revision}' of HelmChart '{key}': {error}",
+            f"chart artifact '{ctx.artifact.revision}' of {kind} '{key}': {error}",
         ) from None
     dirs = [p for p in (work / "chart").iterdir() if (p / "Chart.yaml").is_file()]
     if len(dirs) != 1:
-        raise StepError(Reason.ARTIFACT_FAILED, f"HelmChart '{key}' artifact holds no chart")
+        raise StepError(Reason.ARTIFACT_FAILED, f"{kind} '{key}' artifact holds no chart")
     ctx.chart_dir = dirs[0]
+    ctx.revision = ctx.artifact.revision
+    if kind == "OCIRepository":
+        ctx.revision = _version_with_digest(ctx.chart_dir, ctx.artifact, where=f"{kind} '{key}'")
     return None
+
+
+def _version_with_digest(chart_dir: Path, artifact: Artifact, *, where: str) -> str:
+    """Write `<version>+<12 hex of the digest>` into Chart.yaml and return it.
+
+    An OCI tag can be pushed again with other content under the same chart
+    version; the digest in the version makes that a new release, as in Flux.
+    """
+    meta_file = chart_dir / "Chart.yaml"
+    try:
+        meta = yaml.safe_load(meta_file.read_text())
+        version = str(meta["version"])
+    except (yaml.YAMLError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise StepError(
+            Reason.ARTIFACT_FAILED, f"{where}: the chart's Chart.yaml is invalid: {error}"
+        ) from None
+    digest = (artifact.digest or artifact.revision).rpartition(":")[2][:12]
+    meta["version"] = f"{version.split('+', 1)[0]}+{digest}"
+    meta_file.write_text(yaml.safe_dump(meta, sort_keys=False))
+    return str(meta["version"])
 
 
 def _ready_message(chart: dict[str, Any]) -> str:
@@ -354,9 +384,7 @@ async def reconcile_values(ctx: HelmReleaseContext) -> Result | None:
             if ref.kind == "Secret":
                 data = await secret_data(ctx.client, ctx.obj.namespace, ref.name)
             else:
-                data = (await ctx.client.get(CONFIG_MAP, ref.name, ctx.obj.namespace)).get(
-                    "data"
-                ) or {}
+                data = (await ctx.client.get(CONFIG_MAP, ref.name, ctx.obj.namespace)).get("data") or {}
         except (NotFound, SecretError):
             if ref.optional:
                 continue
@@ -386,11 +414,45 @@ def _values_error(message: str) -> StepError:
     return StepError(Reason.INIT_FAILED, message)
 
 
-# -- 6. release --------------------------------------------------------------------------------
+# -- 6. target cluster ---------------------------------------------------------------------------
+
+
+@step()
+async def reconcile_target(ctx: HelmReleaseContext) -> Result | None:
+    """Resolve `kubeConfig`: the remote cluster's client and helm's kubeconfig for it."""
+    try:
+        await _resolve_target(ctx)
+    except TargetClusterRefused as error:
+        raise Stalling(Reason.INIT_FAILED, str(error)) from None
+    except TargetClusterError as error:
+        raise StepError(Reason.INIT_FAILED, str(error)) from None
+    return None
+
+
+async def _resolve_target(ctx: HelmReleaseContext) -> None:
+    ref = ctx.obj.spec.kube_config
+    if ref is None or ref.secret_ref is None:
+        return
+    if ctx.services.targets is None:
+        ctx.services.targets = TargetClusters(ctx.client)
+    # The cluster's own identity: impersonation is added per call (_cluster_client).
+    target = await ctx.services.targets.resolve(
+        namespace=ctx.obj.namespace, service_account_name=None, kubeconfig=ref.secret_ref
+    )
+    assert target.credentials is not None
+    ctx.target_client, ctx.target_mapper = target.client, target.mapper
+    work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="hr-target-")))
+    path = work / "kubeconfig"
+    path.touch(mode=0o600)
+    path.write_text(kubeconfigs.render(target.credentials))
+    ctx.target_kubeconfig = str(path)
+
+
+# -- 7. release --------------------------------------------------------------------------------
 
 
 async def _history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapshot]]:
-    secrets = await ctx.target_client.list(
+    secrets = await _base_client(ctx).list(
         SECRET,
         namespace=ctx.release_namespace,
         label_selector=f"owner=helm,name={ctx.release_name}",
@@ -403,11 +465,27 @@ async def _history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapsh
         ) from None
 
 
-def _identity(ctx: HelmReleaseContext) -> list[str]:
-    user = impersonated_user(
+def _account(ctx: HelmReleaseContext) -> str | None:
+    return impersonated_user(
         ctx.obj.namespace, ctx.obj.spec.service_account_name, ctx.services.default_service_account
     )
+
+
+def _identity(ctx: HelmReleaseContext) -> list[str]:
+    user = _account(ctx)
     return ["--kube-as-user", user] if user else []
+
+
+def _base_client(ctx: HelmReleaseContext) -> KubeClient:
+    """The release's cluster with the controller's (or the kubeconfig's) own identity."""
+    return ctx.target_client or ctx.client
+
+
+def _cluster_client(ctx: HelmReleaseContext) -> KubeClient:
+    """The client that acts on the release's objects: as the tenant, when there is one."""
+    user = _account(ctx)
+    base = _base_client(ctx)
+    return base.impersonate(user) if user else base
 
 
 async def _helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> str:
@@ -415,7 +493,7 @@ async def _helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> 
         [*args, "--namespace", ctx.release_namespace, *_identity(ctx)],
         # helm's own --timeout bounds its waits; give the process a margin over it.
         timeout=timeout + 60,
-        kubeconfig=ctx.kubeconfig,
+        kubeconfig=ctx.target_kubeconfig or ctx.services.kubeconfig,
     )
     return result.stdout
 
@@ -437,7 +515,8 @@ def _release_args(
         if opts is not None:
             if opts.create_namespace:
                 args.append("--create-namespace")
-            if opts.skip_crds or opts.crds == "Skip":
+            # CreateReplace: the controller has applied them (_apply_crds).
+            if opts.skip_crds or opts.crds in ("Skip", "CreateReplace"):
                 args.append("--skip-crds")
             if opts.replace:
                 args.append("--replace")
@@ -470,6 +549,9 @@ def _release_args(
         if opts_any.disable_schema_validation:
             args.append("--skip-schema-validation")
     args += ["--timeout", f"{int(timeout)}s"]
+    args += postrendering.helm_args(
+        spec.post_renderers or [], spec.common_metadata, values_file.parent / "post-render"
+    )
     return args, timeout
 
 
@@ -522,11 +604,25 @@ async def reconcile_release(ctx: HelmReleaseContext) -> Result | None:
     remembered = ctx.services.attempts.get(uid)
     if remembered is not None:
         for name, value in remembered.items():
-            setattr(status, name, value)
+            if name in ATTEMPT_FIELDS:
+                setattr(status, name, value)
+        # The conditions that tell the last action's story are as fresh as the
+        # fields: a stalled install must keep naming why it failed.
+        ctx.conditions.delete(*RELEASE_CONDITIONS)
+        for kept in remembered.get(_CONDITIONS) or []:
+            ctx.conditions.set(kept.type, kept.status, kept.reason, kept.message)
     try:
         return await _release(ctx)
     finally:
-        ctx.services.attempts[uid] = {name: getattr(status, name) for name in ATTEMPT_FIELDS}
+        memory = {name: getattr(status, name) for name in ATTEMPT_FIELDS}
+        memory[_CONDITIONS] = [
+            c for t in RELEASE_CONDITIONS if (c := ctx.conditions.get(t)) is not None
+        ]
+        ctx.services.attempts[uid] = memory
+
+
+_CONDITIONS = "conditions"
+RELEASE_CONDITIONS = (Condition.RELEASED, Condition.TEST_SUCCESS, Condition.REMEDIATED)
 
 
 async def _release(ctx: HelmReleaseContext) -> Result | None:
@@ -548,7 +644,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
     reset = annotations.get(RESET_REQUESTED_AT_ANNOTATION)
     changed = (
         status.last_attempted_generation != generation
-        or status.last_attempted_revision != ctx.artifact.revision
+        or status.last_attempted_revision != ctx.revision
         or status.last_attempted_config_digest != ctx.config_digest
         or (reset is not None and reset != status.last_handled_reset_at)
     )
@@ -608,10 +704,11 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         ctx.ready_reason = _kept_reason(ctx)
         ctx.ready_message = _release_message(ctx, latest, "succeeded", chart=chart)
         ctx.conditions.mark_true(Condition.RELEASED, ctx.ready_reason, ctx.ready_message)
+        await _drift(ctx, found[0][0], latest)
         return None
 
     status.last_attempted_generation = generation
-    status.last_attempted_revision = ctx.artifact.revision
+    status.last_attempted_revision = ctx.revision
     status.last_attempted_revision_digest = ctx.artifact.digest
     status.last_attempted_config_digest = ctx.config_digest
     status.last_attempted_release_action = action  # type: ignore[assignment]
@@ -631,6 +728,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
     }
     ok_reason, failed_reason = reasons[action]
     try:
+        await _apply_crds(ctx, action, timeout=timeout)
         await _helm(ctx, args, timeout=timeout)
     except HelmError as error:
         message = (
@@ -654,6 +752,132 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         await _failed(ctx, action, Reason.TEST_FAILED, failure, chart=chart)
     status.failures = status.install_failures = status.upgrade_failures = None
     return None
+
+
+async def _drift(ctx: HelmReleaseContext, release: dict[str, Any], snap: Snapshot) -> None:
+    """Compare the cluster with the release manifest; report (warn) or correct (enabled).
+
+    Only a steady release is checked: an install or upgrade has just written
+    the manifest itself. Correction applies the drifted objects, never
+    `helm upgrade`, so it adds no release revision.
+    """
+    detection = ctx.obj.spec.drift_detection
+    mode = detection.mode if detection is not None else None
+    if mode not in ("enabled", "warn"):
+        return
+    target = f"{snap.namespace}/{snap.name}.v{snap.version}"
+    try:
+        objects = drifting.manifest_objects(
+            str(release.get("manifest") or ""), namespace=ctx.release_namespace
+        )
+    except drifting.ManifestError as error:
+        raise StepError(
+            Reason.RECONCILIATION_FAILED, f"drift detection of release {target}: {error}"
+        ) from None
+    manager = ResourceManager(
+        _cluster_client(ctx),
+        ctx.target_mapper or ctx.services.rest_mapper(ctx.client),
+        field_manager=FIELD_MANAGER,
+        owner_labels={},
+        ignore_rules=_ignore_rules(ctx.obj),
+    )
+    try:
+        found = drifting.drifted(await manager.preview_all(objects))
+    except ApplyError as error:
+        raise StepError(
+            Reason.RECONCILIATION_FAILED, f"drift detection of release {target} failed: {error}"
+        ) from None
+    if not found:
+        return
+    ctx.log.info("drift detected", release=target, objects=[d.subject for d in found])
+    if mode == "warn":
+        ctx.events.warning(
+            Reason.DRIFT_DETECTED,
+            f"Cluster state of release {target} has drifted from the desired state:\n"
+            + drifting.describe(found),
+            metadata=ctx.event_metadata,
+        )
+        return
+    try:
+        changes = await manager.apply_all_staged(
+            drifting.select(objects, found), wait_timeout=ctx.timeout
+        )
+    except ApplyError as error:
+        message = f"Failed to correct cluster state of release {target}: {error}"
+        ctx.events.warning(Reason.DRIFT_CORRECTION_FAILED, message, metadata=ctx.event_metadata)
+        raise StepError(Reason.DRIFT_CORRECTION_FAILED, message) from None
+    ctx.events.normal(
+        Reason.DRIFT_CORRECTED,
+        f"Cluster state of release {target} has been corrected:\n"
+        + changes.summary(only_changes=True),
+        metadata=ctx.event_metadata,
+    )
+
+
+def _crds_policy(ctx: HelmReleaseContext, action: str) -> str:
+    """`install.crds` (Create unless skipCRDs) or `upgrade.crds` (Skip), as in Flux."""
+    spec = ctx.obj.spec
+    if action == "install":
+        opts = spec.install
+        if opts is not None and opts.crds:
+            return opts.crds
+        return "Skip" if opts is not None and opts.skip_crds else "Create"
+    return (spec.upgrade.crds if spec.upgrade is not None else None) or "Skip"
+
+
+async def _apply_crds(ctx: HelmReleaseContext, action: str, *, timeout: float) -> None:
+    """Create (and with CreateReplace, replace) the chart's CRDs before the action.
+
+    helm installs a chart's `crds/` only on install and never replaces them;
+    `helm upgrade` ignores them. Flux's policies beyond that are the
+    controller's work, done as the tenant; a failure is the action's failure.
+    """
+    policy = _crds_policy(ctx, action)
+    if policy == "Skip" or (action == "install" and policy == "Create"):
+        return
+    assert ctx.chart_dir is not None
+    work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="hr-crds-")))
+    try:
+        crds = await asyncio.to_thread(releases.chart_crds, ctx.chart_dir, work)
+    except releases.ChartCRDsError as error:
+        raise HelmError(str(error)) from None
+    for crd in crds:
+        if crd.get("kind") != "CustomResourceDefinition" or not isinstance(
+            crd.get("metadata"), dict
+        ):
+            raise HelmError(f"the chart's crds/ holds a {crd.get('kind')}, not a CRD")
+    client = _cluster_client(ctx)
+    names = []
+    try:
+        for crd in crds:
+            name = str(crd["metadata"].get("name"))
+            names.append(name)
+            try:
+                existing = await client.get(CRD, name)
+            except NotFound:
+                await client.create(CRD, crd)
+                continue
+            if policy == "CreateReplace":
+                crd["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                await client.replace(CRD, crd)
+        await _wait_established(client, names, timeout=min(timeout, 60.0))
+    except KubeError as error:
+        raise HelmError(f"CustomResourceDefinitions ({policy}): {error}") from None
+
+
+async def _wait_established(client: KubeClient, names: list[str], *, timeout: float) -> None:
+    """Wait until every CRD named is served, so the chart's custom resources apply."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    pending = list(names)
+    while pending:
+        crd = await client.get(CRD, pending[0])
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            pending.pop(0)
+            continue
+        if asyncio.get_running_loop().time() > deadline:
+            raise HelmError(f"CustomResourceDefinition {pending[0]} not established in time")
+        await asyncio.sleep(0.2)
 
 
 async def _failed(
@@ -830,11 +1054,11 @@ def _ignore_test_failures(ctx: HelmReleaseContext) -> bool:
 
 STEPS = (
     reconcile_unsupported,
-    reconcile_target,
     reconcile_gates,
     reconcile_dependencies,
     reconcile_chart,
     reconcile_values,
+    reconcile_target,
     reconcile_release,
 )
 
@@ -843,19 +1067,16 @@ async def finalize(ctx: HelmReleaseContext) -> None:
     """Uninstall the release and delete the HelmChart it owns."""
     hr = ctx.obj
     if not hr.spec.suspend and hr.status.history:
-        # The remote target's client and kubeconfig file live until the uninstall ends.
-        async with ctx.cleanup:
-            try:
-                ctx.target = await _target(ctx)
-                await _uninstall(ctx)
-                ctx.events.normal(
-                    Reason.UNINSTALL_SUCCEEDED,
-                    "Helm uninstall succeeded for release "
-                    f"{ctx.release_namespace}/{ctx.release_name}",
-                )
-            except (HelmError, StepError) as error:
-                ctx.log.warning("uninstall on deletion failed", error=str(error))
-                ctx.events.warning(Reason.UNINSTALL_FAILED, f"Helm uninstall failed: {error}")
+        try:
+            await _resolve_target(ctx)
+            await _uninstall(ctx)
+            ctx.events.normal(
+                Reason.UNINSTALL_SUCCEEDED,
+                f"Helm uninstall succeeded for release {ctx.release_namespace}/{ctx.release_name}",
+            )
+        except (HelmError, TargetClusterError) as error:
+            ctx.log.warning("uninstall on deletion failed", error=str(error))
+            ctx.events.warning(Reason.UNINSTALL_FAILED, f"Helm uninstall failed: {error}")
     ctx.services.attempts.pop(hr.metadata.uid or hr.key, None)
     if hr.status.helm_chart:
         namespace, name = hr.status.helm_chart.split("/", 1)
@@ -866,8 +1087,9 @@ async def finalize(ctx: HelmReleaseContext) -> None:
 # -- what makes a HelmRelease reconcile ----------------------------------------------------------
 
 
-def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
-    """HelmReleases to reconcile when a HelmChart's artifact or readiness changed."""
+def chart_watchers(hrs: Store, kind: str = "HelmChart") -> Callable[[Change], list[str]]:
+    """HelmReleases to reconcile when a HelmChart's (or an OCIRepository's) artifact or
+    readiness changed."""
 
     def mapper(change: Change) -> list[str]:
         old = (change.old or {}).get("status") or {}
@@ -884,7 +1106,7 @@ def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
         keys = []
         if labels.get(NAME_LABEL) and labels.get(NAMESPACE_LABEL):
             keys.append(f"{labels[NAMESPACE_LABEL]}/{labels[NAME_LABEL]}")
-        keys += hrs.referencing(CHART_REF, key)
+        keys += hrs.referencing(CHART_REF, f"{kind}/{key}")
         return keys
 
     return mapper
@@ -892,13 +1114,14 @@ def chart_watchers(hrs: Store) -> Callable[[Change], list[str]]:
 
 def _chart_refs(obj: dict[str, Any]) -> list[str]:
     ref = (obj.get("spec") or {}).get("chartRef")
-    if not isinstance(ref, dict) or ref.get("kind") != "HelmChart" or not ref.get("name"):
+    if not isinstance(ref, dict) or not ref.get("kind") or not ref.get("name"):
         return []
-    return [f"{ref.get('namespace') or obj['metadata'].get('namespace', '')}/{ref['name']}"]
+    namespace = ref.get("namespace") or obj["metadata"].get("namespace", "")
+    return [f"{ref['kind']}/{namespace}/{ref['name']}"]
 
 
 CHART_REF = Index("spec.chartRef", _chart_refs)
-"""HelmReleases by the HelmChart their `chartRef` names (`namespace/name`)."""
+"""HelmReleases by what their `chartRef` names (`kind/namespace/name`)."""
 
 
 def dependent_watchers(hrs: Store) -> Callable[[Change], list[str]]:

@@ -3,8 +3,8 @@
 Pure functions, unit-tested without a cluster: Flux's release naming, the
 decoding of Helm's release Secrets (`sh.helm.release.v1.<name>.v<N>`: base64
 of gzipped JSON, inside the Secret's own base64) into status.history
-snapshots, the composition and digest of values, and whether a reconcile
-must run a release action at all.
+snapshots, the composition and digest of values, whether a reconcile
+must run a release action at all, and which CRDs a chart carries.
 """
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from sluice_api.helm import Snapshot
+from sluice_runtime import building
+from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 
 RELEASE_NAME_MAX = 53
 SNAPSHOT_API_VERSION = "helm.toolkit.fluxcd.io/v2"
@@ -192,3 +197,56 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
+
+
+class ChartCRDsError(Exception):
+    """The chart's CRD files cannot be read; the message names the file."""
+
+
+CRD_SUFFIXES = (".yaml", ".yml", ".json")
+MAX_SUBCHART_SIZE = 64 << 20
+
+
+def chart_crds(chart_dir: Path, work: Path) -> list[dict[str, Any]]:
+    """The CRD documents of a chart and its dependencies, as helm reads them: every
+    `.yaml`/`.yml`/`.json` file under `crds/` of the chart and of each subchart in
+    `charts/` (a directory, or a `.tgz` unpacked into `work`), in name order.
+
+    Each file is parsed on its own: helm concatenates them without separators,
+    so their text cannot be read back as one stream (`helm show crds`).
+    """
+    documents: list[dict[str, Any]] = []
+    for root in _chart_roots(chart_dir, work):
+        crds = root / "crds"
+        if not crds.is_dir():
+            continue
+        for path in sorted(p for p in crds.rglob("*") if p.is_file()):
+            if path.suffix not in CRD_SUFFIXES:
+                continue
+            where = path.relative_to(root.parent)
+            try:
+                loaded = building.load_yaml_all(path.read_bytes())
+            except (OSError, yaml.YAMLError) as error:
+                raise ChartCRDsError(f"{where} cannot be read: {error}") from None
+            documents += [doc for doc in loaded if isinstance(doc, dict)]
+    return documents
+
+
+def _chart_roots(chart_dir: Path, work: Path) -> list[Path]:
+    roots = [chart_dir]
+    charts = chart_dir / "charts"
+    if not charts.is_dir():
+        return roots
+    for entry in sorted(charts.iterdir()):
+        if entry.is_dir() and (entry / "Chart.yaml").is_file():
+            roots += _chart_roots(entry, work)
+        elif entry.is_file() and entry.name.endswith(".tgz"):
+            dest = work / f"{len(list(work.iterdir()))}-{entry.stem}"
+            try:
+                extract_tarball(entry, dest, max_size=MAX_SUBCHART_SIZE)
+            except (ArtifactError, OSError, EOFError) as error:
+                raise ChartCRDsError(f"subchart {entry.name} cannot be unpacked: {error}") from None
+            for sub in sorted(dest.iterdir()):
+                if (sub / "Chart.yaml").is_file():
+                    roots += _chart_roots(sub, work)
+    return roots

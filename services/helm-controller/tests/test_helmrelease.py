@@ -245,13 +245,16 @@ async def test_unbuilt_fields_stall_naming_them(helm_delivery: HelmDelivery) -> 
     await d.helm_repository()
     await d.helm_release(
         "drifty",
-        driftDetection={"mode": "enabled"},
-        postRenderers=[{"kustomize": {"images": [{"name": "x", "newTag": "y"}]}}],
+        dependsOn=[{"name": "other", "readyExpr": "true"}],
+        storageNamespace="elsewhere",
     )
     obj = await d.observe.wait_reason(HELMRELEASE, "drifty", "UnsupportedField", timeout=30)
     stalled = condition(obj, "Stalled")
     assert stalled is not None and stalled["status"] == "True"
-    assert "spec.postRenderers, spec.driftDetection.mode=enabled" in stalled["message"]
+    assert (
+        "spec.dependsOn[].readyExpr, spec.storageNamespace (different from the release namespace)"
+        in stalled["message"]
+    )
     assert d.helm("list", "--all") == []
 
 

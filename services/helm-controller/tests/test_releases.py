@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,16 +177,86 @@ def hr(**spec: Any) -> HelmRelease:
     [
         pytest.param({}, [], id="plain"),
         pytest.param({"driftDetection": {"mode": "disabled"}}, [], id="drift-disabled-is-fine"),
-        pytest.param({"driftDetection": {"mode": "warn"}}, ["spec.driftDetection.mode=warn"], id="drift-warn"),
+        pytest.param({"driftDetection": {"mode": "warn"}}, [], id="drift-warn-is-built"),
+        pytest.param({"chartRef": {"kind": "OCIRepository", "name": "o"}, "chart": None}, [], id="oci-chart-ref-is-built"),
         pytest.param({"kubeConfig": {"secretRef": {"name": "k"}}}, [], id="kubeconfig-secret-is-built"),
-        pytest.param({"kubeConfig": {"configMapRef": {"name": "k"}}}, ["spec.kubeConfig.configMapRef"], id="kubeconfig-configmap"),
-        pytest.param({"postRenderers": [{"kustomize": {}}]}, ["spec.postRenderers"], id="post-renderers"),
+        pytest.param({"kubeConfig": {"configMapRef": {"name": "k"}}}, ["spec.kubeConfig.configMapRef"], id="kubeconfig-workload-identity"),
+        pytest.param({"postRenderers": [{"kustomize": {}}]}, [], id="post-renderers-are-built"),
         pytest.param({"storageNamespace": "apps"}, [], id="storage-same"),
         pytest.param({"storageNamespace": "other"}, ["spec.storageNamespace (different from the release namespace)"], id="storage-other"),
-        pytest.param({"upgrade": {"crds": "CreateReplace"}}, ["spec.upgrade.crds=CreateReplace"], id="upgrade-crds"),
+        pytest.param({"upgrade": {"crds": "CreateReplace"}}, [], id="upgrade-crds-are-built"),
         pytest.param({"dependsOn": [{"name": "x", "readyExpr": "true"}]}, ["spec.dependsOn[].readyExpr"], id="ready-expr"),
-        pytest.param({"commonMetadata": {"labels": {"a": "b"}}}, ["spec.commonMetadata"], id="common-metadata"),
+        pytest.param({"commonMetadata": {"labels": {"a": "b"}}}, [], id="common-metadata-is-built"),
     ],
 )  # fmt: skip
 def test_unbuilt_fields_are_named(spec: dict[str, Any], expected: list[str]) -> None:
     assert unsupported_fields(hr(**spec)) == expected
+
+
+def _crd_file(name: str) -> str:
+    return f"apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {name}\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        pytest.param({}, [], id="no-crds"),
+        pytest.param(
+            {"app/crds/b.yaml": _crd_file("b"), "app/crds/a.yml": _crd_file("a")},
+            ["a", "b"],
+            id="name-order",
+        ),
+        pytest.param(
+            # helm concatenates files without a separator: each is read on its own.
+            {"app/crds/a.yaml": _crd_file("a").rstrip("\n"), "app/crds/b.yaml": _crd_file("b")},
+            ["a", "b"],
+            id="files-without-separators",
+        ),
+        pytest.param(
+            {"app/crds/x.yaml": _crd_file("x") + "---\n" + _crd_file("y"), "app/crds/README.md": "x"},
+            ["x", "y"],
+            id="several-per-file-and-other-files-ignored",
+        ),
+        pytest.param(
+            {"app/crds/a.yaml": _crd_file("a"), "app/charts/sub/Chart.yaml": "name: sub\n", "app/charts/sub/crds/s.yaml": _crd_file("s")},
+            ["a", "s"],
+            id="subchart-directory",
+        ),
+        pytest.param(
+            {"app/templates/x.yaml": _crd_file("not-a-crds-file")},
+            [],
+            id="templates-are-not-crds",
+        ),
+    ],
+)  # fmt: skip
+def test_chart_crds(files: dict[str, str], expected: list[str], tmp_path: Path) -> None:
+    for name, text in files.items():
+        path = tmp_path / "chart" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (tmp_path / "chart" / "app").mkdir(parents=True, exist_ok=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    found = releases.chart_crds(tmp_path / "chart" / "app", work)
+    assert [doc["metadata"]["name"] for doc in found] == expected
+
+
+def test_chart_crds_from_a_packaged_subchart(tmp_path: Path) -> None:
+    sub = tmp_path / "src" / "sub"
+    (sub / "crds").mkdir(parents=True)
+    (sub / "Chart.yaml").write_text("apiVersion: v2\nname: sub\nversion: 0.1.0\n")
+    (sub / "crds" / "s.yaml").write_text(_crd_file("s"))
+    app = tmp_path / "app"
+    (app / "charts").mkdir(parents=True)
+    with tarfile.open(app / "charts" / "sub-0.1.0.tgz", "w:gz") as archive:
+        archive.add(sub, arcname="sub")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert [d["metadata"]["name"] for d in releases.chart_crds(app, work)] == ["s"]
+
+
+def test_unreadable_crds_name_the_file(tmp_path: Path) -> None:
+    (tmp_path / "app" / "crds").mkdir(parents=True)
+    (tmp_path / "app" / "crds" / "bad.yaml").write_text("a: [\n")
+    with pytest.raises(releases.ChartCRDsError, match=r"app/crds/bad\.yaml"):
+        releases.chart_crds(tmp_path / "app", tmp_path)

@@ -1,90 +1,104 @@
-"""HelmRelease `spec.kubeConfig`: released to a second control plane, uninstalled there,
-and a kubeconfig asking for the controller's files refused before helm runs."""
+"""kubeConfig: a HelmRelease released to another cluster (a second API server),
+with the kubeconfig Secret read by the runtime's safe parser."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sluice_envtest.harness import condition, make_secret
+from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.helming import helm_binary
 from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.resources import NAMESPACE
+from sluice_runtime.kube.errors import NotFound
 
 from .conftest import CONFIG_MAP, HELMRELEASE, HelmDelivery
 
 
-def helm_list(d: HelmDelivery, kubeconfig: str) -> list[str]:
+def remote_helm(cluster: Cluster, home: Path, *args: str) -> Any:
     done = subprocess.run(
-        [str(helm_binary()), "list", "--all", "--namespace", d.namespace, "-o", "json"],
+        [str(helm_binary()), *args, "-o", "json"],
         capture_output=True,
         text=True,
         check=False,
-        env={"HOME": str(d.home), "KUBECONFIG": kubeconfig, "PATH": "/usr/bin:/bin"},
+        env={"HOME": str(home), "KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr
-    return [r["name"] for r in json.loads(done.stdout)]
+    return json.loads(done.stdout)
 
 
-async def test_a_release_to_a_kubeconfig_cluster_is_installed_and_uninstalled_there(
-    helm_delivery: HelmDelivery, second_cluster: Any
+async def test_a_release_goes_to_the_cluster_of_its_kubeconfig(
+    helm_delivery: HelmDelivery, second_cluster: Cluster
 ) -> None:
     d = helm_delivery
     ns = d.namespace
+    d.charts.add("app", "1.0.0")
+    await d.helm_repository()
+    await make_secret(d.kube, ns, "remote", {"value": second_cluster.kubeconfig.read_text()})
+    await d.helm_release(
+        "web",
+        values={"greeting": "far"},
+        kubeConfig={"secretRef": {"name": "remote"}},
+        install={"createNamespace": True},
+        driftDetection={"mode": "enabled"},
+    )
+    obj = await d.observe.wait_ready(HELMRELEASE, "web", timeout=60)
+    assert [h["version"] for h in obj["status"]["history"]] == [1]
     remote = await KubeClient.connect(kubeconfig=str(second_cluster.kubeconfig))
     try:
-        await remote.create(
-            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-        )
-        await make_secret(d.kube, ns, "member", {"value": second_cluster.kubeconfig.read_text()})
-        d.charts.add("app", "1.0.0")
-        await d.helm_repository()
-        await d.helm_release(
-            "web", kubeConfig={"secretRef": {"name": "member"}}, values={"greeting": "remote"}
-        )
-        obj = await d.observe.wait_ready(HELMRELEASE, "web", timeout=60)
-        assert obj["status"]["history"][0]["status"] == "deployed"
-        remote_config = str(second_cluster.kubeconfig)
-        assert helm_list(d, remote_config) == ["web"]
-        assert helm_list(d, d.kubeconfig) == [], "nothing released on the host"
         cm = await remote.get(CONFIG_MAP, "web-config", ns)
-        assert cm["data"]["greeting"] == "remote"
+        assert cm["data"] == {"greeting": "far", "version": "1.0.0"}
+        # helm on the remote cluster sees the release; the local cluster has none.
+        [listed] = remote_helm(second_cluster, d.home, "list", "--namespace", ns)
+        assert (listed["name"], listed["status"]) == ("web", "deployed")
+        assert d.helm("list", "--all") == []
+        try:
+            await d.kube.get(CONFIG_MAP, "web-config", ns)
+            raise AssertionError("released locally")
+        except NotFound:
+            pass
 
+        # Drift on the remote cluster is found and corrected there.
+        await remote.merge_patch(
+            CONFIG_MAP, "web-config", {"data": {"greeting": "edited"}}, namespace=ns
+        )
+        await d.observe.poke(HELMRELEASE, "web", "drifted")
+        await d.wait_event("web", reason="DriftCorrected")
+        assert (await remote.get(CONFIG_MAP, "web-config", ns))["data"]["greeting"] == "far"
+
+        # Deleting the HelmRelease uninstalls it from the remote cluster.
         await d.kube.delete(HELMRELEASE, "web", namespace=ns)
-        for _ in range(300):
-            if not helm_list(d, remote_config):
-                break
-            await asyncio.sleep(0.1)
-        assert helm_list(d, remote_config) == []
+        await d.wait_event("web", reason="UninstallSucceeded", timeout=30)
+        assert remote_helm(second_cluster, d.home, "list", "--all", "--namespace", ns) == []
     finally:
         await remote.close()
 
 
-async def test_a_kubeconfig_reading_the_controllers_files_is_refused(
-    helm_delivery: HelmDelivery, second_cluster: Any
+async def test_a_kubeconfig_that_reads_controller_files_stalls_naming_the_field(
+    helm_delivery: HelmDelivery, second_cluster: Cluster
 ) -> None:
     d = helm_delivery
     ns = d.namespace
-    config = yaml.safe_load(second_cluster.kubeconfig.read_text())
-    for user in config["users"]:
-        user["user"] = {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
-    await make_secret(d.kube, ns, "sneaky", {"value": yaml.safe_dump(config)})
     d.charts.add("app", "1.0.0")
     await d.helm_repository()
+    config = yaml.safe_load(second_cluster.kubeconfig.read_text())
+    for entry in config["users"]:
+        entry["user"] = {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
+    await make_secret(d.kube, ns, "sneaky", {"value": yaml.safe_dump(config)})
     await d.helm_release("web", kubeConfig={"secretRef": {"name": "sneaky"}})
     obj = await d.observe.wait(
         HELMRELEASE,
         "web",
         lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
-        what="Stalled",
+        timeout=30,
     )
-    stalled = condition(obj, "Stalled")
-    assert stalled is not None and stalled["reason"] == "InitFailed"
-    assert f"kubeconfig secret '{ns}/sneaky'" in stalled["message"]
-    assert "tokenFile" in stalled["message"]
-    assert "/var/run" not in stalled["message"], "values never reach status"
-    assert "history" not in obj["status"]
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["reason"] == "InitFailed"
+    assert f"kubeconfig secret '{ns}/sneaky'" in ready["message"]
+    assert "tokenFile" in ready["message"]
+    assert "/var/run/secrets" not in ready["message"]
+    assert d.helm("list", "--all") == []

@@ -15,8 +15,13 @@ STEPS: storage → unsupported → gates → source → artifact.
 - `valuesFiles` are merged, in order, into the chart's values.yaml before
   packaging (a chart from a repository is unpacked and packaged again).
 
-A HelmChart from an OCI HelmRepository is refused (Stalled) until that
-source exists in Sluice.
+- From an OCI HelmRepository (`type: oci`): the chart is the repository
+  `<url>/<chart>`; an exact `spec.version` is its tag (`+` written `_`, as
+  `helm push` does), a range picks the newest matching tag. The chart layer
+  (`application/vnd.cncf.helm.chart.content.v1.tar+gzip`) is pulled with the
+  runtime's bounded registry client, digest-checked, and stored as is;
+  revision = chart version. Credentials: `secretRef` with
+  `username`/`password` or `.dockerconfigjson`, `certSecretRef` `ca.crt`.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.helming import HelmError, run_helm
 from sluice_runtime.informing.watching import Change, Store
-from sluice_runtime.kube.secrets import SecretError
+from sluice_runtime.kube.secrets import SecretError, require, secret_data
+from sluice_runtime.oci import registry as oci
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, step
@@ -57,6 +63,7 @@ from source_controller.helmrepository import (
     fetch,
     same_host,
 )
+from source_controller.ocirepository import run_bounded
 from source_controller.sources import (
     NEGATIVE_CONDITIONS,
     Limits,
@@ -74,6 +81,11 @@ from source_controller.sources import (
 HELM_TIMEOUT = 120.0
 _SOURCE_WAIT = 10.0
 _HEX = re.compile(r"[0-9a-f]{12,}")
+HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+OCI_HINTS = oci.Hints(
+    tls="a plain-HTTP registry needs the HelmRepository's spec.insecure: true",
+    credentials="the HelmRepository's spec.secretRef",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,10 +181,8 @@ async def _from_repository(ctx: HelmChartContext) -> None:
     raw = _source(ctx, ctx.stores.helm_repositories)
     repo = HelmRepository.from_obj(raw)
     if repo.spec.type == "oci":
-        raise Stalling(
-            SourceReason.INVALID_CHART_REFERENCE,
-            "charts from an OCI HelmRepository are not supported by this version of Sluice",
-        )
+        await _from_oci(ctx, repo)
+        return
     artifact = repo.status.artifact
     if artifact is None or not await asyncio.to_thread(ctx.storage.exists, artifact.path):
         raise Waiting(
@@ -244,6 +254,116 @@ async def _from_repository(ctx: HelmChartContext) -> None:
         await _merge_values_files(ctx, chart_dir, chart_dir)
         package = await _package(ctx, chart_dir, work / "out", version=None)
     ctx.package = package
+
+
+async def _from_oci(ctx: HelmChartContext, repo: HelmRepository) -> None:
+    spec = ctx.chart.spec
+    if repo.spec.provider != "generic":
+        raise Stalling(
+            SourceReason.INVALID_CHART_REFERENCE,
+            f"HelmRepository provider {repo.spec.provider} is not supported by this version "
+            "of Sluice",
+        )
+    try:
+        url = oci.OCIURL.parse(f"{repo.spec.url.rstrip('/')}/{spec.chart}")
+    except ValueError as error:
+        raise Stalling(SourceReason.URL_INVALID, str(error)) from None
+    work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="helmchart-")))
+    registry = await _oci_registry(ctx, repo, url, work)
+    timeout = _timeout(repo)
+    where = f"{url.host}/{url.repository}"
+    try:
+        exact = parse_version(spec.version)
+        if exact is not None:
+            version = spec.version
+        else:
+            tags = await run_bounded(registry.list_tags, timeout=timeout)
+            # helm push writes `+` (build metadata) as `_`: tags cannot hold `+`.
+            entries = [{"version": t.replace("_", "+")} for t in tags]
+            version = str(select_version(entries, spec.version)["version"])
+        ctx.version = version
+        ctx.source_revision = version
+        ctx.event_metadata["revision"] = version
+        if _up_to_date(ctx):
+            ctx.noop = True
+            return
+        manifest = await run_bounded(registry.manifest, version.replace("+", "_"), timeout=timeout)
+        layers = [m for m in manifest.layers() if m.get("mediaType") == HELM_CHART_LAYER]
+        if len(layers) != 1:
+            raise _pull_error(
+                f"'{where}:{version}' holds no Helm chart (no single {HELM_CHART_LAYER} layer)"
+            )
+        mark_outdated(ctx, version)
+        package = work / f"{url.repository.rsplit('/', 1)[-1]}-{version}.tgz"
+        digest = str(layers[0].get("digest"))
+        await run_bounded(
+            lambda: registry.download(digest, package, max_size=ctx.chart_max_size),
+            timeout=timeout,
+        )
+    except InvalidRange as error:
+        raise Stalling(SourceReason.INVALID_CHART_REFERENCE, str(error)) from None
+    except LookupError as error:
+        raise _pull_error(f"chart '{where}': {error}") from None
+    except oci.RegistryError as error:
+        if error.auth:
+            raise StepError(
+                SourceReason.AUTHENTICATION_FAILED,
+                str(error),
+                condition=SourceCondition.FETCH_FAILED,
+            ) from None
+        raise _pull_error(f"chart '{where}': {error}") from None
+    if _values_files(ctx):
+        unpacked = work / "unpacked"
+        _unpack(package, unpacked, ctx)
+        chart_dir = _single_chart_dir(unpacked)
+        await _merge_values_files(ctx, chart_dir, chart_dir)
+        package = await _package(ctx, chart_dir, work / "out", version=None)
+    ctx.package = package
+
+
+async def _oci_registry(
+    ctx: HelmChartContext, repo: HelmRepository, url: oci.OCIURL, work: Path
+) -> oci.Registry:
+    """A registry client with the HelmRepository's credentials and CA."""
+    namespace = ctx.namespace
+    username = password = None
+    ca_file: str | None = None
+    try:
+        if repo.spec.secret_ref is not None:
+            name = f"{namespace}/{repo.spec.secret_ref.name}"
+            data = await secret_data(ctx.client, namespace, repo.spec.secret_ref.name)
+            if ".dockerconfigjson" in data:
+                try:
+                    username, password = oci.credentials_for(data[".dockerconfigjson"], url.host)
+                except ValueError as error:
+                    raise SecretError(f"secret '{name}': {error}") from None
+                if username is None:
+                    raise SecretError(
+                        f"secret '{name}' has no credentials for registry '{url.host}'"
+                    )
+            else:
+                require(data, "username", "password", secret=name)
+                username, password = data["username"], data["password"]
+        if repo.spec.cert_secret_ref is not None:
+            name = f"{namespace}/{repo.spec.cert_secret_ref.name}"
+            data = await secret_data(ctx.client, namespace, repo.spec.cert_secret_ref.name)
+            require(data, "ca.crt", secret=name)
+            ca = work / "ca.crt"
+            ca.write_text(data["ca.crt"])
+            ca_file = str(ca)
+    except SecretError as error:
+        raise StepError(
+            SourceReason.AUTHENTICATION_FAILED, str(error), condition=SourceCondition.FETCH_FAILED
+        ) from None
+    return oci.Registry(
+        url,
+        insecure=repo.spec.insecure,
+        ca_file=ca_file,
+        username=username,
+        password=password,
+        timeout=_timeout(repo),
+        hints=OCI_HINTS,
+    )
 
 
 def _timeout(repo: HelmRepository) -> float:

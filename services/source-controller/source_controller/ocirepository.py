@@ -88,7 +88,7 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
         if ref is not None and ref.digest:
             reference, tag = ref.digest, None
         elif ref is not None and ref.semver:
-            tags = await _bounded(registry.list_tags, timeout=timeout)
+            tags = await run_bounded(registry.list_tags, timeout=timeout)
             if ref.semver_filter:
                 try:
                     keep = compile_pattern(ref.semver_filter, what="spec.ref.semverFilter")
@@ -100,7 +100,7 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
         else:
             tag = (ref.tag if ref is not None else None) or DEFAULT_TAG
             reference = tag
-        manifest = await _bounded(registry.manifest, reference, timeout=timeout)
+        manifest = await run_bounded(registry.manifest, reference, timeout=timeout)
     except InvalidRef as error:
         raise Stalling(SourceReason.OCI_ARTIFACT_PULL_FAILED, str(error)) from None
     except RefNotFound as error:
@@ -125,7 +125,7 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
     return None
 
 
-async def _bounded(fn: Any, *args: Any, timeout: float) -> Any:
+async def run_bounded(fn: Any, *args: Any, timeout: float) -> Any:
     """Run a blocking registry call in the registry pool; give up after `timeout`."""
     loop = asyncio.get_running_loop()
     call = loop.run_in_executor(_REGISTRY_THREADS, functools.partial(fn, *args))
@@ -223,7 +223,7 @@ async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
     blob = work / "layer"
     timeout = parse_duration(repo.spec.timeout).total_seconds()
     try:
-        await _bounded(
+        await run_bounded(
             lambda: registry.download(digest, blob, max_size=ctx.limits.artifact_max_size),
             timeout=timeout,
         )
@@ -309,10 +309,10 @@ async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
     timeout = parse_duration(ctx.obj.spec.timeout).total_seconds()
     failed = f"failed to verify the signature of '{ctx.revision}' using provider 'cosign'"
     try:
-        signatures = await _bounded(
+        signatures = await run_bounded(
             registry.manifest, cosigning.signature_tag(digest), timeout=timeout
         )
-        verified = await _bounded(
+        verified = await run_bounded(
             functools.partial(
                 cosigning.verify_signatures,
                 signatures.body,

@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE, ChartRepository
+from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE, ChartRepository, helm, write_chart
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.registry import OciRegistry
@@ -23,6 +23,7 @@ from .conftest import GITREPO, SourceController, gitrepo, served
 
 HELMREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "helmrepositories", "HelmRepository")
 HELMCHART = ResourceType("source.toolkit.fluxcd.io", "v1", "helmcharts", "HelmChart")
+CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -369,3 +370,66 @@ async def test_a_git_chart_cannot_package_files_outside_its_artifact(
     build = condition(obj, "BuildFailed")
     assert build is not None and "dependency build of 'app' failed" in build["message"]
     assert "artifact" not in obj["status"]
+
+
+async def test_a_helmchart_from_an_oci_helm_repository_with_basic_auth_and_values_files(
+    source_controller: SourceController, oci_registry_auth: OciRegistry, tmp_path: Path
+) -> None:
+    sc = source_controller
+    registry = oci_registry_auth
+    repository = f"{sc.namespace}/charts"
+    for version, greeting in (("1.0.0", "one"), ("1.2.0", "two"), ("2.0.0", "three")):
+        chart = write_chart(
+            tmp_path / version,
+            "app",
+            version,
+            values={"greeting": greeting},
+            templates={"configmap.yaml": CONFIGMAP_TEMPLATE, "extra.yaml": ""},
+        )
+        (chart / "prod.yaml").write_text("replicas: 3\n")
+        helm("package", str(chart), "--destination", str(tmp_path / "out"), cwd=tmp_path)
+        # As `helm push` lays a chart out: its config and one chart layer.
+        registry.push_artifact(
+            f"{repository}/app",
+            version,
+            layer=(tmp_path / "out" / f"app-{version}.tgz").read_bytes(),
+            media_type=CHART_LAYER,
+            config_media_type="application/vnd.cncf.helm.config.v1+json",
+        )
+    assert registry.username is not None and registry.password is not None
+    await make_secret(
+        sc.client,
+        sc.namespace,
+        "oci-auth",
+        {"username": registry.username, "password": registry.password},
+    )
+    url = registry.oci_url(repository)
+    await sc.client.create(
+        HELMREPO,
+        helmrepo("oci", url, type="oci", insecure=True, secretRef={"name": "oci-auth"}),
+        namespace=sc.namespace,
+    )
+    source = {"kind": "HelmRepository", "name": "oci"}
+    await sc.client.create(
+        HELMCHART,
+        helmchart("app", "app", source, version="1.x", valuesFiles=["values.yaml", "prod.yaml"]),
+        namespace=sc.namespace,
+    )
+    obj = await sc.wait_ready(HELMCHART, "app", timeout=60)
+    assert obj["status"]["artifact"]["revision"] == "1.2.0"
+    files = chart_files(await served(obj))
+    assert yaml.safe_load(files["app/values.yaml"]) == {"greeting": "two", "replicas": 3}
+
+    # Without the credentials the registry refuses, and the condition says so.
+    await sc.client.create(
+        HELMREPO, helmrepo("anonymous", url, type="oci", insecure=True), namespace=sc.namespace
+    )
+    await sc.client.create(
+        HELMCHART,
+        helmchart(
+            "denied", "app", {"kind": "HelmRepository", "name": "anonymous"}, version="1.0.0"
+        ),
+        namespace=sc.namespace,
+    )
+    denied = await sc.wait_failed(HELMCHART, "denied", "AuthenticationFailed", timeout=60)
+    assert "artifact" not in denied["status"]

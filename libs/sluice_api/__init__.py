@@ -23,6 +23,7 @@ from sluice_api.meta import (
     parse_duration,
 )
 from sluice_api.notification import Alert, Provider, Receiver
+from sluice_api.resourceset import ResourceSet, ResourceSetInputProvider
 from sluice_api.source import (
     Bucket,
     ExternalArtifact,
@@ -45,6 +46,8 @@ ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
     Receiver,
     Alert,
     Provider,
+    ResourceSet,
+    ResourceSetInputProvider,
 )
 
 __all__ = [
@@ -68,6 +71,8 @@ __all__ = [
     "Provider",
     "Reason",
     "Receiver",
+    "ResourceSet",
+    "ResourceSetInputProvider",
     "ReconcileStatus",
     "Resource",
     "format_duration",

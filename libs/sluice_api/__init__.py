@@ -71,10 +71,10 @@ __all__ = [
     "Provider",
     "Reason",
     "Receiver",
-    "ResourceSet",
-    "ResourceSetInputProvider",
     "ReconcileStatus",
     "Resource",
+    "ResourceSet",
+    "ResourceSetInputProvider",
     "format_duration",
     "parse_duration",
 ]

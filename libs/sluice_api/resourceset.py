@@ -201,7 +201,9 @@ class ResourceSetInputProviderStatus(ReconcileStatus):
     """The force request last handled."""
 
 
-class ResourceSetInputProvider(Resource[ResourceSetInputProviderSpec, ResourceSetInputProviderStatus]):
+class ResourceSetInputProvider(
+    Resource[ResourceSetInputProviderSpec, ResourceSetInputProviderStatus]
+):
     """Exports input sets for ResourceSets from a registry, a Git server or a service."""
 
     GROUP: ClassVar[str] = GROUP
@@ -218,9 +220,7 @@ class ResourceSetInputProvider(Resource[ResourceSetInputProviderSpec, ResourceSe
     )
 
     spec: ResourceSetInputProviderSpec
-    status: ResourceSetInputProviderStatus = Field(
-        default_factory=ResourceSetInputProviderStatus
-    )
+    status: ResourceSetInputProviderStatus = Field(default_factory=ResourceSetInputProviderStatus)
 
 
 class LabelSelectorRequirement(KubeModel):

@@ -2,7 +2,7 @@
 
 With no kubeconfig it starts the embedded control plane (etcd and a
 kube-apiserver on loopback, built once on first use), installs the CRDs,
-then starts the five controllers as five separate processes, exactly as they
+then starts the six controllers as six separate processes, exactly as they
 run in a cluster, waits until each answers /readyz, and prints how to use
 kubectl against it. Ctrl-C stops everything it started, controllers first.
 With `--kubeconfig` it runs the controllers against that cluster instead.
@@ -93,6 +93,7 @@ def controllers(workdir: Path, endpoints: Endpoints) -> list[ControllerProcess]:
         ControllerProcess("source-controller", "source_controller", extra=[*events, *source]),
         ControllerProcess("kustomize-controller", "kustomize_controller", extra=list(events)),
         ControllerProcess("helm-controller", "helm_controller", extra=list(events)),
+        ControllerProcess("resourceset-controller", "resourceset_controller", extra=list(events)),
         ControllerProcess("gating-controller", "gating_controller", extra=list(events)),
         ControllerProcess("notification-controller", "notification_controller", extra=notification),
     ]
@@ -100,7 +101,7 @@ def controllers(workdir: Path, endpoints: Endpoints) -> list[ControllerProcess]:
 
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
-        "dev", help="run Sluice locally (embedded control plane + the five controllers)"
+        "dev", help="run Sluice locally (embedded control plane + the six controllers)"
     )
     parser.add_argument("--kubeconfig", help="use this cluster instead of the embedded one")
     parser.add_argument("--workdir", type=Path, help="state and logs (default: a temp dir)")

@@ -59,6 +59,7 @@ CONTROLLERS = (
     "source-controller",
     "kustomize-controller",
     "helm-controller",
+    "resourceset-controller",
     "gating-controller",
     "notification-controller",
 )

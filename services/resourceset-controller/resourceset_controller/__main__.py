@@ -29,6 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="how long to wait before looking again at a dependency that is not ready",
     )
+    app.switch(
+        parser, "--no-cross-namespace-refs", help="refuse dependsOn objects in other namespaces"
+    )
+    parser.add_argument(
+        "--default-service-account",
+        default="",
+        help="service account to impersonate when a ResourceSet names none",
+    )
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -44,6 +52,8 @@ async def setup(runtime: app.Runtime) -> None:
         providers=runtime.informers.get(provider_rt).store,
         mapper=RestMapper(runtime.client),
         requeue_dependency=runtime.options.requeue_dependency,
+        default_service_account=runtime.options.default_service_account or None,
+        no_cross_namespace_refs=runtime.options.no_cross_namespace_refs,
     )
     controller = runtime.controller(resourceset.reconciler(services))
     controller.watch(provider_rt, resourceset.provider_watchers(rsets))

@@ -49,9 +49,7 @@ PRUNE_EXCLUSIONS = {PRUNE_ANNOTATION: "disabled", RECONCILE_ANNOTATION: "disable
 def manager(
     client: KubeClient, mapper: RestMapper, *, owner_labels: Mapping[str, str]
 ) -> ResourceManager:
-    return ResourceManager(
-        client, mapper, field_manager=FIELD_MANAGER, owner_labels=owner_labels
-    )
+    return ResourceManager(client, mapper, field_manager=FIELD_MANAGER, owner_labels=owner_labels)
 
 
 def is_flux_kind(oid: ObjectId) -> bool:
@@ -92,9 +90,9 @@ async def _wait_gone(rm: ResourceManager, ids: Sequence[ObjectId], timeout: floa
             return
         if time.monotonic() > deadline:
             names = ", ".join(o.display for o in left)
-            raise ApplyFailed.of(names, "garbage collection", TimeoutError(
-                f"still terminating after {timeout:g}s"
-            ))
+            raise ApplyFailed.of(
+                names, "garbage collection", TimeoutError(f"still terminating after {timeout:g}s")
+            )
         await asyncio.sleep(0.5)
 
 

@@ -92,15 +92,16 @@ class NameFilter:
             and (self.exclude is None or not self.exclude.search(n))
         ]
         if self.semver is not None:
-            kept = sorted(
-                matching_tags(self.semver, kept), key=lambda n: parse_version(n), reverse=True
-            )
+            versions = {n: parse_version(n) for n in matching_tags(self.semver, kept)}
+            kept = sorted(versions, key=lambda n: versions[n], reverse=True)  # type: ignore[arg-type,return-value]
         else:
             kept = sorted(kept, reverse=True)
         return kept[: self.limit]
 
 
-def with_defaults(inputs: Sequence[Mapping[str, Any]], defaults: Mapping[str, Any] | None) -> list[Input]:
+def with_defaults(
+    inputs: Sequence[Mapping[str, Any]], defaults: Mapping[str, Any] | None
+) -> list[Input]:
     """Each input set with the keys it lacks taken from `defaults`."""
     return [{**(defaults or {}), **dict(i)} for i in inputs]
 
@@ -109,7 +110,9 @@ def check(inputs: Sequence[Mapping[str, Any]], *, limit: int | None = None) -> N
     """Refuse input sets a ResourceSet could not tell apart: no id, or an id twice;
     and more sets than `limit`."""
     if limit is not None and len(inputs) > limit:
-        raise InputError(f"{len(inputs)} input sets exceed the limit of {limit} (spec.filter.limit)")
+        raise InputError(
+            f"{len(inputs)} input sets exceed the limit of {limit} (spec.filter.limit)"
+        )
     seen: set[str] = set()
     for index, item in enumerate(inputs):
         raw = item.get("id")

@@ -16,6 +16,7 @@ STEPS: spec → export → status.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import ssl
 import tempfile
@@ -30,11 +31,12 @@ import aiohttp
 from resourceset_controller import inputs, timing
 from resourceset_controller.inputs import Input, InputError, NameFilter
 from sluice_api.resourceset import (
+    DEFAULT_FILTER_LIMIT,
     ResourceSetInputProvider,
     ResourceSetReason,
 )
-from sluice_runtime import oci
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
+from sluice_runtime.oci import registry as oci
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, done, step
@@ -168,7 +170,7 @@ async def _oci_tags(ctx: ProviderContext) -> list[Input]:
     try:
         tags = select.select(await call(registry.list_tags))
         manifests = await asyncio.gather(
-            *(call(lambda tag=tag: registry.manifest(tag)) for tag in tags)
+            *(call(functools.partial(registry.manifest, tag)) for tag in tags)
         )
     except oci.RegistryError as error:
         # Retried at the interval; the last exported inputs stay as they are.
@@ -267,7 +269,7 @@ async def _external_service(ctx: ProviderContext) -> list[Input]:
     found = answer.get("inputs") if isinstance(answer, dict) else None
     if not isinstance(found, list) or not all(isinstance(i, dict) for i in found):
         raise InputError("the external service's answer has no list of objects under 'inputs'")
-    limit = spec.filter.limit if spec.filter is not None else inputs.DEFAULT_FILTER_LIMIT
+    limit = spec.filter.limit if spec.filter is not None else DEFAULT_FILTER_LIMIT
     inputs.check(found, limit=limit)
     return [dict(i, id=str(i["id"])) for i in found]
 

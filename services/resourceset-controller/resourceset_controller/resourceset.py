@@ -1,4 +1,4 @@
-"""ResourceSet: templates × input sets → objects, applied as one inventory.
+"""ResourceSet: templates times input sets → objects, applied as one inventory.
 
 STEPS: spec → dependencies → inputs → build → apply → garbage collection →
 health → status.
@@ -74,10 +74,13 @@ class Services:
     providers: Store
     mapper: RestMapper
     requeue_dependency: float = 5.0
-    _impersonated: dict[str, tuple[KubeClient, RestMapper]] = field(default_factory=dict)
+    default_service_account: str | None = None
+    """--default-service-account: the account of ResourceSets that name none."""
+    no_cross_namespace_refs: bool = False
 
     def target(self, namespace: str, account: str | None) -> tuple[KubeClient, RestMapper]:
         """The client applies go through: the controller's, or the tenant's account."""
+        account = account or self.default_service_account
         if not account:
             return self.client, self.mapper
         user = f"system:serviceaccount:{namespace}:{account}"
@@ -152,17 +155,24 @@ async def reconcile_spec(ctx: ResourceSetContext) -> Result | None:
 async def reconcile_dependencies(ctx: ResourceSetContext) -> Result | None:
     for index, dep in enumerate(ctx.rset.spec.depends_on or []):
         namespace = dep.namespace or ctx.namespace
-        where = f"{dep.kind}/{namespace}/{dep.name}" if namespace else f"{dep.kind}/{dep.name}"
-        try:
-            rt = await ctx.services.mapper.resource_for(dep.api_version, dep.kind)
-            obj = await ctx.services.client.get(
-                rt, dep.name, namespace if rt.namespaced else None
+        if ctx.services.no_cross_namespace_refs and namespace != ctx.namespace:
+            raise Stalling(
+                Reason.INVALID_SPEC,
+                f"spec.dependsOn[{index}]: cannot depend on {dep.kind}/{namespace}/{dep.name}: "
+                "cross-namespace references are not allowed",
             )
+        where = f"{dep.kind}/{namespace}/{dep.name}" if namespace else f"{dep.kind}/{dep.name}"
+        # Read as the tenant: a ResourceSet may wait only on what its account may see.
+        client, mapper = ctx.services.target(ctx.namespace, ctx.rset.spec.service_account_name)
+        try:
+            rt = await mapper.resource_for(dep.api_version, dep.kind)
+            obj = await client.get(rt, dep.name, namespace if rt.namespaced else None)
         except (NotFound, UnknownKind):
             raise _not_ready(ctx, f"dependency {where} not found") from None
         except KubeError as error:
             raise ctx.failed(
-                Reason.DEPENDENCY_NOT_READY, f"dependency {where}: {describe(error)}",
+                Reason.DEPENDENCY_NOT_READY,
+                f"dependency {where}: {describe(error)}",
                 transient=True,
             ) from None
         if not dep.ready:
@@ -313,8 +323,8 @@ async def _copy_from(ctx: ResourceSetContext, obj: dict[str, Any]) -> None:
     where = f"{kind}/{obj['metadata'].get('name')}"
     if obj.get("apiVersion") != "v1" or kind not in ("ConfigMap", "Secret"):
         raise Stalling(
-            Reason.BUILD_FAILED, f"{where}: {COPY_FROM_ANNOTATION} applies to ConfigMaps and "
-            "Secrets only",
+            Reason.BUILD_FAILED,
+            f"{where}: {COPY_FROM_ANNOTATION} applies to ConfigMaps and Secrets only",
         )
     namespace, _, name = str(source).rpartition("/")
     if not namespace or not name:
@@ -331,8 +341,9 @@ async def _copy_from(ctx: ResourceSetContext, obj: dict[str, Any]) -> None:
     except KubeError as error:
         # The tenant's account decides what it may copy: a 403 names the source.
         raise ctx.failed(
-            Reason.BUILD_FAILED, f"{where}: cannot read {kind} {namespace}/{name}: "
-            f"{describe(error)}", transient=is_transient(error),
+            Reason.BUILD_FAILED,
+            f"{where}: cannot read {kind} {namespace}/{name}: {describe(error)}",
+            transient=is_transient(error),
         ) from None
     for key in ("data", "binaryData", "stringData"):
         if key in found:
@@ -349,9 +360,7 @@ async def reconcile_apply(ctx: ResourceSetContext) -> Result | None:
     client, mapper = ctx.services.target(ctx.namespace, ctx.rset.spec.service_account_name)
     ctx.manager = applying.manager(client, mapper, owner_labels=owner_labels(ctx.rset))
     try:
-        ctx.changeset = await ctx.manager.apply_all_staged(
-            ctx.objects, wait_timeout=ctx.timeout
-        )
+        ctx.changeset = await ctx.manager.apply_all_staged(ctx.objects, wait_timeout=ctx.timeout)
     except applying.ValidationFailed as error:
         raise Stalling(Reason.BUILD_FAILED, str(error)) from None
     except applying.ApplyFailed as error:
@@ -407,7 +416,8 @@ async def reconcile_prune(ctx: ResourceSetContext) -> Result | None:
             left = {i: old[i] for i in stale if i not in handled}
             _set_inventory(ctx, {**left, **new})
             raise ctx.failed(
-                Reason.RECONCILIATION_FAILED, f"garbage collection failed: {error}",
+                Reason.RECONCILIATION_FAILED,
+                f"garbage collection failed: {error}",
                 transient=error.transient,
             ) from None
         if pruned.changed:
@@ -472,8 +482,9 @@ async def reconcile_status(ctx: ResourceSetContext) -> Result | None:
     status.history = history[:HISTORY_SIZE]
     ctx.ready_reason = Reason.RECONCILIATION_SUCCEEDED
     ctx.ready_message = f"Reconciliation finished in {took}"
-    return done(requeue_after=timing.interval(ctx.rset.metadata.annotations,
-                                              default=DEFAULT_INTERVAL))
+    return done(
+        requeue_after=timing.interval(ctx.rset.metadata.annotations, default=DEFAULT_INTERVAL)
+    )
 
 
 STEPS = (

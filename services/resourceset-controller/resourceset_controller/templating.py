@@ -11,13 +11,13 @@ are left out, and an object generated twice is kept once (the first).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from sluice_api.resourceset import RECONCILE_ANNOTATION
-from sluice_runtime import gotemplate
 
 DELIMS = ("<<", ">>")
 
@@ -27,14 +27,23 @@ class RenderError(ValueError):
 
 
 def _render(text: str, inputs: Mapping[str, Any], *, name: str) -> str:
-    return gotemplate.render(
-        text,
-        None,
-        name=name,
-        delims=DELIMS,
-        missing_key_error=True,
-        funcs={"inputs": lambda: dict(inputs), "toYaml": _to_yaml},
-    )
+    if DELIMS[0] not in text:
+        # No action: Go's text/template would print the text unchanged.
+        return text
+    gotemplate = importlib.import_module("sluice_runtime.gotemplate")
+    try:
+        return str(
+            gotemplate.render(
+                text,
+                None,
+                name=name,
+                delims=DELIMS,
+                missing_key_error=True,
+                funcs={"inputs": lambda: dict(inputs), "toYaml": _to_yaml},
+            )
+        )
+    except gotemplate.TemplateError as error:
+        raise RenderError(str(error)) from None
 
 
 def _to_yaml(value: Any) -> str:
@@ -87,7 +96,7 @@ def build(
             where = f"resources[{index}] with input id '{item.get('id', '')}'"
             try:
                 rendered = _render(text, item, name=f"resources[{index}]")
-            except gotemplate.TemplateError as error:
+            except RenderError as error:
                 raise RenderError(f"{where}: {error}") from None
             docs = _objects(rendered, where=where)
             if len(docs) != 1:
@@ -98,7 +107,7 @@ def build(
             where = f"resourcesTemplate with input id '{item.get('id', '')}'"
             try:
                 rendered = _render(template, item, name="resourcesTemplate")
-            except gotemplate.TemplateError as error:
+            except RenderError as error:
                 raise RenderError(f"{where}: {error}") from None
             for doc in _objects(rendered, where=where):
                 keep(doc)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import hmac
 import secrets
 import tempfile
@@ -25,7 +24,7 @@ from sluice_envtest.controlplane import free_port
 from sluice_envtest.harness import Observer, running_service
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
-from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import ResourceType
 
@@ -34,9 +33,7 @@ RSIP = ResourceType(
     "fluxcd.controlplane.io", "v1", "resourcesetinputproviders", "ResourceSetInputProvider"
 )
 OCIREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "ocirepositories", "OCIRepository")
-KUSTOMIZATION = ResourceType(
-    "kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization"
-)
+KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
 RECEIVER = ResourceType("notification.toolkit.fluxcd.io", "v1", "receivers", "Receiver")
 CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
 

@@ -98,9 +98,7 @@ def test_flatten_keeps_every_set_in_order() -> None:
 
 
 def test_permute_is_the_cartesian_product_keyed_by_provider() -> None:
-    got = inputs.permute(
-        [("tenants-list", [{"id": "t1"}, {"id": "t2"}]), ("envs", [{"id": "e1"}])]
-    )
+    got = inputs.permute([("tenants-list", [{"id": "t1"}, {"id": "t2"}]), ("envs", [{"id": "e1"}])])
     assert got == [
         {"id": inputs.input_id("t1-e1"), "tenants_list": {"id": "t1"}, "envs": {"id": "e1"}},
         {"id": inputs.input_id("t2-e1"), "tenants_list": {"id": "t2"}, "envs": {"id": "e1"}},
@@ -116,9 +114,7 @@ def test_permute_is_the_cartesian_product_keyed_by_provider() -> None:
     ],
 )
 def test_permute_is_capped_at_10000(sizes: tuple[int, ...], refused: bool) -> None:
-    sources = [
-        (f"p{n}", [{"id": f"{n}-{i}"} for i in range(size)]) for n, size in enumerate(sizes)
-    ]
+    sources = [(f"p{n}", [{"id": f"{n}-{i}"} for i in range(size)]) for n, size in enumerate(sizes)]
     if refused:
         with pytest.raises(InputError, match="exceeds the limit of 10000 input sets"):
             inputs.permute(sources)

@@ -179,9 +179,10 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
         )
         receiver = await f.observe.wait_ready(RECEIVER, "registry-scan-webhook")
         body = b'{"app": "microservice2"}'
-        assert await f.post(
-            receiver["status"]["webhookPath"], body, generic_hmac_headers(TOKEN, body)
-        ) == 200
+        assert (
+            await f.post(receiver["status"]["webhookPath"], body, generic_hmac_headers(TOKEN, body))
+            == 200
+        )
 
         async def upgraded() -> bool:
             cm = await f.observe.get(CONFIG_MAP, "microservice2")
@@ -194,9 +195,7 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
         for n in (1, 3):
             ks = await f.observe.get(KUSTOMIZATION, f"app-microservice{n}")
             assert ks["metadata"]["resourceVersion"] == before[n], f"app {n} was touched"
-            assert (await f.observe.get(CONFIG_MAP, f"microservice{n}"))["data"] == {
-                "version": "1"
-            }
+            assert (await f.observe.get(CONFIG_MAP, f"microservice{n}"))["data"] == {"version": "1"}
 
         # Excluding a tag uninstalls its app: Kustomization (and what it applied) first.
         await f.kube.merge_patch(
@@ -220,9 +219,10 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
         # Deleting a tag uninstalls its app too.
         registry.delete(repo, "manifests", digests[1])
         body = b"{}"
-        assert await f.post(
-            receiver["status"]["webhookPath"], body, generic_hmac_headers(TOKEN, body)
-        ) == 200
+        assert (
+            await f.post(receiver["status"]["webhookPath"], body, generic_hmac_headers(TOKEN, body))
+            == 200
+        )
 
         async def app1_gone() -> bool:
             return not any(

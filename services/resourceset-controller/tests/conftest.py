@@ -78,6 +78,13 @@ class Fleet:
             return False
         return True
 
+    async def wait_ready(self, rt: ResourceType, name: str, *, timeout: float = 60.0) -> Any:
+        """Wait for `name` to exist and be Ready (it may not have been generated yet)."""
+        await self.wait_for(
+            lambda: self.exists(rt, name), timeout=timeout, what=f"{rt.kind}/{name} created"
+        )
+        return await self.observe.wait_ready(rt, name, timeout=timeout)
+
     async def wait_for(
         self, check: Callable[[], Any], *, timeout: float = 60.0, what: str = "condition"
     ) -> float:

@@ -102,15 +102,18 @@ TOKEN = "ci-webhook-token"
 
 def localized(text: str, registry: OciRegistry, repository: str, namespace: str) -> str:
     """The seed's placeholders filled in for this test's registry and namespace."""
-    url = f"    url: {registry.oci_url(repository)}"
+    url = registry.oci_url(repository)
+    lines = []
+    for line in text.splitlines():
+        if line.strip() == "url: oci://ghcr.io/<org>/<mono-repo>":
+            indent = line[: len(line) - len(line.lstrip())]
+            lines += [f"{indent}url: {url}", f"{indent}insecure: true"]
+        else:
+            lines.append(line)
     return (
-        text.replace("namespace: default", f"namespace: {namespace}")
+        "\n".join(lines)
+        .replace("namespace: default", f"namespace: {namespace}")
         .replace("namespace: apps", f"namespace: {namespace}")
-        .replace("    url: oci://ghcr.io/<org>/<mono-repo>", f"{url}\n    insecure: true")
-        .replace(
-            "        url: oci://ghcr.io/<org>/<mono-repo>",
-            f"        url: {registry.oci_url(repository)}\n        insecure: true",
-        )
     )
 
 
@@ -157,7 +160,7 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
         assert {i["id"] for i in exported} == {"1018562219", "1018627756", "1018693293"}
         assert provider["status"]["lastExportedRevision"].startswith("sha256:")
         for n in (1, 2, 3):
-            ks = await f.observe.wait_ready(KUSTOMIZATION, f"app-microservice{n}", timeout=90)
+            ks = await f.wait_ready(KUSTOMIZATION, f"app-microservice{n}", timeout=90)
             assert ks["status"]["lastAppliedRevision"] == digests[n]
             oci = await f.observe.get(OCIREPO, f"app-microservice{n}")
             assert oci["spec"]["ref"] == {"digest": digests[n]}
@@ -189,7 +192,7 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
             return bool(cm["data"] == {"version": "2"})
 
         took = await f.wait_for(upgraded, timeout=30, what="microservice2 upgraded")
-        assert took < 30
+        print(f"microservice2 upgraded {took:.1f}s after the webhook")  # noqa: T201
         ks2 = await f.observe.wait_ready(KUSTOMIZATION, "app-microservice2")
         assert ks2["status"]["lastAppliedRevision"] == new
         for n in (1, 3):
@@ -234,7 +237,12 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
             )
 
         await f.wait_for(app1_gone, timeout=60, what="microservice1 uninstalled")
-        rset = await f.observe.wait_ready(RSET, "app-microservices")
+        rset = await f.observe.wait(
+            RSET,
+            "app-microservices",
+            lambda o: len(o["status"]["inventory"]["entries"]) == 2,
+            what="inventory of one app",
+        )
         ids = [e["id"] for e in rset["status"]["inventory"]["entries"]]
         assert ids == [
             f"{ns}_app-microservice2_kustomize.toolkit.fluxcd.io_Kustomization",

@@ -192,7 +192,7 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
             return bool(cm["data"] == {"version": "2"})
 
         took = await f.wait_for(upgraded, timeout=30, what="microservice2 upgraded")
-        print(f"microservice2 upgraded {took:.1f}s after the webhook")  # noqa: T201
+        print(f"microservice2 upgraded {took:.1f}s after the webhook")
         ks2 = await f.observe.wait_ready(KUSTOMIZATION, "app-microservice2")
         assert ks2["status"]["lastAppliedRevision"] == new
         for n in (1, 3):

@@ -13,6 +13,7 @@ the controller honours them whatever version an object was written in.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -27,6 +28,7 @@ from sluice_api.meta import (
     KubeModel,
     LocalObjectReference,
     NamespacedObjectKindReference,
+    ObjectId,
     PrinterColumn,
     ReconcileStatus,
     Resource,
@@ -421,12 +423,32 @@ class ResourceRef(KubeModel):
     version: str = Field(alias="v")
     """API version of the object."""
 
+    @property
+    def object_id(self) -> ObjectId:
+        return ObjectId.from_inventory_id(self.id)
+
 
 class ResourceInventory(KubeModel):
     """The objects a Kustomization applied."""
 
     entries: list[ResourceRef]
     """The applied objects."""
+
+    @classmethod
+    def of(cls, entries: Iterable[tuple[ObjectId, str]]) -> ResourceInventory:
+        """An inventory of `(id, version)` pairs, one entry per id (the last wins),
+        sorted by inventory id so that status does not change with apply order."""
+        versions = {oid.inventory_id: version for oid, version in entries}
+        return cls.model_validate(
+            {"entries": [{"id": k, "v": v} for k, v in sorted(versions.items())]}
+        )
+
+    def ids(self) -> set[ObjectId]:
+        return {entry.object_id for entry in self.entries}
+
+    def items(self) -> list[tuple[ObjectId, str]]:
+        """`(id, version)` of every entry, the shape `of` takes."""
+        return [(entry.object_id, entry.version) for entry in self.entries]
 
 
 class KustomizationStatus(ReconcileStatus):

@@ -9,6 +9,7 @@ one set of validation rules and one docstring in every generated CRD.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -394,3 +395,52 @@ def _decimal(value: int, unit: int) -> str:
         return str(whole)
     digits = len(str(unit)) - 1
     return f"{whole}.{fraction:0{digits}d}".rstrip("0")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectId:
+    """An object's identity across API versions: what inventories record.
+
+    The core group and a cluster-scoped object's namespace are empty strings,
+    as in the inventory id `<namespace>_<name>_<group>_<kind>`.
+    """
+
+    group: str
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> ObjectId:
+        api_version = str(obj.get("apiVersion") or "")
+        group = api_version.rpartition("/")[0]
+        meta = obj.get("metadata") or {}
+        return cls(
+            group=group,
+            kind=str(obj.get("kind") or ""),
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+        )
+
+    @classmethod
+    def from_inventory_id(cls, inventory_id: str) -> ObjectId:
+        """Parse `<namespace>_<name>_<group>_<kind>` (no Kubernetes name contains `_`)."""
+        parts = inventory_id.split("_")
+        if len(parts) != 4 or not parts[1] or not parts[3]:
+            raise ValueError(f"malformed inventory id {inventory_id!r}")
+        namespace, name, group, kind = parts
+        return cls(group=group, kind=kind, namespace=namespace, name=name)
+
+    @property
+    def inventory_id(self) -> str:
+        return f"{self.namespace}_{self.name}_{self.group}_{self.kind}"
+
+    @property
+    def display(self) -> str:
+        """Flux's change-set subject: `Kind/namespace/name`, `Kind/name` when cluster-scoped."""
+        if self.namespace:
+            return f"{self.kind}/{self.namespace}/{self.name}"
+        return f"{self.kind}/{self.name}"
+
+    def __str__(self) -> str:
+        return self.display

@@ -26,12 +26,15 @@ from typing import Any
 import yaml
 from rich.syntax import Syntax
 
+from sluice_api.meta import ObjectId
 from sluice_cli.building_command import add_local_build_flags
 from sluice_cli.local_builds import FIELD_MANAGER, build_local, load_kustomization, owner_labels
 from sluice_cli.terminal import ERROR, FAILED, OK, Failure, connected, console, run_verb
-from sluice_runtime.kube.applying import ApplyError, ObjectId, ResourceManager, has_drifted
 from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.discovery import RestMapper
+from sluice_runtime.ssa.errors import ApplyError
+from sluice_runtime.ssa.manager import ResourceManager
+from sluice_runtime.ssa.normalizing import has_drifted
 
 DESCRIPTION = """The diff kustomization command builds a Kustomization from a local directory,
 as the kustomize-controller would, and compares it with the cluster by a

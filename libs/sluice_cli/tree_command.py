@@ -23,9 +23,9 @@ from typing import Any
 import yaml
 from rich.tree import Tree
 
+from sluice_api.meta import ObjectId
 from sluice_cli.kinds import HELM_RELEASE, KUSTOMIZATION
 from sluice_cli.terminal import OK, Failure, add_cluster_flags, connected, console, run_verb
-from sluice_runtime.kube.applying import ObjectId
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.discovery import RestMapper, UnknownKind, split_api_version
 from sluice_runtime.kube.errors import NotFound

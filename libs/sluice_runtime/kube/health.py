@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeGuard
 from sluice_runtime.describing import describe
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound
-from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.kube.resources import ObjectRef
 
 Status = Literal["Current", "InProgress", "Failed", "Terminating", "NotFound", "Unknown"]
 
@@ -411,13 +411,6 @@ BUILT_IN: dict[str, Rule] = {
 
 # -- waiting ------------------------------------------------------------------
 
-Target = tuple[ResourceType, str | None, str]
-
-
-def display(rt: ResourceType, namespace: str | None, name: str) -> str:
-    """Flux's change-set subject: `Kind/namespace/name`, `Kind/name` when cluster-scoped."""
-    return f"{rt.kind}/{namespace}/{name}" if namespace and rt.namespaced else f"{rt.kind}/{name}"
-
 
 @dataclass(frozen=True, slots=True)
 class ObjectHealth:
@@ -467,13 +460,12 @@ StatusRule = Callable[[Mapping[str, Any]], Health]
 
 
 async def read_health(
-    client: KubeClient, target: Target, status: StatusRule = compute_status
+    client: KubeClient, target: ObjectRef, status: StatusRule = compute_status
 ) -> ObjectHealth:
     """One reading of `target`; `status` judges it (kstatus unless a caller has its own rules)."""
-    rt, namespace, name = target
-    subject = display(rt, namespace, name)
+    rt, subject = target.rt, target.display
     try:
-        obj = await client.get(rt, name, namespace)
+        obj = await client.get(rt, target.name, target.namespace)
     except NotFound:
         return ObjectHealth(subject, Health("NotFound", f"{rt.kind} not found"))
     except (ApiError, ApiUnavailable) as error:
@@ -486,7 +478,7 @@ async def read_health(
 
 async def wait_for_health(
     client: KubeClient,
-    objects: Sequence[Target],
+    objects: Sequence[ObjectRef],
     *,
     timeout: float,
     interval: float = 2.0,
@@ -494,7 +486,7 @@ async def wait_for_health(
     concurrency: int = 8,
     clock: Callable[[], float] = time.monotonic,
     on_waiting: Callable[[], Awaitable[None]] | None = None,
-    known: Mapping[Target, Health] | None = None,
+    known: Mapping[ObjectRef, Health] | None = None,
     status: StatusRule = compute_status,
 ) -> HealthReport:
     """Poll until every object is Current, one is Failed, `timeout` passes or `cancel` is set.
@@ -509,13 +501,13 @@ async def wait_for_health(
     """
     limit = asyncio.Semaphore(max(concurrency, 1))
 
-    async def read(target: Target) -> ObjectHealth:
+    async def read(target: ObjectRef) -> ObjectHealth:
         async with limit:
             return await read_health(client, target, status)
 
     deadline = clock() + timeout
-    results: dict[Target, ObjectHealth] = {
-        t: ObjectHealth(display(*t), known[t]) for t in objects if known and t in known
+    results: dict[ObjectRef, ObjectHealth] = {
+        t: ObjectHealth(t.display, known[t]) for t in objects if known and t in known
     }
     unread = [t for t in objects if t not in results]
     while True:
@@ -539,9 +531,8 @@ async def wait_for_health(
         unread = pending
 
 
-def _unread(target: Target) -> ObjectHealth:
-    rt, namespace, name = target
-    return ObjectHealth(display(rt, namespace, name), Health("Unknown", "not read yet"))
+def _unread(target: ObjectRef) -> ObjectHealth:
+    return ObjectHealth(target.display, Health("Unknown", "not read yet"))
 
 
 async def _sleep_or_cancel(seconds: float, cancel: asyncio.Event | None) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from sluice_api.meta import ObjectId
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceType:
@@ -56,6 +58,45 @@ class ResourceType:
             kind=model.KIND,
             namespaced=model.NAMESPACED,
         )
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectRef:
+    """One object and the resource that serves it, resolved once.
+
+    What the apply plans is what it applies, records in the inventory and
+    waits for: the REST mapping found at planning travels with the identity,
+    so no later step resolves it again.
+    """
+
+    id: ObjectId
+    rt: ResourceType
+
+    @classmethod
+    def to(cls, rt: ResourceType, name: str, namespace: str | None = None) -> ObjectRef:
+        """`name` served by `rt`; a cluster-scoped resource drops the namespace."""
+        namespace = (namespace or "") if rt.namespaced else ""
+        return cls(ObjectId(rt.group, rt.kind, namespace, name), rt)
+
+    @property
+    def name(self) -> str:
+        return self.id.name
+
+    @property
+    def namespace(self) -> str | None:
+        """The namespace of a request: None for cluster-scoped objects."""
+        return self.id.namespace or None
+
+    @property
+    def version(self) -> str:
+        return self.rt.version
+
+    @property
+    def display(self) -> str:
+        return self.id.display
+
+    def __str__(self) -> str:
+        return self.display
 
 
 def object_key(obj: dict[str, Any]) -> str:

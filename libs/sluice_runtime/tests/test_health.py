@@ -11,9 +11,9 @@ import pytest
 
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.health import Health, compute_status, wait_for_health
-from sluice_runtime.kube.resources import CONFIG_MAP, ResourceType
+from sluice_runtime.kube.resources import CONFIG_MAP, ObjectRef, ResourceType
 
-from .test_applying import deployment as deployment_manifest
+from .test_ssa_manager import deployment as deployment_manifest
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 DEPLOYMENT = ResourceType("apps", "v1", "deployments", "Deployment")
@@ -474,7 +474,9 @@ def test_compute_status(o: Any, status: str, message: str) -> None:
 
 async def test_wait_ends_when_all_current(kube: KubeClient, namespace: str) -> None:
     await kube.create(CONFIG_MAP, {"metadata": {"name": "c", "namespace": namespace}})
-    report = await wait_for_health(kube, [(CONFIG_MAP, namespace, "c")], timeout=5, interval=0.1)
+    report = await wait_for_health(
+        kube, [ObjectRef.to(CONFIG_MAP, "c", namespace)], timeout=5, interval=0.1
+    )
     assert report.healthy and not report.timed_out, report
 
 
@@ -484,9 +486,9 @@ async def test_wait_times_out_naming_unhealthy_objects(kube: KubeClient, namespa
     report = await wait_for_health(
         kube,
         [
-            (CONFIG_MAP, namespace, "c"),
-            (DEPLOYMENT, namespace, "web"),
-            (CONFIG_MAP, namespace, "missing"),
+            ObjectRef.to(CONFIG_MAP, "c", namespace),
+            ObjectRef.to(DEPLOYMENT, "web", namespace),
+            ObjectRef.to(CONFIG_MAP, "missing", namespace),
         ],
         timeout=0.5,
         interval=0.1,
@@ -530,7 +532,9 @@ async def test_wait_follows_a_rollout_to_current(kube: KubeClient, namespace: st
         )
 
     task = asyncio.create_task(roll_out())
-    report = await wait_for_health(kube, [(DEPLOYMENT, namespace, "web")], timeout=10, interval=0.1)
+    report = await wait_for_health(
+        kube, [ObjectRef.to(DEPLOYMENT, "web", namespace)], timeout=10, interval=0.1
+    )
     await task
     assert report.healthy, report
 
@@ -556,7 +560,9 @@ async def test_failed_ends_the_wait_early(kube: KubeClient, namespace: str) -> N
         subresource="status",
     )
     started = time.monotonic()
-    report = await wait_for_health(kube, [(DEPLOYMENT, namespace, "web")], timeout=30, interval=0.1)
+    report = await wait_for_health(
+        kube, [ObjectRef.to(DEPLOYMENT, "web", namespace)], timeout=30, interval=0.1
+    )
     assert time.monotonic() - started < 5
     assert not report.timed_out and not report.healthy
     assert [o.health.status for o in report.failed] == ["Failed"]
@@ -568,7 +574,7 @@ async def test_cancel_stops_the_wait(kube: KubeClient, namespace: str) -> None:
     asyncio.get_running_loop().call_later(0.3, cancel.set)
     started = time.monotonic()
     report = await wait_for_health(
-        kube, [(CONFIG_MAP, namespace, "never")], timeout=30, interval=5, cancel=cancel
+        kube, [ObjectRef.to(CONFIG_MAP, "never", namespace)], timeout=30, interval=5, cancel=cancel
     )
     assert time.monotonic() - started < 5
     assert report.cancelled and not report.timed_out and not report.healthy
@@ -578,8 +584,8 @@ async def test_cancel_stops_the_wait(kube: KubeClient, namespace: str) -> None:
 
 async def test_known_readings_replace_the_first_read(kube: KubeClient, namespace: str) -> None:
     await kube.create(CONFIG_MAP, {"metadata": {"name": "later", "namespace": namespace}})
-    gone = (CONFIG_MAP, namespace, "gone")
-    later = (CONFIG_MAP, namespace, "later")
+    gone = ObjectRef.to(CONFIG_MAP, "gone", namespace)
+    later = ObjectRef.to(CONFIG_MAP, "later", namespace)
     before = kube.request_count
     report = await wait_for_health(
         kube,

@@ -54,6 +54,7 @@ from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.helming import HelmError, run_helm
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube.errors import KubeError, NotFound
+from sluice_runtime.kube.impersonation import impersonated_user
 from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
@@ -374,10 +375,10 @@ async def _history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapsh
 
 
 def _identity(ctx: HelmReleaseContext) -> list[str]:
-    account = ctx.hr.spec.service_account_name or ctx.services.default_service_account
-    if not account:
-        return []
-    return ["--kube-as-user", f"system:serviceaccount:{ctx.namespace}:{account}"]
+    user = impersonated_user(
+        ctx.namespace, ctx.hr.spec.service_account_name, ctx.services.default_service_account
+    )
+    return ["--kube-as-user", user] if user else []
 
 
 async def _helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> str:

@@ -14,7 +14,6 @@ import aiohttp
 import structlog
 
 from kustomize_controller import decrypting, kustomization
-from kustomize_controller.targets import Targets
 from sluice_api import (
     Bucket,
     ExternalArtifact,
@@ -24,6 +23,7 @@ from sluice_api import (
     OCIRepository,
 )
 from sluice_runtime import app, building, gates
+from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
 
 log = structlog.get_logger(__name__)
@@ -111,9 +111,9 @@ async def setup(runtime: app.Runtime) -> None:
         raise app.StartupError(f"SOPS decryption: {error}") from None
     session = aiohttp.ClientSession()
     runtime.stack.push_async_callback(session.close)
-    targets = Targets(
+    targets = TargetClusters(
         runtime.client,
-        options.default_service_account or None,
+        default_service_account=options.default_service_account or None,
         allow_kubeconfig_exec=options.insecure_kubeconfig_exec,
         allow_kubeconfig_insecure_tls=options.insecure_kubeconfig_tls,
     )

@@ -23,7 +23,6 @@ from typing import Any
 import aiohttp
 
 from kustomize_controller import decrypting
-from kustomize_controller.targets import TargetError, TargetRefused, Targets
 from sluice_api.kustomize import (
     KUBECONFIG_ONE_OF,
     NAME_LABEL,
@@ -33,30 +32,34 @@ from sluice_api.kustomize import (
     KustomizationReason,
     ResourceInventory,
 )
-from sluice_api.meta import Artifact, format_duration, parse_duration
+from sluice_api.meta import Artifact, ObjectId, format_duration, parse_duration
 from sluice_runtime import building, dependencies, gates, substituting
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.describing import describe
 from sluice_runtime.informing.watching import Change, Store
-from sluice_runtime.kube.applying import (
-    ApplyFailed,
-    ChangeSet,
-    ObjectId,
-    ResourceManager,
-    ValidationFailed,
-)
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import UnknownKind
 from sluice_runtime.kube.errors import KubeError, is_transient
 from sluice_runtime.kube.expressions import HealthCheckExpr, HealthRules, InvalidExpression
-from sluice_runtime.kube.health import Health, Target, wait_for_health
+from sluice_runtime.kube.health import Health, wait_for_health
 from sluice_runtime.kube.ignoring import IgnoreRule, InvalidSelector
 from sluice_runtime.kube.ignoring import Target as IgnoreTarget
 from sluice_runtime.kube.ignoring import validate as validate_ignore_rules
+from sluice_runtime.kube.impersonation import (
+    TargetCluster,
+    TargetClusterError,
+    TargetClusterRefused,
+    TargetClusters,
+)
+from sluice_runtime.kube.resources import ObjectRef
 from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
+from sluice_runtime.ssa.changeset import ChangeSet
+from sluice_runtime.ssa.errors import ApplyFailed, ValidationFailed
+from sluice_runtime.ssa.manager import ResourceManager
+from sluice_runtime.ssa.normalizing import validate
 
 FIELD_MANAGER = "kustomize-controller"
 MAX_ARTIFACT_SIZE = 512 * 1024 * 1024
@@ -74,7 +77,7 @@ class Services:
     sources: dict[str, Store]
     """Source caches by kind (GitRepository, OCIRepository, Bucket)."""
     kustomizations: Store
-    targets: Targets
+    targets: TargetClusters
     gates: Store
     requeue_dependency: float = 30.0
     no_cross_namespace_refs: bool = False
@@ -397,25 +400,41 @@ async def reconcile_substitution(ctx: KustomizationContext) -> Result | None:
 async def reconcile_validation(ctx: KustomizationContext) -> Result | None:
     """Pick the target client (tenant identity, remote cluster) and validate the objects."""
     try:
-        ctx.target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
-    except TargetRefused as error:
+        cluster = await target_cluster(ctx)
+    except TargetClusterRefused as error:
         # Flux retries a kubeconfig it cannot use, with ReconciliationFailed; retrying
         # cannot help here (docs/reasons.md), but the reason stays Flux's.
         raise Stalling(Reason.RECONCILIATION_FAILED, str(error)) from None
-    except TargetError as error:
+    except TargetClusterError as error:
         raise ctx.failed(Reason.RECONCILIATION_FAILED, str(error)) from None
+    ctx.target = cluster.client
     ctx.manager = ResourceManager(
-        ctx.target,
-        mapper,
+        cluster.client,
+        cluster.mapper,
         field_manager=FIELD_MANAGER,
         owner_labels=owner_labels(ctx.ks),
         ignore_rules=ignore_rules(ctx.ks),
     )
     try:
-        ctx.manager.validate(ctx.objects)
+        validate(ctx.objects)
     except ValidationFailed as error:
         raise ctx.failed(Reason.BUILD_FAILED, str(error)) from None
     return None
+
+
+async def target_cluster(ctx: KustomizationContext) -> TargetCluster:
+    """The cluster and identity of `kubeConfig` and `serviceAccountName`."""
+    kube_config = ctx.ks.spec.kube_config
+    if kube_config is not None and kube_config.secret_ref is None:
+        # configMapRef (workload identity) is refused by reconcile_spec; deletion
+        # must not fall back to the local cluster for it either.
+        raise TargetClusterError("spec.kubeConfig names no secretRef")
+    return await ctx.services.targets.resolve(
+        namespace=ctx.namespace,
+        service_account_name=ctx.ks.spec.service_account_name,
+        kubeconfig=kube_config.secret_ref if kube_config is not None else None,
+        reader=ctx.client,
+    )
 
 
 def dry_run_first_of(ks: Kustomization) -> bool:
@@ -471,23 +490,13 @@ async def reconcile_apply(ctx: KustomizationContext) -> Result | None:
 
 
 def _merge_inventory(ctx: KustomizationContext, applied: ChangeSet) -> None:
-    entries = {e["id"]: e["v"] for e in _inventory_entries(ctx)}
-    entries.update({item["id"]: item["v"] for item in applied.inventory()})
-    if entries:
-        ctx.ks.status.inventory = _inventory(entries)
+    merged = ResourceInventory.of([*_inventory(ctx).items(), *applied.to_inventory().items()])
+    if merged.entries:
+        ctx.ks.status.inventory = merged
 
 
-def _inventory(entries: dict[str, str]) -> ResourceInventory:
-    return ResourceInventory.model_validate(
-        {"entries": [{"id": k, "v": v} for k, v in sorted(entries.items())]}
-    )
-
-
-def _inventory_entries(ctx: KustomizationContext) -> list[dict[str, str]]:
-    inventory = ctx.ks.status.inventory
-    if inventory is None:
-        return []
-    return [{"id": e.id, "v": e.version} for e in inventory.entries]
+def _inventory(ctx: KustomizationContext) -> ResourceInventory:
+    return ctx.ks.status.inventory or ResourceInventory(entries=[])
 
 
 # -- 9. prune ------------------------------------------------------------------------------
@@ -496,12 +505,11 @@ def _inventory_entries(ctx: KustomizationContext) -> list[dict[str, str]]:
 @step()
 async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
     assert ctx.manager is not None
-    new = {e["id"]: e["v"] for e in ctx.changeset.inventory()}
-    old = {e["id"] for e in _inventory_entries(ctx)}
-    stale = sorted(old - set(new))
+    new = ctx.changeset.to_inventory()
+    stale = _inventory(ctx).ids() - new.ids()
     if ctx.ks.spec.prune and stale:
         try:
-            pruned = await ctx.manager.delete_all([ObjectId.from_inventory_id(i) for i in stale])
+            pruned = await ctx.manager.delete_all(stale)
         except ApplyFailed as error:
             _keep_unpruned(ctx, new, stale, error.changeset)
             raise ctx.failed(
@@ -518,19 +526,18 @@ async def reconcile_prune(ctx: KustomizationContext) -> Result | None:
             ctx.events.normal(
                 Reason.PROGRESSING, pruned.summary(only_changes=True), metadata=ctx.event_metadata
             )
-    ctx.ks.status.inventory = _inventory(new)
+    ctx.ks.status.inventory = new
     return None
 
 
 def _keep_unpruned(
-    ctx: KustomizationContext, new: dict[str, str], stale: list[str], pruned: ChangeSet
+    ctx: KustomizationContext, new: ResourceInventory, stale: set[ObjectId], pruned: ChangeSet
 ) -> None:
     """After a failed prune the inventory holds what this revision applied and what is
     still to be pruned, so that neither escapes a later prune or garbage collection."""
-    old = {e["id"]: e["v"] for e in _inventory_entries(ctx)}
-    handled = {e.id.inventory_id for e in pruned.entries}
-    left = {i: old[i] for i in stale if i not in handled}
-    ctx.ks.status.inventory = _inventory({**left, **new})
+    left = stale - pruned.ids()
+    kept = [(oid, version) for oid, version in _inventory(ctx).items() if oid in left]
+    ctx.ks.status.inventory = ResourceInventory.of([*kept, *new.items()])
 
 
 # -- 10. health -------------------------------------------------------------------------
@@ -581,15 +588,17 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
     return None
 
 
-async def _health_targets(ctx: KustomizationContext) -> tuple[list[Target], dict[Target, Health]]:
+async def _health_targets(
+    ctx: KustomizationContext,
+) -> tuple[list[ObjectRef], dict[ObjectRef, Health]]:
     """What to wait for (everything applied with `wait`, else `healthChecks`), and the
     health the apply already showed of it."""
     assert ctx.manager is not None
     if ctx.ks.spec.wait:
-        waited, known = await ctx.manager.health_targets(ctx.changeset)
-        return waited, _without_custom(ctx, known)
+        refs = ctx.changeset.health_refs()
+        return refs, _without_custom(ctx, ctx.changeset.observed(refs))
     mapper = ctx.manager.mapper
-    targets: list[Target] = []
+    targets: list[ObjectRef] = []
     for check in ctx.ks.spec.health_checks or []:
         try:
             # v1beta1 health checks may name only a kind (`kind: Deployment`).
@@ -600,15 +609,16 @@ async def _health_targets(ctx: KustomizationContext) -> tuple[list[Target], dict
             )
         except UnknownKind as error:
             raise ctx.failed(Reason.HEALTH_CHECK_FAILED, str(error)) from None
-        namespace = check.namespace or (ctx.namespace if rt.namespaced else None)
-        targets.append((rt, namespace if rt.namespaced else None, check.name))
+        targets.append(ObjectRef.to(rt, check.name, check.namespace or ctx.namespace))
     return targets, _without_custom(ctx, ctx.changeset.observed(targets))
 
 
-def _without_custom(ctx: KustomizationContext, known: dict[Target, Health]) -> dict[Target, Health]:
+def _without_custom(
+    ctx: KustomizationContext, known: dict[ObjectRef, Health]
+) -> dict[ObjectRef, Health]:
     """The apply's readings were judged by kstatus; kinds with expressions are read again."""
     rules = ctx.health_rules
-    return {t: h for t, h in known.items() if not rules.covers(t[0].api_version, t[0].kind)}
+    return {r: h for r, h in known.items() if not rules.covers(r.rt.api_version, r.rt.kind)}
 
 
 @contextlib.contextmanager
@@ -677,19 +687,22 @@ async def finalize(ctx: KustomizationContext) -> None:
     spec = ctx.ks.spec
     policy = spec.deletion_policy or "MirrorPrune"
     delete = policy in ("Delete", "WaitForTermination") or (policy == "MirrorPrune" and spec.prune)
-    entries = _inventory_entries(ctx)
-    if not delete or not entries:
+    inventory = _inventory(ctx)
+    if not delete or not inventory.entries:
         return
     try:
-        target, mapper = await ctx.services.targets.for_kustomization(ctx.ks, ctx.client)
-    except TargetError as error:
+        cluster = await target_cluster(ctx)
+    except TargetClusterError as error:
         # The target cluster's credentials are gone; nothing can be cleaned.
         ctx.log.warning("cannot garbage-collect on deletion", error=str(error))
         return
     manager = ResourceManager(
-        target, mapper, field_manager=FIELD_MANAGER, owner_labels=owner_labels(ctx.ks)
+        cluster.client,
+        cluster.mapper,
+        field_manager=FIELD_MANAGER,
+        owner_labels=owner_labels(ctx.ks),
     )
-    await manager.delete_all([ObjectId.from_inventory_id(e["id"]) for e in entries])
+    await manager.delete_all(inventory.ids())
 
 
 # -- what makes a Kustomization reconcile ---------------------------------------------------

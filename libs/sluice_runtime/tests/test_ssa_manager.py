@@ -1,4 +1,4 @@
-"""The apply/prune manager against the real API server.
+"""The ssa ResourceManager (apply, dry-run, prune, waits) against the real API server.
 
 Objects here are what a Kustomization build produces; each test checks
 what the cluster holds afterwards, not only what the change set says.
@@ -15,22 +15,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from sluice_runtime.kube.applying import (
-    Action,
-    ApplyFailed,
-    ChangeSet,
-    ChangeSetEntry,
-    ObjectId,
-    ResourceManager,
-    ValidationFailed,
-    is_immutable_error,
-    take_over_managed_fields,
-)
+from sluice_api.meta import ObjectId
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.discovery import RestMapper
-from sluice_runtime.kube.errors import ApiError, Forbidden, Invalid, KubeError, NotFound
-from sluice_runtime.kube.health import Health
+from sluice_runtime.kube.errors import KubeError, NotFound
 from sluice_runtime.kube.resources import CONFIG_MAP, CRD, NAMESPACE, SERVICE_ACCOUNT, ResourceType
+from sluice_runtime.ssa.changeset import Action, ChangeSet
+from sluice_runtime.ssa.errors import ApplyFailed
+from sluice_runtime.ssa.manager import ResourceManager
 
 from .test_discovery import crd_manifest, unique_group
 
@@ -161,203 +153,6 @@ async def other_namespace(kube: KubeClient) -> AsyncIterator[str]:
         await kube.delete(NAMESPACE, name)
 
 
-# -- identity and validation (no API server) ---------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("oid", "inventory_id", "display"),
-    [
-        pytest.param(
-            ObjectId("", "Service", "default", "podinfo"),
-            "default_podinfo__Service",
-            "Service/default/podinfo",
-            id="core",
-        ),
-        pytest.param(
-            ObjectId("apps", "Deployment", "apps", "web"),
-            "apps_web_apps_Deployment",
-            "Deployment/apps/web",
-            id="group",
-        ),
-        pytest.param(
-            ObjectId("", "Namespace", "", "apps"),
-            "_apps__Namespace",
-            "Namespace/apps",
-            id="cluster-scoped",
-        ),
-        pytest.param(
-            ObjectId("apiextensions.k8s.io", "CustomResourceDefinition", "", "widgets.example.com"),
-            "_widgets.example.com_apiextensions.k8s.io_CustomResourceDefinition",
-            "CustomResourceDefinition/widgets.example.com",
-            id="cluster-scoped-group",
-        ),
-    ],
-)
-def test_object_ids(oid: ObjectId, inventory_id: str, display: str) -> None:
-    assert oid.inventory_id == inventory_id
-    assert oid.display == display
-    assert ObjectId.from_inventory_id(inventory_id) == oid
-
-
-def test_a_changeset_hands_its_observed_health_to_health_targets() -> None:
-    deploy = ResourceType("apps", "v1", "deployments", "Deployment")
-    ns = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False)
-    rolling, active = Health("InProgress", "rolling"), Health("Current", "active")
-    changeset = ChangeSet(
-        [
-            ChangeSetEntry(
-                ObjectId("apps", "Deployment", "a", "web"), "v1", Action.CREATED, observed=rolling
-            ),
-            ChangeSetEntry(
-                ObjectId("", "Namespace", "", "a"), "v1", Action.UNCHANGED, observed=active
-            ),
-            ChangeSetEntry(ObjectId("", "ConfigMap", "a", "c"), "v1", Action.SKIPPED),
-        ]
-    )
-    targets = [(deploy, "a", "web"), (ns, None, "a"), (CONFIG_MAP, "a", "c"), (deploy, "b", "web")]
-    # Matched by group, kind, namespace and name; what the apply did not show is read.
-    assert changeset.observed(targets) == {(deploy, "a", "web"): rolling, (ns, None, "a"): active}
-
-
-@pytest.mark.parametrize(
-    ("objects", "errors"),
-    [
-        pytest.param(
-            [{"kind": "ConfigMap", "metadata": {"name": "a"}}],
-            ["ConfigMap/a (object #1): apiVersion not set"],
-            id="no-api-version",
-        ),
-        pytest.param(
-            [
-                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}},
-                {"apiVersion": "v1", "metadata": {"name": "b"}},
-            ],
-            [
-                "ConfigMap/<no name> (object #1): metadata.name not set",
-                "<no kind>/b (object #2): kind not set",
-            ],
-            id="no-name-no-kind",
-        ),
-        pytest.param(
-            [
-                configmap("a", "ns"),
-                configmap("b", "ns"),
-                configmap("a", "ns"),
-                configmap("a", "other"),
-            ],
-            ["ConfigMap/ns/a is defined more than once"],
-            id="duplicate",
-        ),
-        pytest.param(["not an object"], ["object #1 is not a mapping"], id="not-a-mapping"),
-    ],
-)
-def test_validation_names_each_offending_object(objects: Any, errors: list[str]) -> None:
-    manager = ResourceManager(None, None, field_manager="m", owner_labels={})  # type: ignore[arg-type]
-    with pytest.raises(ValidationFailed) as caught:
-        manager.validate(objects)
-    assert caught.value.errors == errors
-
-
-@pytest.mark.parametrize(
-    ("error", "immutable"),
-    [
-        pytest.param(
-            Invalid(
-                status=422,
-                reason="Invalid",
-                message='Job.batch "j" is invalid: spec.template: Invalid value: core.PodTemplateSpec{}: field is immutable',
-            ),
-            True,
-            id="job-template",
-        ),
-        pytest.param(
-            Invalid(
-                status=422,
-                reason="Invalid",
-                message='ConfigMap "c" is invalid: data: Forbidden: field is immutable when `immutable` is set',
-            ),
-            True,
-            id="immutable-configmap",
-        ),
-        pytest.param(
-            Invalid(
-                status=422,
-                reason="Invalid",
-                message="StatefulSet.apps \"s\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'template' are forbidden",
-            ),
-            True,
-            id="statefulset-spec",
-        ),
-        pytest.param(
-            ApiError(
-                status=400,
-                reason="BadRequest",
-                message='admission webhook "v.example.com" denied the request: spec.size is immutable',
-            ),
-            True,
-            id="webhook",
-        ),
-        pytest.param(
-            Invalid(
-                status=422,
-                reason="Invalid",
-                message='Service "immutable-svc" is invalid: spec.ports[0].port: Invalid value: 70000: must be between 1 and 65535',
-            ),
-            False,
-            id="plain-invalid-with-immutable-name",
-        ),
-        pytest.param(
-            Forbidden(
-                status=403,
-                reason="Forbidden",
-                message='configmaps "immutable" is forbidden: User "x" cannot patch resource',
-            ),
-            False,
-            id="rbac",
-        ),
-    ],
-)
-def test_immutable_errors(error: ApiError, immutable: bool) -> None:
-    assert is_immutable_error(error) is immutable
-
-
-def test_take_over_merges_kubectl_fields_into_our_apply_entry() -> None:
-    ours = {
-        "manager": "flux",
-        "operation": "Apply",
-        "apiVersion": "v1",
-        "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:data": {"f:a": {}}},
-    }
-    edit = {
-        "manager": "kubectl-edit",
-        "operation": "Update",
-        "apiVersion": "v1",
-        "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:data": {"f:b": {}}},
-    }
-    other = {
-        "manager": "hpa",
-        "operation": "Update",
-        "apiVersion": "v1",
-        "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:data": {"f:c": {}}},
-    }
-    status = {"manager": "kubectl", "operation": "Update", "subresource": "status", "fieldsV1": {}}
-    assert take_over_managed_fields([ours, other], "flux") is None
-    merged = take_over_managed_fields([ours, edit, other, status], "flux")
-    assert merged == [{**ours, "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}, other, status]
-    renamed = take_over_managed_fields([edit], "flux")
-    assert renamed == [{**edit, "manager": "flux", "operation": "Apply"}]
-    # Before 1.22 a status write is listed without `subresource`: status is not ours.
-    old_status = {**edit, "fieldsV1": {"f:status": {"f:replicas": {}}}}
-    assert take_over_managed_fields([ours, old_status], "flux") is None
-    both = {**edit, "fieldsV1": {"f:data": {"f:b": {}}, "f:status": {"f:replicas": {}}}}
-    assert take_over_managed_fields([both], "flux") == [
-        {**edit, "manager": "flux", "operation": "Apply"}
-    ]
-
-
 # -- apply ------------------------------------------------------------------------
 
 
@@ -370,11 +165,15 @@ async def test_create_unchanged_configured(
         f"ConfigMap/{namespace}/web created\nService/{namespace}/web created\nDeployment/{namespace}/web created"
     )
     assert first.changed
-    assert first.inventory() == [
-        {"id": f"{namespace}_web__ConfigMap", "v": "v1"},
-        {"id": f"{namespace}_web__Service", "v": "v1"},
-        {"id": f"{namespace}_web_apps_Deployment", "v": "v1"},
-    ]
+    assert first.to_inventory().model_dump(by_alias=True) == {
+        "entries": [
+            {"id": f"{namespace}_web__ConfigMap", "v": "v1"},
+            {"id": f"{namespace}_web__Service", "v": "v1"},
+            {"id": f"{namespace}_web_apps_Deployment", "v": "v1"},
+        ]
+    }
+    # The resource each object was applied through travels with it.
+    assert [e.ref.rt for e in first.entries] == [CONFIG_MAP, SERVICE, DEPLOYMENT]
     live = await kube.get(CONFIG_MAP, "web", namespace)
     assert owner_labels(namespace).items() <= live["metadata"]["labels"].items()
     assert {m["manager"] for m in live["metadata"]["managedFields"]} == {FIELD_MANAGER}

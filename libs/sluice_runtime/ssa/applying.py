@@ -1,0 +1,231 @@
+"""The staged apply, the way Flux's ssa.ResourceManager.ApplyAllStaged does it.
+
+Stages: cluster definitions (CustomResourceDefinitions, Namespaces,
+ClusterRoles) are applied and waited for first, then class definitions
+(kinds named `*Class`), then everything else, so custom resources and
+namespaced objects find their kind and namespace served. The up-front
+dry-run of the whole set is each stage's dry-run too, unless an earlier
+stage changed something since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sluice_api.meta import ObjectId
+from sluice_runtime.kube.client import JSON
+from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound
+from sluice_runtime.kube.health import compute_status, wait_for_health
+from sluice_runtime.ssa import normalizing, policy
+from sluice_runtime.ssa.changeset import Action, ChangeSet, ChangeSetEntry
+from sluice_runtime.ssa.checking import Checked, Checker, Plan
+from sluice_runtime.ssa.errors import ApplyFailed, gather
+from sluice_runtime.ssa.managed_fields import take_over_patch
+
+
+class Applier(Checker):
+    async def apply_all_staged(
+        self,
+        objects: Sequence[Mapping[str, Any]],
+        *,
+        force: bool = False,
+        dry_run_first: bool = True,
+        wait_timeout: float = 60.0,
+    ) -> ChangeSet:
+        """Apply the set in stages; raise ValidationFailed or ApplyFailed.
+
+        On ApplyFailed, `error.changeset` lists what was applied before it.
+        """
+        normalizing.validate(objects)
+        checked: dict[ObjectId, Checked] = {}
+        if dry_run_first:
+            checked, _ = await self._check_all(objects, force=force)
+        defined = normalizing.crd_kinds(objects)
+        stages: list[list[Mapping[str, Any]]] = [[], [], []]
+        for obj in objects:
+            stages[normalizing.stage_of(obj)].append(obj)
+        changeset = ChangeSet()
+        for index, stage in enumerate(stages):
+            if not stage:
+                continue
+            # The dry-run of the whole set is this stage's dry-run too, unless an
+            # earlier stage changed something (a CRD's schema, say) since.
+            reuse = {} if changeset.changed else checked
+            done = await self._apply_stage(
+                stage,
+                force=force,
+                defined=defined,
+                checked=reuse,
+                wait_timeout=wait_timeout,
+                so_far=changeset,
+            )
+            changeset.extend(done)
+            if index == 0:
+                await self._wait_for_definitions(done, timeout=wait_timeout, so_far=changeset)
+        return changeset
+
+    async def _apply_stage(
+        self,
+        objects: Sequence[Mapping[str, Any]],
+        *,
+        force: bool,
+        defined: Mapping[tuple[str, str], str],
+        checked: Mapping[ObjectId, Checked],
+        wait_timeout: float,
+        so_far: ChangeSet,
+    ) -> ChangeSet:
+        limit = self._limit()
+
+        async def check(obj: Mapping[str, Any]) -> Checked:
+            return await self._check(obj, force=force, defined=defined, wait=wait_timeout)
+
+        # Objects the up-front dry-run could not judge (their Namespace or CRD
+        # came with the set) are all dry-run before any of them is applied.
+        unchecked = [o for o in objects if ObjectId.of(o) not in checked]
+        found, rejected = await gather(unchecked, check, limit=limit)
+        if rejected:
+            raise ApplyFailed.combine(rejected, ChangeSet(list(so_far.entries)), dry_run=True)
+        checks = {**checked, **{ObjectId.of(o): r for o, r in found}}
+
+        async def apply(obj: Mapping[str, Any]) -> ChangeSetEntry:
+            return await self._apply_checked(checks[ObjectId.of(obj)], wait_timeout=wait_timeout)
+
+        results, failures = await gather(objects, apply, limit=limit)
+        done = ChangeSet.sorted(entry for _, entry in results)
+        if failures:
+            raise ApplyFailed.combine(failures, ChangeSet([*so_far.entries, *done.entries]))
+        return done
+
+    async def _wait_for_definitions(
+        self, done: ChangeSet, *, timeout: float, so_far: ChangeSet
+    ) -> None:
+        # CRDs must be Established before their kinds are served, Namespaces
+        # Active before objects can be created in them.
+        refs = done.health_refs()
+        if not refs:
+            return
+        report = await wait_for_health(
+            self.client,
+            refs,
+            timeout=timeout,
+            interval=min(self.wait_interval, 0.5),
+            known=done.observed(refs),
+        )
+        if not report.healthy:
+            failures = [
+                ApplyFailed(
+                    o.subject,
+                    f"not ready after apply ({'timed out' if report.timed_out else 'failed'}): "
+                    f"{o.health.status}: {o.health.message}",
+                )
+                for o in report.unhealthy
+            ]
+            raise ApplyFailed.combine(failures, ChangeSet(list(so_far.entries)))
+
+    async def _apply_checked(self, check: Checked, *, wait_timeout: float) -> ChangeSetEntry:
+        plan, existing = check.plan, check.existing
+        subject = plan.ref.display
+        prunable = policy.prunable(plan.obj, existing)
+
+        def entry(action: Action, reason: str = "", live: JSON | None = None) -> ChangeSetEntry:
+            observed = compute_status(live) if live is not None else None
+            return ChangeSetEntry(plan.ref, action, reason, prunable, observed)
+
+        if check.skip:
+            return entry(Action.SKIPPED, check.skip)
+        dry_run = check.dry_run
+        if check.recreate and existing is not None:
+            await self._delete_and_wait(plan, existing, timeout=wait_timeout)
+            existing = None
+            if plan.whole is not None:
+                plan.obj = plan.whole
+            try:
+                dry_run = await self._dry_run(plan)
+            except (ApiError, ApiUnavailable) as error:
+                raise ApplyFailed.of(subject, "dry-run after re-creation failed", error) from None
+
+        took_over = False
+        if (
+            existing is not None
+            and policy.ssa_policy(plan.obj, existing) == policy.SSAPolicy.OVERRIDE
+        ):
+            took_over = await self._take_over(plan, existing)
+        if (
+            existing is not None
+            and dry_run is not None
+            and not took_over
+            and not normalizing.has_drifted(existing, dry_run)
+        ):
+            return entry(Action.UNCHANGED, live=existing)
+        try:
+            applied = await self.client.apply(
+                plan.ref.rt, plan.obj, field_manager=self.field_manager, force=True
+            )
+        except (ApiError, ApiUnavailable) as error:
+            raise ApplyFailed.of(subject, None, error) from None
+        if existing is None:
+            reason = "recreated: immutable field changed" if check.recreate else ""
+            return entry(Action.CREATED, reason, live=applied)
+        # Taking over kubectl's fields rewrites managedFields only: whether the
+        # object was configured is what the apply changed of its content.
+        if not normalizing.has_drifted(existing, applied):
+            return entry(Action.UNCHANGED, live=applied)
+        return entry(Action.CONFIGURED, live=applied)
+
+    async def _delete_and_wait(self, plan: Plan, existing: JSON, *, timeout: float) -> None:
+        ref = plan.ref
+        uid = policy.metadata(existing).get("uid")
+        try:
+            await self.client.delete(
+                ref.rt,
+                ref.name,
+                namespace=ref.namespace,
+                propagation="Background",
+                precondition_uid=str(uid) if uid else None,
+            )
+        except NotFound:
+            return
+        except (ApiError, ApiUnavailable) as error:
+            raise ApplyFailed.of(
+                ref.display, "immutable field changed, delete for re-creation failed", error
+            ) from None
+        deadline = time.monotonic() + timeout
+        while True:
+            current = await self._get(ref)
+            if current is None or policy.metadata(current).get("uid") != uid:
+                return
+            if time.monotonic() >= deadline:
+                finalizers = policy.metadata(current).get("finalizers") or []
+                raise ApplyFailed(
+                    ref.display,
+                    f"immutable field changed; deleted for re-creation but still present "
+                    f"after {timeout:.0f}s (finalizers: {', '.join(finalizers) or 'none'})",
+                )
+            await asyncio.sleep(min(self.wait_interval, 0.5))
+
+    async def _take_over(self, plan: Plan, existing: JSON) -> bool:
+        """`ssa: Override`: make kubectl-owned fields ours, drop kubectl's annotation.
+
+        After this, our next apply owns (and can remove) fields that were
+        added with `kubectl apply/edit`; returns whether anything changed.
+        """
+        ops = take_over_patch(existing, self.field_manager)
+        if not ops:
+            return False
+        ref = plan.ref
+        try:
+            await self.client.request(
+                "PATCH",
+                ref.rt.path(namespace=ref.namespace, name=ref.name),
+                query=[("fieldManager", self.field_manager)],
+                body=ops,
+                content_type="application/json-patch+json",
+            )
+        except (ApiError, ApiUnavailable) as error:
+            raise ApplyFailed.of(
+                ref.display, "taking over fields from kubectl failed", error
+            ) from None
+        return True

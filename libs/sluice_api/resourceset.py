@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from sluice_api.kustomize import ResourceInventory
 from sluice_api.meta import (
     AGE_COLUMN,
     READY_COLUMN,
@@ -310,19 +311,6 @@ class ResourceSetSpec(KubeModel):
 
     wait: bool = False
     """Wait for every applied object to be healthy."""
-
-
-class ResourceRef(KubeModel):
-    """One applied object: `<namespace>_<name>_<group>_<kind>` and its version."""
-
-    id: str
-    v: str
-
-
-class ResourceInventory(KubeModel):
-    """The objects a ResourceSet applied."""
-
-    entries: list[ResourceRef]
 
 
 class HistoryEntry(KubeModel):

@@ -15,20 +15,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from sluice_api.meta import ObjectId
 from sluice_api.resourceset import PRUNE_ANNOTATION, RECONCILE_ANNOTATION
-from sluice_runtime.kube.applying import (
-    ApplyFailed,
-    ChangeSet,
-    ObjectId,
-    ResourceManager,
-    ValidationFailed,
-)
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper, UnknownKind
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.health import HealthReport
+from sluice_runtime.ssa.changeset import Action, ChangeSet
+from sluice_runtime.ssa.errors import ApplyFailed, ValidationFailed
+from sluice_runtime.ssa.manager import ResourceManager
 
 __all__ = [
     "ApplyFailed",
@@ -66,7 +62,7 @@ async def garbage_collect(
     if flux:
         done = await rm.delete_all(flux, skip_annotations=PRUNE_EXCLUSIONS)
         deleted.extend(done)
-        await _wait_gone(rm, [e.id for e in done.entries if e.action == "deleted"], timeout)
+        await _wait_gone(rm, [e.id for e in done.entries if e.action == Action.DELETED], timeout)
     if native:
         deleted.extend(await rm.delete_all(native, skip_annotations=PRUNE_EXCLUSIONS))
     return deleted
@@ -98,7 +94,3 @@ async def _wait_gone(rm: ResourceManager, ids: Sequence[ObjectId], timeout: floa
 
 async def wait(rm: ResourceManager, changeset: ChangeSet, *, timeout: float) -> HealthReport:
     return await rm.wait_for_set(changeset, timeout=timeout, interval=1.0)
-
-
-def inventory(changeset: ChangeSet) -> list[dict[str, Any]]:
-    return changeset.inventory()

@@ -39,19 +39,19 @@ from celpy.evaluation import CELEvalError
 
 from resourceset_controller import applying, inputs, templating, timing
 from resourceset_controller.inputs import Input, InputError
+from sluice_api.kustomize import ResourceInventory
+from sluice_api.meta import ObjectId
 from sluice_api.resourceset import (
     COPY_FROM_ANNOTATION,
     NAME_LABEL,
     NAMESPACE_LABEL,
     HistoryEntry,
-    ResourceInventory,
     ResourceSet,
     ResourceSetInputProvider,
     ResourceSetReason,
 )
 from sluice_runtime.describing import describe
 from sluice_runtime.informing.watching import Change, Store
-from sluice_runtime.kube.applying import ChangeSet, ObjectId, ResourceManager
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper, UnknownKind
 from sluice_runtime.kube.errors import KubeError, NotFound, is_transient
@@ -59,6 +59,8 @@ from sluice_runtime.kube.resources import CONFIG_MAP, SECRET
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, done, step
+from sluice_runtime.ssa.changeset import ChangeSet
+from sluice_runtime.ssa.manager import ResourceManager
 
 Reason = ResourceSetReason
 DEFAULT_INTERVAL = 3600.0
@@ -381,18 +383,21 @@ async def reconcile_apply(ctx: ResourceSetContext) -> Result | None:
 
 def _entries(ctx: ResourceSetContext) -> dict[str, str]:
     inventory = ctx.rset.status.inventory
-    return {e.id: e.v for e in inventory.entries} if inventory is not None else {}
+    return {e.id: e.version for e in inventory.entries} if inventory is not None else {}
 
 
 def _set_inventory(ctx: ResourceSetContext, entries: dict[str, str]) -> None:
-    ctx.rset.status.inventory = ResourceInventory.model_validate(
-        {"entries": [{"id": k, "v": v} for k, v in sorted(entries.items())]}
+    ctx.rset.status.inventory = ResourceInventory.of(
+        (ObjectId.from_inventory_id(i), v) for i, v in entries.items()
     )
 
 
+def _applied(changeset: ChangeSet) -> dict[str, str]:
+    return {e.id: e.version for e in changeset.to_inventory().entries}
+
+
 def _merge_inventory(ctx: ResourceSetContext, applied: ChangeSet) -> None:
-    entries = _entries(ctx)
-    entries.update({i["id"]: i["v"] for i in applied.inventory()})
+    entries = {**_entries(ctx), **_applied(applied)}
     if entries:
         _set_inventory(ctx, entries)
 
@@ -403,7 +408,7 @@ def _merge_inventory(ctx: ResourceSetContext, applied: ChangeSet) -> None:
 @step()
 async def reconcile_prune(ctx: ResourceSetContext) -> Result | None:
     assert ctx.manager is not None
-    new = {i["id"]: i["v"] for i in ctx.changeset.inventory()}
+    new = _applied(ctx.changeset)
     old = _entries(ctx)
     stale = sorted(set(old) - set(new))
     if stale:

@@ -144,3 +144,41 @@ async def fleet(
     ):  # fmt: skip
         receiver = f"http://127.0.0.1:{notification.components['receiver_address'][1]}"
         yield Fleet(kube, namespace, Observer(kube, namespace), receiver, session, rsets)
+
+
+@dataclass
+class Alone:
+    """The resourceset-controller alone: what it generates is not reconciled further."""
+
+    kube: KubeClient
+    namespace: str
+    observe: Observer
+
+    async def create(self, rt: ResourceType, name: str, spec: dict[str, Any], **meta: Any) -> Any:
+        body = {
+            "apiVersion": f"{rt.group}/{rt.version}" if rt.group else rt.version,
+            "kind": rt.kind,
+            "metadata": {"name": name, "namespace": self.namespace, **meta},
+            "spec": spec,
+        }
+        return await self.kube.create(rt, body, namespace=self.namespace)
+
+    async def exists(self, rt: ResourceType, name: str) -> bool:
+        try:
+            await self.kube.get(rt, name, self.namespace)
+        except NotFound:
+            return False
+        return True
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def alone(cluster: Cluster, kube: KubeClient, namespace: str) -> AsyncIterator[Alone]:
+    from resourceset_controller import __main__ as rset_main
+
+    async with running_service(
+        rset_main,
+        kubeconfig=str(cluster.kubeconfig),
+        namespace=namespace,
+        argv=["--requeue-dependency", "1s"],
+    ):
+        yield Alone(kube, namespace, Observer(kube, namespace))

@@ -43,6 +43,7 @@ from sluice_api.kustomize import ResourceInventory
 from sluice_api.meta import ObjectId
 from sluice_api.resourceset import (
     COPY_FROM_ANNOTATION,
+    FORCE_ANNOTATION,
     NAME_LABEL,
     NAMESPACE_LABEL,
     HistoryEntry,
@@ -292,6 +293,14 @@ async def reconcile_build(ctx: ResourceSetContext) -> Result | None:
         raise Stalling(Reason.BUILD_FAILED, f"build failed: {error}") from None
     common = spec.common_metadata
     for obj in objects:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if str(annotations.get(FORCE_ANNOTATION, "")).lower() == "enabled":
+            where = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}"
+            raise Stalling(
+                Reason.UNSUPPORTED,
+                f"{where}: the {FORCE_ANNOTATION} annotation is not supported by this "
+                "version of Sluice; remove it",
+            )
         meta = obj.setdefault("metadata", {})
         if not meta.get("namespace") and await _namespaced(ctx, obj):
             meta["namespace"] = ctx.namespace

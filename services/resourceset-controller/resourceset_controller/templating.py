@@ -12,6 +12,8 @@ are left out, and an object generated twice is kept once (the first).
 from __future__ import annotations
 
 import importlib
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,11 +41,34 @@ def _render(text: str, inputs: Mapping[str, Any], *, name: str) -> str:
                 name=name,
                 delims=DELIMS,
                 missing_key_error=True,
-                funcs={"inputs": lambda: dict(inputs), "toYaml": _to_yaml},
+                funcs={
+                    "inputs": lambda: dict(inputs),
+                    "toYaml": _to_yaml,
+                    "slugify": slugify,
+                },
             )
         )
     except gotemplate.TemplateError as error:
         raise RenderError(str(error)) from None
+
+
+SLUG_MAX_LENGTH = 63
+"""Flux Operator's: the longest Kubernetes label value."""
+_NOT_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def slugify(text: Any) -> str:
+    """gosimple/slug's `Make` as Flux Operator configures it: ASCII, lower case, runs
+    of anything else as one `-`, at most 63 characters cut at a `-` when one is there
+    (smart truncate)."""
+    folded = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode()
+    slug = _NOT_SLUG.sub("-", folded.lower()).strip("-")
+    if len(slug) <= SLUG_MAX_LENGTH:
+        return slug
+    cut = slug[:SLUG_MAX_LENGTH]
+    if slug[SLUG_MAX_LENGTH] != "-" and "-" in cut:
+        cut = cut[: cut.rindex("-")]
+    return cut.strip("-")
 
 
 def _to_yaml(value: Any) -> str:

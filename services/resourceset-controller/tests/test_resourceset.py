@@ -329,3 +329,62 @@ async def wait_until(probe: Any, expected: bool, *, timeout: float = 20.0) -> No
     while await probe() != expected:
         assert time.monotonic() < deadline, f"not {expected} within {timeout}s"
         await asyncio.sleep(0.1)
+
+
+async def test_providers_by_selector_wait_and_the_controlplane_annotations(alone: Alone) -> None:
+    a = alone
+    for name, team in (("one", "a"), ("two", "a"), ("other", "b")):
+        await a.create(RSIP, name, {"type": "Static"}, labels={"team": team})
+        await a.observe.wait_ready(RSIP, name)
+    await a.create(
+        RSET,
+        "selected",
+        {
+            "inputsFrom": [
+                {"kind": "ResourceSetInputProvider", "selector": {"matchLabels": {"team": "a"}}}
+            ],
+            "resources": [config_map("sel-<< inputs.id | slugify >>")],
+            "wait": True,
+        },
+    )
+    rset = await a.observe.wait_ready(RSET, "selected")
+    assert len(rset["status"]["inventory"]["entries"]) == 2
+
+    # wait: a Deployment no kubelet runs never becomes healthy within reconcileTimeout.
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "never"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "never"}},
+            "template": {
+                "metadata": {"labels": {"app": "never"}},
+                "spec": {"containers": [{"name": "c", "image": "example.invalid/none"}]},
+            },
+        },
+    }
+    await a.create(
+        RSET,
+        "waits",
+        {"resources": [deployment], "wait": True},
+        annotations={"fluxcd.controlplane.io/reconcileTimeout": "2s"},
+    )
+    obj = await a.observe.wait_reason(RSET, "waits", "HealthCheckFailed", timeout=30)
+    assert "Deployment/" in condition(obj, "Ready")["message"]  # type: ignore[index]
+
+    # reconcile: disabled leaves the ResourceSet alone.
+    await a.create(
+        RSET,
+        "off",
+        {"resources": [config_map("never-applied")]},
+        annotations={"fluxcd.controlplane.io/reconcile": "disabled"},
+    )
+    obj = await a.observe.wait_reason(RSET, "off", "ReconciliationDisabled")
+    assert not await a.exists(CONFIG_MAP, "never-applied")
+
+    # force (not built) is refused, naming the object.
+    forced = config_map("forced")
+    forced["metadata"]["annotations"] = {"fluxcd.controlplane.io/force": "enabled"}
+    await a.create(RSET, "force", {"resources": [forced]})
+    message = await wait_stalled(a, RSET, "force")
+    assert message.startswith("ConfigMap/forced: the fluxcd.controlplane.io/force annotation")

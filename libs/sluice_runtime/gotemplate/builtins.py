@@ -63,12 +63,12 @@ def _index(item: Any, *indexes: Any) -> Any:
             data = item.encode()
             x = _index_arg(index, len(data))
             if x == len(data):
-                raise FuncError(f"error calling index: index out of range: {x}")
+                raise FuncError("reflect: string index out of range")
             item = data[x]
         elif isinstance(item, list | tuple):
             x = _index_arg(index, len(item))
             if x == len(item):
-                raise FuncError(f"error calling index: index out of range: {x}")
+                raise FuncError("reflect: slice index out of range")
             item = Boxed(item[x])
         elif isinstance(item, dict):
             if index is NO_VALUE or index is None:
@@ -127,7 +127,7 @@ def _eq(a: Any, *others: Any) -> bool:
             if a is None or b is None:
                 truth = a is None and b is None
             else:
-                raise FuncError(f"non-comparable type {format_value(b)}: {type_name(b)}")
+                raise FuncError(f"non-comparable type {sprintf('%s', b)}: {type_name(b)}")
         else:
             truth = a == b
         if truth:
@@ -186,7 +186,7 @@ def _js_escape(*args: Any) -> str:
         elif c == "'":
             out.append("\\'")
         elif c == '"':
-            out.append("\\u0022")
+            out.append('\\"')
         elif c == "<":
             out.append("\\u003C")
         elif c == ">":

@@ -32,9 +32,8 @@ def format_float(f: float, verb: str = "g", prec: int = -1, *, v_mode: bool = Fa
     # 'g'
     if prec < 0:
         digits, exp = _shortest(f)
-        eprec = 21 if v_mode else len(digits)
-        if v_mode and len(digits) > eprec:
-            eprec = len(digits)
+        # strconv decides between %e and %f with precision 6 when printing shortest.
+        eprec = 6
         sign = "-" if math.copysign(1, f) < 0 else ""
         if exp < -4 or exp >= eprec:
             mant = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")

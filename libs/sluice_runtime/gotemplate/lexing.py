@@ -256,11 +256,11 @@ class Lexer:
             self.emit(T.LEFT_PAREN)
             self.paren_depth += 1
         elif r == ")":
+            self.emit(T.RIGHT_PAREN)
             self.paren_depth -= 1
             if self.paren_depth < 0:
                 self.fail(f"unexpected right paren {go_char(r)}")
                 return None
-            self.emit(T.RIGHT_PAREN)
         elif ord(r) < 128 and r.isprintable():
             self.emit(T.CHAR)
         else:

@@ -14,6 +14,7 @@ import aiohttp
 import structlog
 
 from kustomize_controller import decrypting, kustomization
+from kustomize_controller.context import Services
 from sluice_api import (
     Bucket,
     ExternalArtifact,
@@ -124,7 +125,7 @@ async def setup(runtime: app.Runtime) -> None:
     sources = {
         kind.KIND: runtime.informers.get(ResourceType.of_model(kind)).store for kind in SOURCE_KINDS
     }
-    services = kustomization.Services(
+    services = Services(
         session=session,
         kustomize=kustomize,
         sources=sources,

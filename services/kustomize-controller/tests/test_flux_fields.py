@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kustomize_controller.kustomization import unsupported
+from kustomize_controller.specs import unsupported
 from sluice_api.kustomize import Kustomization
 from sluice_envtest.harness import condition
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kustomize_controller.kustomization import dry_run_first_of
+from kustomize_controller.specs import dry_run_first_of
 from sluice_api.kustomize import Kustomization
 from sluice_envtest.harness import condition, is_ready
 from sluice_envtest.workloads import simulated_rollouts

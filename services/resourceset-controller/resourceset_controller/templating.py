@@ -11,7 +11,6 @@ are left out, and an object generated twice is kept once (the first).
 
 from __future__ import annotations
 
-import importlib
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 import yaml
 
 from sluice_api.resourceset import RECONCILE_ANNOTATION
+from sluice_runtime import gotemplate
 
 DELIMS = ("<<", ">>")
 
@@ -32,21 +32,14 @@ def _render(text: str, inputs: Mapping[str, Any], *, name: str) -> str:
     if DELIMS[0] not in text:
         # No action: Go's text/template would print the text unchanged.
         return text
-    gotemplate = importlib.import_module("sluice_runtime.gotemplate")
     try:
-        return str(
-            gotemplate.render(
-                text,
-                None,
-                name=name,
-                delims=DELIMS,
-                missing_key_error=True,
-                funcs={
-                    "inputs": lambda: dict(inputs),
-                    "toYaml": _to_yaml,
-                    "slugify": slugify,
-                },
-            )
+        return gotemplate.render(
+            text,
+            None,
+            name=name,
+            delims=DELIMS,
+            missing_key_error=True,
+            funcs={"inputs": lambda: dict(inputs), "toYaml": _to_yaml, "slugify": slugify},
         )
     except gotemplate.TemplateError as error:
         raise RenderError(str(error)) from None

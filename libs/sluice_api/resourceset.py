@@ -282,6 +282,19 @@ class CommonMetadata(KubeModel):
     labels: dict[str, str] | None = None
 
 
+class ResourceSetStep(KubeModel):
+    """One stage of a ResourceSet: applied, and healthy, before the next one."""
+
+    name: str
+    """Name of the step, unique in the ResourceSet."""
+
+    resources: list[dict[str, Any]] | None = None
+    """Object templates of this step."""
+
+    resources_template: str | None = None
+    """A multi-document Go template of this step's objects."""
+
+
 class ResourceSetSpec(KubeModel):
     """Templates of objects, rendered per input set."""
 
@@ -302,6 +315,10 @@ class ResourceSetSpec(KubeModel):
 
     resources_template: str | None = None
     """A Go template rendering multi-document YAML, per input set."""
+
+    steps: list[ResourceSetStep] | None = None
+    """Stages applied in order, each healthy before the next; instead of
+    resources and resourcesTemplate."""
 
     depends_on: list[Dependency] | None = None
     """Objects that must exist (and be ready) first."""

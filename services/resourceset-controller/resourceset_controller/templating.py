@@ -68,7 +68,7 @@ def _to_yaml(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=False, sort_keys=True)
 
 
-def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
+def identity(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
     meta = obj.get("metadata") or {}
     return (
         str(obj.get("apiVersion")),
@@ -103,7 +103,7 @@ def build(
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         if str(annotations.get(RECONCILE_ANNOTATION, "")).lower() == "disabled":
             return
-        key = _identity(obj)
+        key = identity(obj)
         if key not in seen:
             seen.add(key)
             out.append(obj)

@@ -288,7 +288,7 @@ async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
                 await create_apps(client, origin, ns, apps)
                 created = time.monotonic() - start
                 sources_ready = await all_ready(client, origin.rt, ns, apps) + created
-                await all_ready(client, KUSTOMIZATION, ns, apps) + created
+                ks_ready = await all_ready(client, KUSTOMIZATION, ns, apps) + created
             requests = kustomize.api_requests() - requests_before
             return {
                 "apps": apps,

@@ -23,15 +23,18 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from resourceset_controller import inputs, timing
+from resourceset_controller import inputs, scheduling, timing
 from resourceset_controller.inputs import Input, InputError, NameFilter
+from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
 from sluice_api.resourceset import (
     DEFAULT_FILTER_LIMIT,
+    NextSchedule,
     ResourceSetInputProvider,
     ResourceSetReason,
 )
@@ -58,6 +61,7 @@ class Services:
     """What provider steps share across reconciles."""
 
     session: aiohttp.ClientSession
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     registry_threads: ThreadPoolExecutor = field(default_factory=lambda: _REGISTRY_THREADS)
 
 
@@ -65,6 +69,8 @@ class Services:
 class ProviderContext(ReconcileContext):
     services: Services
     exported: list[Input] = field(default_factory=list)
+    wake_at: float | None = None
+    """Seconds until the next schedule tick, when the provider has a schedule."""
 
     @property
     def provider(self) -> ResourceSetInputProvider:
@@ -93,8 +99,6 @@ def unsupported(provider: ResourceSetInputProvider) -> str | None:
             "spec.serviceAccountName (cloud workload identity) is not supported by this "
             "version of Sluice; use spec.secretRef"
         )
-    if spec.schedule:
-        return "spec.schedule is not supported by this version of Sluice"
     if spec.skip is not None and spec.skip.labels:
         return f"spec.skip.labels do not apply to type '{spec.type}'"
     if spec.filter is not None and spec.filter.labels:
@@ -123,7 +127,34 @@ async def reconcile_spec(ctx: ProviderContext) -> Result | None:
     problem = unsupported(ctx.provider)
     if problem is not None:
         raise Stalling(Reason.INVALID_SPEC, problem)
-    return None
+    return _schedule(ctx)
+
+
+def _schedule(ctx: ProviderContext) -> Result | None:
+    """Outside every schedule window the source is not listed; a manual request
+    (`reconcile.fluxcd.io/requestedAt`, a Receiver) runs it anyway."""
+    schedules = ctx.provider.spec.schedule
+    status = ctx.provider.status
+    if not schedules:
+        status.next_schedule = None
+        return None
+    now = ctx.services.clock()
+    try:
+        decision = scheduling.decide(schedules, now)
+    except scheduling.InvalidSchedule as error:
+        raise Stalling(Reason.INVALID_SPEC, str(error)) from None
+    when = decision.next_tick.strftime("%Y-%m-%dT%H:%M:%SZ")
+    status.next_schedule = NextSchedule.model_validate(
+        {**decision.next_schedule.model_dump(by_alias=True), "time": when}
+    )
+    ctx.wake_at = max((decision.next_tick - now).total_seconds(), 1.0)
+    requested = (ctx.provider.metadata.annotations or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION)
+    handled = (ctx.raw.get("status") or {}).get("lastHandledReconcileAt")
+    if decision.run or (requested and requested != handled):
+        return None
+    ctx.ready_reason = Reason.RECONCILIATION_SUCCEEDED
+    ctx.ready_message = f"Waiting for the next schedule at {when}"
+    return done(requeue_after=ctx.wake_at)
 
 
 # -- 2. export -------------------------------------------------------------------
@@ -287,7 +318,10 @@ async def reconcile_status(ctx: ProviderContext) -> Result | None:
     status.last_exported_revision = revision
     ctx.ready_reason = Reason.RECONCILIATION_SUCCEEDED
     ctx.ready_message = f"Reconciliation finished with {len(ctx.exported)} input sets"
-    return done(requeue_after=timing.interval(ctx.provider.metadata.annotations, default=600.0))
+    interval = timing.interval(ctx.provider.metadata.annotations, default=600.0)
+    if ctx.wake_at is not None:
+        interval = min(interval, ctx.wake_at)
+    return done(requeue_after=interval)
 
 
 STEPS = (reconcile_spec, reconcile_export, reconcile_status)

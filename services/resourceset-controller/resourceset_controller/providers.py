@@ -38,15 +38,18 @@ from sluice_api.resourceset import (
     ResourceSetInputProvider,
     ResourceSetReason,
 )
+from sluice_runtime.git import client as gitclient
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.oci import registry as oci
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, done, step
+from sluice_runtime.redacting import redact_url
 
 Reason = ResourceSetReason
 OCI_TYPES = ("OCIArtifactTag", "OCIRepositoryTag")
-BUILT_TYPES = (*OCI_TYPES, "Static", "ExternalService")
+GIT_TYPES = ("GitBranch", "GitTag")
+BUILT_TYPES = (*OCI_TYPES, *GIT_TYPES, "Static", "ExternalService")
 MAX_SERVICE_BODY = 4 << 20
 """The most an ExternalService may answer; a service is not trusted to stop."""
 HINTS = oci.Hints(
@@ -109,6 +112,12 @@ def unsupported(provider: ResourceSetInputProvider) -> str | None:
         return "spec.url must not be empty when spec.type is not 'Static'"
     if spec.type in OCI_TYPES and not (spec.url or "").startswith("oci://"):
         return "spec.url must start with 'oci://' when spec.type is an OCI provider"
+    if spec.type in GIT_TYPES and not (spec.url or "").startswith(
+        ("http://", "https://", "ssh://")
+    ):
+        return f"spec.url must start with 'http://', 'https://' or 'ssh://' for {spec.type}"
+    if spec.type in GIT_TYPES and spec.insecure:
+        return f"spec.insecure does not apply to {spec.type}"
     if spec.type == "ExternalService":
         url = spec.url or ""
         if not url.startswith(("http://", "https://")):
@@ -168,6 +177,8 @@ async def reconcile_export(ctx: ProviderContext) -> Result | None:
             found = await _oci_tags(ctx)
         elif spec.type == "ExternalService":
             found = await _external_service(ctx)
+        elif spec.type in GIT_TYPES:
+            found = await _git_refs(ctx)
         else:
             found = [{"id": inputs.input_id(ctx.provider.metadata.uid or ctx.provider.key)}]
         exported = inputs.with_defaults(found, spec.default_values)
@@ -209,6 +220,37 @@ async def _oci_tags(ctx: ProviderContext) -> list[Input]:
     return [
         {"id": inputs.input_id(tag), "tag": tag, "digest": manifest.digest}
         for tag, manifest in zip(tags, manifests, strict=True)
+    ]
+
+
+async def _git_refs(ctx: ProviderContext) -> list[Input]:
+    """`GitBranch`: `{id, branch, sha}` per kept branch; `GitTag`: `{id, tag, sha}` per
+    kept tag (annotated tags peeled to their commit), from one ls-remote."""
+    spec = ctx.provider.spec
+    url = spec.url or ""
+    branches = spec.type == "GitBranch"
+    select = NameFilter.for_branches(spec.filter) if branches else NameFilter.for_tags(spec.filter)
+    auth = gitclient.GitAuth()
+    if spec.secret_ref is not None:
+        name = spec.secret_ref.name
+        try:
+            data = await secret_data(ctx.client, ctx.namespace, name)
+            auth = gitclient.auth_from_secret(data, secret=f"{ctx.namespace}/{name}")
+        except SecretError as error:
+            raise StepError(Reason.RECONCILIATION_FAILED, str(error)) from None
+    try:
+        refs = await gitclient.ls_remote(url, auth, timeout=ctx.timeout)
+    except gitclient.GitError as error:
+        # Retried at the interval; the last exported inputs stay as they are.
+        raise StepError(
+            Reason.RECONCILIATION_FAILED, f"listing {redact_url(url)} failed: {error}"
+        ) from None
+    prefix = "refs/heads/" if branches else "refs/tags/"
+    named = {ref.removeprefix(prefix): sha for ref, sha in refs.items() if ref.startswith(prefix)}
+    key = "branch" if branches else "tag"
+    return [
+        {"id": inputs.input_id(name), key: name, "sha": named[name]}
+        for name in select.select(named)
     ]
 
 

@@ -16,9 +16,10 @@ from sluice_api.meta import parse_duration
 from sluice_runtime import app, gates
 from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
+from sluice_runtime.git import client as gitclient
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.serving import serving
-from source_controller import gitclient, gitrepository, helmchart, helmrepository, ocirepository
+from source_controller import gitrepository, helmchart, helmrepository, ocirepository
 from source_controller.sources import Limits
 
 SERVICE = "source-controller"

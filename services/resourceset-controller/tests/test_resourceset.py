@@ -17,7 +17,7 @@ from aiohttp import web
 from sluice_envtest.harness import condition, make_secret
 from sluice_runtime.kube.resources import SECRET, SERVICE_ACCOUNT, ResourceType
 
-from .conftest import CONFIG_MAP, RSET, RSIP, Alone
+from .conftest import CONFIG_MAP, KUSTOMIZATION, RSET, RSIP, Alone
 
 ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
@@ -470,3 +470,35 @@ async def test_a_scheduled_provider_waits_for_its_window_unless_asked(alone: Alo
     await a.create(RSIP, "bad", {"type": "Static", "schedule": [{"cron": "61 * * * *"}]})
     message = await wait_stalled(a, RSIP, "bad")
     assert message.startswith("spec.schedule[0].cron '61 * * * *'")
+
+
+async def test_flux_kinds_are_deleted_and_awaited_before_native_objects(alone: Alone) -> None:
+    """A Kustomization being finalized (pruning what it applied) still finds the
+    namespace objects it needs: they go only once it is gone."""
+    a = alone
+    ks = {
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+        "kind": "Kustomization",
+        "metadata": {"name": "app", "finalizers": ["test.sluice.dev/hold"]},
+        "spec": {"interval": "1h", "prune": True,
+                 "sourceRef": {"kind": "OCIRepository", "name": "app"}},
+    }  # fmt: skip
+    await a.create(
+        RSET,
+        "ordered",
+        {"resources": [ks, config_map("app-settings")]},
+        annotations={"fluxcd.controlplane.io/reconcileTimeout": "3s"},
+    )
+    await a.observe.wait_ready(RSET, "ordered")
+    await a.kube.merge_patch(RSET, "ordered", {"spec": {"resources": []}}, namespace=a.namespace)
+    obj = await a.observe.wait_reason(RSET, "ordered", "ReconciliationFailed", timeout=30)
+    assert "garbage collection" in condition(obj, "Ready")["message"]  # type: ignore[index]
+    held = await a.observe.get(KUSTOMIZATION, "app")
+    assert held["metadata"].get("deletionTimestamp")
+    assert await a.exists(CONFIG_MAP, "app-settings"), "deleted before the Kustomization was gone"
+
+    await a.kube.merge_patch(
+        KUSTOMIZATION, "app", {"metadata": {"finalizers": None}}, namespace=a.namespace
+    )
+    await wait_until(lambda: a.exists(CONFIG_MAP, "app-settings"), False, timeout=60)
+    assert not await a.exists(KUSTOMIZATION, "app")

@@ -228,15 +228,23 @@ class LabelSelectorRequirement(KubeModel):
     """One requirement of a label selector."""
 
     key: str
+    """The label key."""
+
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """How the label's value relates to `values`."""
+
     values: list[str] | None = None
+    """Values for In and NotIn."""
 
 
 class LabelSelector(KubeModel):
     """Kubernetes' label selector."""
 
     match_labels: dict[str, str] | None = None
+    """Labels the object must have, with these values."""
+
     match_expressions: list[LabelSelectorRequirement] | None = None
+    """Requirements the object's labels must all meet."""
 
 
 class InputProviderReference(KubeModel):
@@ -266,9 +274,17 @@ class Dependency(KubeModel):
     """An object that must exist (and be ready) before the ResourceSet applies."""
 
     api_version: str
+    """API version of the object."""
+
     kind: str
+    """Kind of the object."""
+
     name: str
+    """Name of the object."""
+
     namespace: str | None = None
+    """Namespace of the object; the ResourceSet's when not set."""
+
     ready: bool = False
     """Also wait for the object's Ready condition (or readyExpr) to be true."""
     ready_expr: str | None = None
@@ -279,7 +295,10 @@ class CommonMetadata(KubeModel):
     """Labels and annotations set on every generated object."""
 
     annotations: dict[str, str] | None = None
+    """Annotations to set, overriding those with the same key."""
+
     labels: dict[str, str] | None = None
+    """Labels to set, overriding those with the same key."""
 
 
 class ResourceSetStep(KubeModel):
@@ -334,12 +353,25 @@ class HistoryEntry(KubeModel):
     """One reconcile outcome, by digest of what was applied."""
 
     digest: str
+    """`sha256:<hex>` of the objects applied."""
+
     first_reconciled: Timestamp
+    """When these objects were first applied."""
+
     last_reconciled: Timestamp
+    """When they were last applied."""
+
     last_reconciled_duration: str
+    """How long the last reconcile took."""
+
     last_reconciled_status: str
+    """The reason of the last reconcile's outcome."""
+
     total_reconciliations: int
+    """How many reconciles applied these objects."""
+
     metadata: dict[str, str] | None = None
+    """How many input sets and objects there were."""
 
 
 class ResourceSetStatus(ReconcileStatus):

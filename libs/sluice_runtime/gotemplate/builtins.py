@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import html as _html
 import urllib.parse
 from typing import Any
 
 from sluice_runtime.gotemplate.errors import FuncError
-from sluice_runtime.gotemplate.formatting import format_value, sprint, sprintf, sprintln
+from sluice_runtime.gotemplate.formatting import sprint, sprintf, sprintln
 from sluice_runtime.gotemplate.functions import ANY, VALUE, GoFunc
-from sluice_runtime.gotemplate.values import NO_VALUE, Boxed, is_true, type_name, unbox
+from sluice_runtime.gotemplate.values import NO_VALUE, Boxed, StrMap, is_true, type_name, unbox
 
 
 def _kind(v: Any) -> str:
@@ -29,6 +28,8 @@ def _not(v: Any) -> bool:
 
 
 def _len(v: Any) -> int:
+    if v is NO_VALUE or v is None:
+        raise FuncError("reflect: call of reflect.Value.Type on zero Value")
     if isinstance(v, Boxed) and v.value is None:
         raise FuncError("len of nil pointer")
     v = unbox(v)
@@ -75,7 +76,8 @@ def _index(item: Any, *indexes: Any) -> Any:
                 raise FuncError("value is nil; should be of type string")
             if not isinstance(index, str):
                 raise FuncError(f"value has type {type_name(index)}; should be string")
-            item = Boxed(item.get(index))
+            # A missing key gives the map's zero element: "" in a map[string]string.
+            item = Boxed(item.get(index, "" if isinstance(item, StrMap) else None))
         else:
             raise FuncError(f"can't index item of type {type_name(item)}")
     return item
@@ -168,7 +170,8 @@ def _ge(a: Any, b: Any) -> bool:
 def _eval_args(args: tuple[Any, ...]) -> str:
     if len(args) == 1 and isinstance(args[0], str):
         return args[0]
-    return sprint(*args)
+    # Go's evalArgs turns a nil argument into the string "<no value>" before fmt.Sprint.
+    return sprint(*("<no value>" if unbox(a) in (None, NO_VALUE) else a for a in args))
 
 
 def _html_escape(*args: Any) -> str:
@@ -195,7 +198,7 @@ def _js_escape(*args: Any) -> str:
             out.append("\\u0026")
         elif c == "=":
             out.append("\\u003D")
-        elif ord(c) < 0x20 or not c.isprintable() and ord(c) < 0x80:
+        elif ord(c) < 0x20 or (not c.isprintable() and ord(c) < 0x80):
             out.append(f"\\u{ord(c):04X}")
         else:
             out.append(c)
@@ -236,4 +239,3 @@ BUILTINS: dict[str, GoFunc] = {
     "urlquery": GoFunc(_urlquery, (ANY,), variadic=True),
     "call": GoFunc(_call, (VALUE, VALUE), variadic=True, boxed_result=True),
 }
-del _html

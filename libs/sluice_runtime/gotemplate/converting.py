@@ -62,7 +62,9 @@ def parse_go_int(s: str) -> int | None:
     return value if INT64_MIN <= value <= INT64_MAX else None
 
 
-_GO_FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|[iI]nf(inity)?|NaN|nan)")
+_GO_FLOAT = re.compile(
+    r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|[iI]nf(inity)?|NaN|nan)"
+)
 
 
 def parse_go_float(s: str) -> float | None:

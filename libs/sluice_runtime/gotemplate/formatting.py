@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from sluice_runtime.gotemplate.quoting import go_quote
+from sluice_runtime.gotemplate.literals import go_quote
 from sluice_runtime.gotemplate.values import NO_VALUE, type_name, unbox
 
-__all__ = ["go_quote", "sprint", "sprintf", "sprintln", "format_value"]
+__all__ = ["format_value", "go_quote", "sprint", "sprintf", "sprintln"]
 
 
-def format_float(f: float, verb: str = "g", prec: int = -1, *, v_mode: bool = False) -> str:
+def format_float(f: float, verb: str = "g", prec: int = -1) -> str:
     """strconv.FormatFloat for 'e', 'f', 'g' (and %v's shortest form)."""
     if math.isnan(f):
         return "NaN"
@@ -60,7 +61,11 @@ def _shortest(f: float) -> tuple[str, int]:
     if frac == "0":
         frac = ""
     digits = (intpart + frac).lstrip("0")
-    exp += len(intpart.lstrip("0")) - 1 if intpart.lstrip("0") else -(len(frac) - len(frac.lstrip("0"))) - 1
+    exp += (
+        len(intpart.lstrip("0")) - 1
+        if intpart.lstrip("0")
+        else -(len(frac) - len(frac.lstrip("0"))) - 1
+    )
     return digits.rstrip("0") or "0", exp
 
 
@@ -84,7 +89,7 @@ def format_value(v: Any, verb: str = "v", *, plus: bool = False, sharp: bool = F
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        return format_float(v, "g", -1, v_mode=True)
+        return format_float(v, "g", -1)
     if isinstance(v, str):
         return v
     if isinstance(v, list | tuple):
@@ -115,7 +120,7 @@ def sprintln(*args: Any) -> str:
 _SPEC = re.compile(r"%([-+# 0]*)(\*|\d+)?(?:\.(\*|\d*))?(.?)", re.S)
 
 
-def sprintf(fmt: str, *args: Any) -> str:  # noqa: C901 - Go's doPrintf is one loop too
+def sprintf(fmt: str, *args: Any) -> str:
     out: list[str] = []
     argi = 0
     i = 0
@@ -133,8 +138,10 @@ def sprintf(fmt: str, *args: Any) -> str:  # noqa: C901 - Go's doPrintf is one l
         prec = -1
         bad = ""
         if width_s == "*":
-            if argi < len(args) and isinstance(unbox(args[argi]), int) and not isinstance(
-                unbox(args[argi]), bool
+            if (
+                argi < len(args)
+                and isinstance(unbox(args[argi]), int)
+                and not isinstance(unbox(args[argi]), bool)
             ):
                 width = unbox(args[argi])
                 if width < 0:
@@ -147,10 +154,9 @@ def sprintf(fmt: str, *args: Any) -> str:  # noqa: C901 - Go's doPrintf is one l
             width = int(width_s)
         if prec_s is not None:
             if prec_s == "*":
-                if argi < len(args) and isinstance(unbox(args[argi]), int):
-                    prec = unbox(args[argi])
-                    if prec < 0:
-                        prec = -1
+                value = unbox(args[argi]) if argi < len(args) else None
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    prec = value
                 else:
                     bad += "%!(BADPREC)"
                 argi += 1
@@ -168,7 +174,11 @@ def sprintf(fmt: str, *args: Any) -> str:  # noqa: C901 - Go's doPrintf is one l
             continue
         arg = unbox(args[argi])
         argi += 1
-        out.append(_pad(_format_one(arg, verb, flags, prec), width, flags, arg, verb))
+        if "-" in flags:
+            flags = flags.replace("0", "")  # Go pads with zeros only on the left
+        if verb == "v":
+            flags = flags.replace("+", "").replace("#", "")  # %+v and %#v are for structs
+        out.append(_format_one(arg, verb, Spec(flags, width, prec)))
     if argi < len(args):
         extra = ", ".join(
             "<nil>" if unbox(a) is None else f"{type_name(unbox(a))}={format_value(a)}"
@@ -178,131 +188,181 @@ def sprintf(fmt: str, *args: Any) -> str:  # noqa: C901 - Go's doPrintf is one l
     return "".join(out)
 
 
-def _bad(verb: str, arg: Any) -> str:
+@dataclass(frozen=True)
+class Spec:
+    """One verb's flags, width (-1 for none) and precision (-1 for none)."""
+
+    flags: str
+    width: int
+    prec: int
+
+    @property
+    def zero(self) -> bool:
+        return "0" in self.flags
+
+
+def _pad(text: str, spec: Spec, *, zero: bool = True) -> str:
+    """fmt's pad: spaces (or zeros, with the 0 flag) to the width, on the left unless '-'."""
+    if spec.width < 0 or len(text) >= spec.width:
+        return text
+    fill = spec.width - len(text)
+    if "-" in spec.flags:
+        return text + " " * fill
+    return ("0" if zero and spec.zero else " ") * fill + text
+
+
+def _bad(verb: str, arg: Any, spec: Spec) -> str:
     if arg is None:
         return f"%!{verb}(<nil>)"
-    return f"%!{verb}({type_name(arg)}={format_value(arg)})"
+    return f"%!{verb}({type_name(arg)}={_format_one(arg, 'v', spec)})"
 
 
-def _format_one(arg: Any, verb: str, flags: str, prec: int) -> str:  # noqa: C901
+def _format_one(arg: Any, verb: str, spec: Spec, *, nested: bool = False) -> str:
     if verb == "T":
-        return type_name(arg) if arg is not None else "<nil>"
+        if arg is None:
+            return _pad("<nil>", spec)
+        name = type_name(arg)
+        return _pad(name[: spec.prec] if spec.prec >= 0 else name, spec)
     if arg is None:
-        return "<nil>" if verb == "v" else _bad(verb, arg)
-    if isinstance(arg, list | tuple) and verb not in "vT" and not (
-        verb in "sxXq" and False
-    ):
-        return "[" + " ".join(_format_one(x, verb, flags, prec) for x in arg) + "]"
-    if isinstance(arg, dict) and verb != "v":
+        # A nil inside a slice or map is an interface{} holding nil: "<nil>" whatever the verb.
+        if nested:
+            return "<nil>"
+        return _pad("<nil>", spec) if verb == "v" else _bad(verb, arg, spec)
+    if isinstance(arg, list | tuple):
+        # fmt formats (and pads) each element; the brackets are never padded.
+        return "[" + " ".join(_format_one(x, verb, spec, nested=True) for x in arg) + "]"
+    if isinstance(arg, dict):
         items = sorted(arg.items())
-        return "map[" + " ".join(
-            f"{_format_one(k, verb, flags, prec)}:{_format_one(x, verb, flags, prec)}"
+        parts = (
+            f"{_format_one(k, verb, spec, nested=True)}:{_format_one(x, verb, spec, nested=True)}"
             for k, x in items
-        ) + "]"
+        )
+        return "map[" + " ".join(parts) + "]"
     if isinstance(arg, bool):
-        if verb in "vt":
-            return "true" if arg else "false"
-        return _bad(verb, arg)
+        return _pad("true" if arg else "false", spec) if verb in "vt" else _bad(verb, arg, spec)
     if isinstance(arg, int):
-        return _format_int(arg, verb, flags, prec)
+        return _format_int(arg, verb, spec)
     if isinstance(arg, float):
-        return _format_float_verb(arg, verb, flags, prec)
+        return _format_float_verb(arg, verb, spec)
     if isinstance(arg, str):
-        return _format_str(arg, verb, flags, prec)
-    if verb == "v":
-        return format_value(arg)
-    return _bad(verb, arg)
+        return _format_str(arg, verb, spec)
+    return _pad(format_value(arg), spec) if verb == "v" else _bad(verb, arg, spec)
 
 
-def _sign(text: str, negative: bool, flags: str) -> str:
+def _sign(negative: bool, flags: str) -> str:
     if negative:
-        return "-" + text
+        return "-"
     if "+" in flags:
-        return "+" + text
+        return "+"
     if " " in flags:
-        return " " + text
-    return text
+        return " "
+    return ""
 
 
-def _format_int(n: int, verb: str, flags: str, prec: int) -> str:
-    base = {"d": 10, "v": 10, "b": 2, "o": 8, "O": 8, "x": 16, "X": 16}.get(verb)
+def _format_int(n: int, verb: str, spec: Spec) -> str:
     if verb == "c":
-        return chr(n) if 0 <= n <= 0x10FFFF else "\ufffd"
+        return _pad(chr(n) if 0 <= n <= 0x10FFFF else "\ufffd", spec)
     if verb == "q":
-        from sluice_runtime.gotemplate.quoting import is_print
-
         c = chr(n) if 0 <= n <= 0x10FFFF else "\ufffd"
-        body = go_quote(c)[1:-1].replace("\\\"", '"')
-        if c == "'":
-            body = "\\'"
-        del is_print
-        return "'" + body + "'"
+        body = "\\'" if c == "'" else go_quote(c, ascii_only="+" in spec.flags)[1:-1]
+        return _pad("'" + body.replace('\\"', '"') + "'", spec)
     if verb == "U":
-        text = f"U+{n:04X}"
-        if "#" in flags and 0 <= n <= 0x10FFFF and chr(n).isprintable():
+        text = "U+" + f"{n & (2**64 - 1):X}".rjust(max(spec.prec, 4), "0")
+        if "#" in spec.flags and 0 <= n <= 0x10FFFF and chr(n).isprintable():
             text += f" '{chr(n)}'"
-        return text
-    if verb in "eEfFgG":
-        return _format_float_verb(float(n), verb, flags, prec) if False else _bad(verb, n)
+        return _pad(text, spec, zero=False)
+    base = {"d": 10, "v": 10, "b": 2, "o": 8, "O": 8, "x": 16, "X": 16}.get(verb)
     if base is None:
-        return _bad(verb, n)
+        return _bad(verb, n, spec)
     digits = {2: f"{abs(n):b}", 8: f"{abs(n):o}", 10: str(abs(n)), 16: f"{abs(n):x}"}[base]
     if verb == "X":
         digits = digits.upper()
-    if prec >= 0:
-        digits = digits.rjust(prec, "0") if prec or n else ""
-    if "#" in flags:
+    sign = _sign(n < 0, spec.flags)
+    if spec.prec == 0 and n == 0:
+        return _pad("", spec, zero=False)  # Go prints nothing, not even a sign
+    if spec.prec >= 0:
+        digits = digits.rjust(spec.prec, "0") if spec.prec or n else ""
+    elif spec.zero and spec.width >= 0:
+        # Go zero-pads an integer as if it were precision: the sign counts, a 0x prefix not.
+        digits = digits.rjust(spec.width - (1 if sign else 0), "0")
+    if "#" in spec.flags:
         digits = {2: "0b", 8: "0", 16: "0x" if verb == "x" else "0X"}.get(base, "") + digits
+        if base == 8 and digits.startswith("00"):
+            digits = digits[1:]
     if verb == "O":
         digits = "0o" + digits
-    return _sign(digits, n < 0, flags)
+    return _pad(sign + digits, spec, zero=False)
 
 
-def _format_float_verb(f: float, verb: str, flags: str, prec: int) -> str:
+def _format_float_verb(f: float, verb: str, spec: Spec) -> str:
+    prec = spec.prec
     if verb == "v":
-        text = format_float(abs(f), "g", prec, v_mode=prec < 0)
+        text = format_float(abs(f), "g", prec)
     elif verb in "eEfFgG":
         p = prec if prec >= 0 else (-1 if verb in "gG" else 6)
         text = format_float(abs(f), verb if verb != "F" else "f", p)
+    elif verb in "xX":
+        text = _hex_float(abs(f), prec)
+        text = text.upper() if verb == "X" else text
+    elif verb == "b":
+        mant, exp = math.frexp(abs(f))
+        text = f"{int(mant * 2**53)}p{exp - 53:+d}" if f else "0p-1074"
     else:
-        return _bad(verb, f)
-    negative = math.copysign(1, f) < 0 and not math.isnan(f)
+        return _bad(verb, f, spec)
+    if math.isnan(f):
+        return _pad(
+            ("+" if "+" in spec.flags else " " if " " in spec.flags else "") + "NaN",
+            spec,
+            zero=False,
+        )
+    sign = _sign(math.copysign(1, f) < 0, spec.flags)
     if math.isinf(f):
-        text = "Inf"
-    return _sign(text, negative, flags)
+        return _pad(sign + "Inf", spec, zero=False)
+    if spec.zero and spec.width > len(sign + text):
+        return sign + "0" * (spec.width - len(sign + text)) + text
+    return _pad(sign + text, spec)
 
 
-def _format_str(s: str, verb: str, flags: str, prec: int) -> str:
-    if prec >= 0 and verb in "svq":
-        s = s[:prec]
+def _hex_float(f: float, prec: int) -> str:
+    """strconv's 'x' format: 0x1.8p+01, the mantissa rounded to prec hex digits."""
+    if f == 0:
+        return "0x0" + ("." + "0" * prec if prec > 0 else "") + "p+00"
+    mant, exp = math.frexp(f)
+    frac, exp = round((mant * 2 - 1) * 2**52), exp - 1
+    digits = 13
+    if 0 <= prec < digits:
+        shift = 4 * (digits - prec)
+        q, r = divmod(frac, 1 << shift)
+        half = 1 << (shift - 1)
+        if r > half or (r == half and q % 2):
+            q += 1
+        if q >> (4 * prec):  # the rounding carried into the leading 1
+            q, exp = 0, exp + 1
+        frac, digits = q, prec
+    text = f"{frac:0{digits}x}" if digits else ""
+    if prec < 0:
+        text = text.rstrip("0")
+    elif prec > digits:
+        text += "0" * (prec - digits)
+    return "0x1" + ("." + text if text else "") + f"p{'-' if exp < 0 else '+'}{abs(exp):02d}"
+
+
+def _format_str(s: str, verb: str, spec: Spec) -> str:
+    prec = spec.prec
     if verb in "sv":
-        return s
+        return _pad(s[:prec] if prec >= 0 else s, spec)
     if verb == "q":
-        if "#" in flags and "`" not in s and all(c == "\t" or c.isprintable() for c in s):
-            return "`" + s + "`"
-        return go_quote(s, ascii_only="+" in flags)
+        s = s[:prec] if prec >= 0 else s
+        if "#" in spec.flags and "`" not in s and all(c == "\t" or c.isprintable() for c in s):
+            return _pad("`" + s + "`", spec)
+        return _pad(go_quote(s, ascii_only="+" in spec.flags), spec)
     if verb in "xX":
         data = s.encode()
         if prec >= 0:
             data = data[:prec]
         parts = [f"{b:02x}" if verb == "x" else f"{b:02X}" for b in data]
-        prefix = ("0x" if verb == "x" else "0X") if "#" in flags else ""
-        if " " in flags:
-            return " ".join(prefix + p for p in parts)
-        return prefix + "".join(parts)
-    return _bad(verb, s)
-
-
-def _pad(text: str, width: int, flags: str, arg: Any, verb: str) -> str:
-    if width < 0 or len(text) >= width:
-        return text
-    if "-" in flags:
-        return text + " " * (width - len(text))
-    numeric = isinstance(arg, int | float) and not isinstance(arg, bool) and verb not in "cqU"
-    if "0" in flags and (numeric or isinstance(arg, str)) and not (
-        isinstance(arg, float) and not math.isfinite(arg)
-    ):
-        if numeric and text[:1] in "+- ":
-            return text[0] + text[1:].rjust(width - 1, "0")
-        return text.rjust(width, "0")
-    return text.rjust(width)
+        prefix = ("0x" if verb == "x" else "0X") if "#" in spec.flags else ""
+        if " " in spec.flags:
+            return _pad(" ".join(prefix + p for p in parts), spec)
+        return _pad(prefix + "".join(parts) if parts else "", spec)
+    return _bad(verb, s, spec)

@@ -24,7 +24,9 @@ class GoFunc:
     boxed_result: bool = False  # returns interface{}: a nil result prints as <no value>
 
 
-def go(*params: str, variadic: bool = False, boxed: bool = False) -> Callable[[Callable[..., Any]], GoFunc]:
+def go(
+    *params: str, variadic: bool = False, boxed: bool = False
+) -> Callable[[Callable[..., Any]], GoFunc]:
     def wrap(fn: Callable[..., Any]) -> GoFunc:
         return GoFunc(fn, params, variadic, boxed)
 
@@ -40,9 +42,10 @@ def from_callable(fn: Callable[..., Any]) -> GoFunc:
     except (TypeError, ValueError):
         return GoFunc(fn, (ANY,), variadic=True, boxed_result=True)
     fixed = [
-        p for p in sig.parameters.values()
+        p
+        for p in sig.parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-    ]  # fmt: skip
+    ]
     variadic = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
     params = (ANY,) * (len(fixed) + (1 if variadic else 0))
     return GoFunc(fn, params, variadic, boxed_result=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from sluice_runtime.gotemplate.errors import ParseError
 
@@ -121,9 +122,13 @@ class Lexer:
 
     def at_right_delim(self) -> tuple[bool, bool]:
         rest = self.input[self.pos :]
-        if len(rest) >= 2 and rest[0] in SPACES and rest[1] == "-":
-            if rest[2:].startswith(self.right):
-                return True, True
+        if (
+            len(rest) >= 2
+            and rest[0] in SPACES
+            and rest[1] == "-"
+            and rest[2:].startswith(self.right)
+        ):
+            return True, True
         return rest.startswith(self.right), False
 
     def at_terminator(self) -> bool:
@@ -134,7 +139,8 @@ class Lexer:
 
     # -- states ----------------------------------------------------------
     def run(self) -> list[Item]:
-        state = self.lex_text
+        # Each state returns the next one, as in Go's lexer; None ends the run.
+        state: Any = self.lex_text
         while state is not None:
             state = state()
         return self.items
@@ -213,7 +219,7 @@ class Lexer:
             self.ignore()
         return self.lex_text
 
-    def lex_inside_action(self) -> object:  # noqa: C901 - one branch per rune class, as in Go
+    def lex_inside_action(self) -> object:
         delim, trim = self.at_right_delim()
         if delim:
             if self.paren_depth == 0:

@@ -2,89 +2,31 @@
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 
 from sluice_runtime.gotemplate import nodes as n
 from sluice_runtime.gotemplate.errors import ParseError
 from sluice_runtime.gotemplate.lexing import Item, T, lex
-from sluice_runtime.gotemplate.quoting import unquote, unquote_char
+from sluice_runtime.gotemplate.literals import parse_number, unquote
 
 _OPERAND_START = {
-    T.BOOL, T.CHAR_CONSTANT, T.DOT, T.FIELD, T.IDENTIFIER, T.NUMBER,
-    T.RAW_STRING, T.STRING, T.VARIABLE, T.LEFT_PAREN,
-}  # fmt: skip
-
-
-def parse_number(text: str, pos: int, is_char: bool) -> n.NumberNode:
-    """Go's parse.newNumber without complex numbers: which of int and float the text is."""
-    node = n.NumberNode(pos, text=text)
-    if is_char:
-        value = ord(unquote_char(text))
-        node.is_int = node.is_float = True
-        node.int_value, node.float_value = value, float(value)
-        return node
-    if text.endswith("i"):
-        raise ValueError(f"illegal number syntax: {text!r}")
-    value_int = _parse_int(text)
-    if value_int is not None:
-        if -(2**63) <= value_int < 2**63:
-            node.is_int = True
-            node.int_value = value_int
-        node.is_float = True
-        node.float_value = float(value_int)
-        if not node.is_int and value_int >= 2**64:
-            node.is_float = True
-        return node
-    value_float = _parse_float(text)
-    if value_float is None:
-        raise ValueError(f"illegal number syntax: {_q(text)}")
-    node.is_float = True
-    node.float_value = value_float
-    if value_float == int(value_float) and abs(value_float) < 2**63:
-        node.is_int = True
-        node.int_value = int(value_float)
-    return node
+    T.BOOL,
+    T.CHAR_CONSTANT,
+    T.DOT,
+    T.FIELD,
+    T.IDENTIFIER,
+    T.NUMBER,
+    T.RAW_STRING,
+    T.STRING,
+    T.VARIABLE,
+    T.LEFT_PAREN,
+}
 
 
 def _q(text: str) -> str:
     from sluice_runtime.gotemplate.formatting import go_quote
 
     return go_quote(text)
-
-
-_DEC = re.compile(r"[+-]?(0|[1-9](_?[0-9])*)")
-_PREFIXED = re.compile(r"[+-]?0([xX](_?[0-9a-fA-F])+|[oO](_?[0-7])+|[bB](_?[01])+|(_?[0-7])+)")
-
-
-def _parse_int(text: str) -> int | None:
-    if _DEC.fullmatch(text):
-        return int(text.replace("_", ""))
-    if _PREFIXED.fullmatch(text):
-        sign = -1 if text.startswith("-") else 1
-        body = text.lstrip("+-").replace("_", "")
-        if body[1:2] in ("x", "X"):
-            return sign * int(body[2:], 16)
-        if body[1:2] in ("b", "B"):
-            return sign * int(body[2:], 2)
-        if body[1:2] in ("o", "O"):
-            return sign * int(body[2:], 8)
-        return sign * int(body, 8)
-    return None
-
-
-_FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)")
-
-
-def _parse_float(text: str) -> float | None:
-    if _FLOAT.fullmatch(text):
-        value = float(text)
-        return value if value not in (float("inf"), float("-inf")) else None
-    try:
-        if re.fullmatch(r"[+-]?0[xX][0-9a-fA-F.]+[pP][+-]?\d+", text):
-            return float.fromhex(text)
-    except ValueError:
-        return None
-    return None
 
 
 class Parser:
@@ -214,7 +156,7 @@ class Parser:
     def action(self) -> n.Node:
         item = self.next_non_space()
         if item.typ is T.KEYWORD:
-            handler = {
+            handlers: dict[str, Callable[[], n.Node]] = {
                 "block": self.block_control,
                 "break": self.break_control,
                 "continue": self.continue_control,
@@ -224,7 +166,8 @@ class Parser:
                 "range": lambda: self.branch("range", allow_else=()),
                 "template": self.template_control,
                 "with": lambda: self.branch("with", allow_else=("with",)),
-            }.get(item.val)
+            }
+            handler = handlers.get(item.val)
             if handler is not None:
                 return handler()
         self.backup()
@@ -280,8 +223,9 @@ class Parser:
                         raise self.errorf(f"expected end; found {end}")
         finally:
             del self.vars[mark:]
-        return n.BranchNode(pipe.pos, kind=kind, line=pipe.line, pipe=pipe, body=body,
-                            else_body=else_body)  # fmt: skip
+        return n.BranchNode(
+            pipe.pos, kind=kind, line=pipe.line, pipe=pipe, body=body, else_body=else_body
+        )
 
     def template_control(self) -> n.Node:
         context = "template clause"
@@ -403,7 +347,7 @@ class Parser:
             return n.ChainNode(pos, node=node, fields=fields)
         return node
 
-    def term(self) -> n.Node | None:  # noqa: C901 - one branch per token kind, as in Go
+    def term(self) -> n.Node | None:
         item = self.next_non_space()
         if item.typ is T.IDENTIFIER:
             if item.val not in self.funcs:

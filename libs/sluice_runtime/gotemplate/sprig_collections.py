@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import math
 import urllib.parse
 from typing import Any
 
 from sluice_runtime.gotemplate import converting as cv
 from sluice_runtime.gotemplate.errors import FuncError
-from sluice_runtime.gotemplate.formatting import format_float
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
 from sluice_runtime.gotemplate.values import NO_VALUE, Int64, StrList, kind, type_name, unbox
 
-S, I, B = "string", "int", "bool"
+S, INT, B = "string", "int", "bool"
 MAP = "map[string]interface {}"
 NIL_DEREF = "runtime error: invalid memory address or nil pointer dereference"
 
@@ -39,107 +36,6 @@ def _default(d: Any, *given: Any) -> Any:
 
 def _coalesce(*values: Any) -> Any:
     return next((v for v in values if not empty(v)), None)
-
-
-# -- JSON as Go's encoding/json writes it -------------------------------------------------
-
-
-def _json_float(f: float) -> str:
-    if math.isnan(f) or math.isinf(f):
-        raise FuncError(f"json: unsupported value: {format_float(f)}")
-    a = abs(f)
-    if a != 0 and (a < 1e-6 or a >= 1e21):
-        text = format_float(f, "e", -1)
-        # Go's encoder writes e-07 as e-7.
-        mant, _, exp = text.partition("e")
-        sign, digits = exp[0], exp[1:].lstrip("0") or "0"
-        return f"{mant}e{sign}{digits}"
-    return format_float(f, "f", -1) if False else _json_plain(f)
-
-
-def _json_plain(f: float) -> str:
-    text = repr(f)
-    if "e" in text or "E" in text:
-        text = f"{f:.20f}".rstrip("0").rstrip(".")
-    return text[:-2] if text.endswith(".0") else text
-
-
-def _json_string(s: str, escape_html: bool) -> str:
-    out = ['"']
-    for c in s:
-        o = ord(c)
-        if c == '"':
-            out.append('\\"')
-        elif c == "\\":
-            out.append("\\\\")
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\r":
-            out.append("\\r")
-        elif c == "\t":
-            out.append("\\t")
-        elif o < 0x20 or (escape_html and c in "<>&") or o in (0x2028, 0x2029):
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(c)
-    out.append('"')
-    return "".join(out)
-
-
-def to_json(v: Any, *, indent: str = "", escape_html: bool = True, level: int = 0) -> str:
-    v = unbox(v)
-    if v is None or v is NO_VALUE:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return _json_float(v)
-    if isinstance(v, str):
-        return _json_string(v, escape_html)
-    nl = "\n" + indent * (level + 1) if indent else ""
-    end = "\n" + indent * level if indent else ""
-    colon = ": " if indent else ":"
-    if isinstance(v, list | tuple):
-        if not v:
-            return "[]"
-        items = [to_json(x, indent=indent, escape_html=escape_html, level=level + 1) for x in v]
-        return "[" + nl + ("," + nl).join(items) + end + "]"
-    if isinstance(v, dict):
-        if not v:
-            return "{}"
-        items = [
-            _json_string(str(k), escape_html) + colon
-            + to_json(v[k], indent=indent, escape_html=escape_html, level=level + 1)
-            for k in sorted(v)
-        ]  # fmt: skip
-        return "{" + nl + ("," + nl).join(items) + end + "}"
-    raise FuncError(f"json: unsupported type: {type_name(v)}")
-
-
-def _from_json(s: str) -> Any:
-    try:
-        return json.loads(s, parse_int=float)
-    except (ValueError, RecursionError) as err:
-        raise FuncError(str(err)) from None
-
-
-def _from_json_quiet(s: str) -> Any:
-    try:
-        return _from_json(s)
-    except FuncError:
-        return None
-
-
-def _quiet(fn: Any) -> Any:
-    def call(v: Any) -> str:
-        try:
-            return str(fn(v))
-        except FuncError:
-            return ""
-
-    return call
 
 
 # -- lists -------------------------------------------------------------------------------
@@ -208,7 +104,7 @@ def _slice(v: Any, *indices: Any) -> Any:
     start = cv.to_int64(indices[0]) if indices else 0
     end = cv.to_int64(indices[1]) if len(indices) >= 2 else len(v)
     if not 0 <= start <= end <= len(v):
-        raise FuncError("reflect: slice index out of range")
+        raise FuncError("reflect.Value.Slice: slice index out of bounds")
     return [unbox(x) for x in v[start:end]]
 
 
@@ -247,9 +143,7 @@ def _dig(*ps: Any) -> Any:
             return d[k]
         d = d[k]
         if not isinstance(d, dict):
-            raise FuncError(
-                f"interface conversion: interface {{}} is {type_name(d)}, not {MAP}"
-            )
+            raise FuncError(f"interface conversion: interface {{}} is {type_name(d)}, not {MAP}")
     return default
 
 
@@ -286,9 +180,16 @@ def _url_parse(v: str) -> dict[str, Any]:
     path = urllib.parse.unquote(parts.path)
     if parts.scheme and not v[len(parts.scheme) + 1 :].startswith("/"):
         opaque, path = parts.path, ""
-    return {"scheme": parts.scheme, "host": host, "hostname": hostname, "path": path,
-            "query": parts.query, "opaque": opaque, "fragment": parts.fragment,
-            "userinfo": userinfo}  # fmt: skip
+    return {
+        "scheme": parts.scheme,
+        "host": host,
+        "hostname": hostname,
+        "path": path,
+        "query": parts.query,
+        "opaque": opaque,
+        "fragment": parts.fragment,
+        "userinfo": userinfo,
+    }
 
 
 def _url_join(d: dict[str, Any]) -> str:
@@ -329,16 +230,7 @@ COLLECTIONS: dict[str, GoFunc] = {
     "all": GoFunc(lambda *v: all(not empty(x) for x in v), (ANY,), variadic=True),
     "any": GoFunc(lambda *v: any(not empty(x) for x in v), (ANY,), variadic=True),
     "compact": GoFunc(_list_fn("compact", lambda xs: [x for x in xs if not empty(x)]), (ANY,)),
-    "mustCompact": GoFunc(_list_fn("compact", lambda xs: [x for x in xs if not empty(x)]),
-                          (ANY,)),  # fmt: skip
-    "fromJson": GoFunc(_from_json_quiet, (S,), boxed_result=True),
-    "mustFromJson": GoFunc(_from_json, (S,), boxed_result=True),
-    "toJson": GoFunc(_quiet(to_json), (ANY,)),
-    "mustToJson": GoFunc(to_json, (ANY,)),
-    "toPrettyJson": GoFunc(_quiet(lambda v: to_json(v, indent="  ")), (ANY,)),
-    "mustToPrettyJson": GoFunc(lambda v: to_json(v, indent="  "), (ANY,)),
-    "toRawJson": GoFunc(lambda v: to_json(v, escape_html=False), (ANY,)),
-    "mustToRawJson": GoFunc(lambda v: to_json(v, escape_html=False), (ANY,)),
+    "mustCompact": GoFunc(_list_fn("compact", lambda xs: [x for x in xs if not empty(x)]), (ANY,)),
     "ternary": GoFunc(lambda vt, vf, v: vt if v else vf, (ANY, ANY, B), boxed_result=True),
     "typeOf": GoFunc(lambda v: "<nil>" if v is None else type_name(v), (ANY,)),
     "typeIs": GoFunc(lambda t, v: t == ("<nil>" if v is None else type_name(v)), (S, ANY)),
@@ -358,8 +250,9 @@ COLLECTIONS: dict[str, GoFunc] = {
     "pluck": GoFunc(lambda k, *ds: [d[k] for d in ds if k in d], (S, MAP), variadic=True),
     "keys": GoFunc(lambda *ds: StrList(k for d in ds for k in d), (MAP,), variadic=True),
     "pick": GoFunc(lambda d, *ks: {k: d[k] for k in ks if k in d}, (MAP, S), variadic=True),
-    "omit": GoFunc(lambda d, *ks: {k: v for k, v in d.items() if k not in ks}, (MAP, S),
-                   variadic=True),  # fmt: skip
+    "omit": GoFunc(
+        lambda d, *ks: {k: v for k, v in d.items() if k not in ks}, (MAP, S), variadic=True
+    ),
     "values": GoFunc(lambda d: list(d.values()), (MAP,)),
     "append": GoFunc(_list_fn("push", lambda xs, v: [*xs, v]), (ANY, ANY)),
     "push": GoFunc(_list_fn("push", lambda xs, v: [*xs, v]), (ANY, ANY)),
@@ -367,34 +260,40 @@ COLLECTIONS: dict[str, GoFunc] = {
     "mustPush": GoFunc(_list_fn("push", lambda xs, v: [*xs, v]), (ANY, ANY)),
     "prepend": GoFunc(_list_fn("prepend", lambda xs, v: [v, *xs]), (ANY, ANY)),
     "mustPrepend": GoFunc(_list_fn("prepend", lambda xs, v: [v, *xs]), (ANY, ANY)),
-    "first": GoFunc(_list_fn("first", lambda xs: xs[0] if xs else None), (ANY,),
-                    boxed_result=True),  # fmt: skip
-    "mustFirst": GoFunc(_list_fn("first", lambda xs: xs[0] if xs else None), (ANY,),
-                        boxed_result=True),  # fmt: skip
+    "first": GoFunc(_list_fn("first", lambda xs: xs[0] if xs else None), (ANY,), boxed_result=True),
+    "mustFirst": GoFunc(
+        _list_fn("first", lambda xs: xs[0] if xs else None), (ANY,), boxed_result=True
+    ),
     "rest": GoFunc(_list_fn("rest", lambda xs: xs[1:]), (ANY,)),
     "mustRest": GoFunc(_list_fn("rest", lambda xs: xs[1:]), (ANY,)),
-    "last": GoFunc(_list_fn("last", lambda xs: xs[-1] if xs else None), (ANY,),
-                   boxed_result=True),  # fmt: skip
-    "mustLast": GoFunc(_list_fn("last", lambda xs: xs[-1] if xs else None), (ANY,),
-                       boxed_result=True),  # fmt: skip
+    "last": GoFunc(_list_fn("last", lambda xs: xs[-1] if xs else None), (ANY,), boxed_result=True),
+    "mustLast": GoFunc(
+        _list_fn("last", lambda xs: xs[-1] if xs else None), (ANY,), boxed_result=True
+    ),
     "initial": GoFunc(_list_fn("initial", lambda xs: xs[:-1]), (ANY,)),
     "mustInitial": GoFunc(_list_fn("initial", lambda xs: xs[:-1]), (ANY,)),
     "reverse": GoFunc(_list_fn("reverse", lambda xs: xs[::-1]), (ANY,)),
     "mustReverse": GoFunc(_list_fn("reverse", lambda xs: xs[::-1]), (ANY,)),
     "uniq": GoFunc(_list_fn("uniq", _uniq), (ANY,)),
     "mustUniq": GoFunc(_list_fn("uniq", _uniq), (ANY,)),
-    "without": GoFunc(_list_fn("without", lambda xs, *o: [x for x in xs if not any(
-        deep_equal(x, y) for y in o)]), (ANY, ANY), variadic=True),  # fmt: skip
-    "mustWithout": GoFunc(_list_fn("without", lambda xs, *o: [x for x in xs if not any(
-        deep_equal(x, y) for y in o)]), (ANY, ANY), variadic=True),  # fmt: skip
+    "without": GoFunc(
+        _list_fn("without", lambda xs, *o: [x for x in xs if not any(deep_equal(x, y) for y in o)]),
+        (ANY, ANY),
+        variadic=True,
+    ),
+    "mustWithout": GoFunc(
+        _list_fn("without", lambda xs, *o: [x for x in xs if not any(deep_equal(x, y) for y in o)]),
+        (ANY, ANY),
+        variadic=True,
+    ),
     "has": GoFunc(_has, (ANY, ANY)),
     "mustHas": GoFunc(_has, (ANY, ANY)),
     "slice": GoFunc(_slice, (ANY, ANY), variadic=True, boxed_result=True),
     "mustSlice": GoFunc(_slice, (ANY, ANY), variadic=True, boxed_result=True),
     "concat": GoFunc(_concat, (ANY,), variadic=True, boxed_result=True),
     "dig": GoFunc(_dig, (ANY,), variadic=True, boxed_result=True),
-    "chunk": GoFunc(_chunk, (I, ANY)),
-    "mustChunk": GoFunc(_chunk, (I, ANY)),
+    "chunk": GoFunc(_chunk, (INT, ANY)),
+    "mustChunk": GoFunc(_chunk, (INT, ANY)),
     "join": GoFunc(lambda sep, v: sep.join(to_strings(v)), (S, ANY)),
     "sortAlpha": GoFunc(lambda v: _sort_alpha(v), (ANY,)),
     "toStrings": GoFunc(lambda v: to_strings(v), (ANY,)),

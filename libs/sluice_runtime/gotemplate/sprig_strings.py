@@ -6,20 +6,19 @@ import base64
 import binascii
 import hashlib
 import math
+import os
 import random
 import re
 import zlib
 from typing import Any
 
-import re2  # type: ignore[import-untyped]
-
 from sluice_runtime.gotemplate import converting as cv
 from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.formatting import go_quote, sprintf
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
-from sluice_runtime.gotemplate.values import Int64, IntList, StrList, unbox
+from sluice_runtime.gotemplate.values import Int64, IntList, StrList, StrMap, unbox
 
-S, I, F, B = "string", "int", "float64", "bool"
+S, INT, F, B = "string", "int", "float64", "bool"
 
 
 def _title(s: str) -> str:
@@ -75,8 +74,8 @@ def _go_split(s: str, sep: str, n: int = -1) -> list[str]:
     return s.split(sep, n - 1 if n > 0 else -1)
 
 
-def _split_map(parts: list[str]) -> dict[str, Any]:
-    return {f"_{i}": p for i, p in enumerate(parts)}
+def _split_map(parts: list[str]) -> StrMap:
+    return StrMap((f"_{i}", p) for i, p in enumerate(parts))
 
 
 def _quote(*args: Any) -> str:
@@ -195,105 +194,7 @@ def _mul(a: Any, *rest: Any) -> Int64:
 def _rand_int(lo: int, hi: int) -> int:
     if hi - lo <= 0:
         raise FuncError("invalid argument to Intn")
-    return random.randrange(hi - lo) + lo  # noqa: S311 - sprig's randInt is not for secrets
-
-
-# -- regular expressions: Go's are RE2, so re2 compiles them as Go does ----------------
-
-
-def _compile(regex: str) -> Any:
-    try:
-        return re2.compile(regex)
-    except Exception as err:
-        raise FuncError(f"regexp: Compile({go_quote(regex)}): error parsing regexp: {err}")
-
-
-def _expand(template: str, m: Any) -> str:
-    """Go's Regexp.Expand: $1, ${1}, $name, ${name}, $$."""
-    out: list[str] = []
-    i = 0
-    while i < len(template):
-        c = template[i]
-        if c != "$" or i + 1 >= len(template):
-            out.append(c)
-            i += 1
-            continue
-        if template[i + 1] == "$":
-            out.append("$")
-            i += 2
-            continue
-        brace = template[i + 1] == "{"
-        name_match = re.match(r"\{([A-Za-z0-9_]+)\}" if brace else r"([A-Za-z0-9_]+)", template[i + 1 :])
-        if name_match is None:
-            out.append(c)
-            i += 1
-            continue
-        name = name_match.group(1)
-        i += 1 + name_match.end()
-        try:
-            group = m.group(int(name)) if name.isdigit() else m.group(name)
-        except (IndexError, KeyError, re2.error if hasattr(re2, "error") else IndexError):
-            group = ""
-        out.append(group or "")
-    return "".join(out)
-
-
-def _find_all(r: Any, s: str, n: int) -> list[Any]:
-    if n == 0:
-        return []
-    out: list[Any] = []
-    prev_end = -1
-    for m in r.finditer(s):
-        if m.start() == m.end() and m.start() == prev_end:
-            continue  # Go ignores an empty match right after the previous match
-        out.append(m)
-        prev_end = m.end()
-        if 0 < n <= len(out):
-            break
-    return out
-
-
-def _replace_all(regex: str, s: str, repl: str, *, literal: bool) -> str:
-    r = _compile(regex)
-    out: list[str] = []
-    last = 0
-    for m in _find_all(r, s, -1):
-        out.append(s[last : m.start()])
-        out.append(repl if literal else _expand(repl, m))
-        last = m.end()
-    out.append(s[last:])
-    return "".join(out)
-
-
-def _regex_split(regex: str, s: str, n: int) -> StrList:
-    if n == 0:
-        return StrList()
-    r = _compile(regex)
-    if regex and s == "":
-        return StrList([""])
-    parts = StrList()
-    beg = end = 0
-    for m in _find_all(r, s, n):
-        if n > 0 and len(parts) == n - 1:
-            break
-        end = m.start()
-        if m.end() != 0:
-            parts.append(s[beg:end])
-        beg = m.end()
-    if end != len(s):
-        parts.append(s[beg:])
-    return parts
-
-
-def _regex_match(regex: str, s: str) -> bool:
-    try:
-        return _compile(regex).search(s) is not None
-    except FuncError:
-        return False
-
-
-def _quote_meta(s: str) -> str:
-    return "".join("\\" + c if c in "\\.+*?()|[]{}^$" else c for c in s)
+    return random.randrange(hi - lo) + lo
 
 
 def _duration(sec: Any) -> str:
@@ -315,26 +216,28 @@ def _duration_round(d: Any) -> str:
         ns = int(d)
     u = abs(ns)
     hour = 3600 * 10**9
-    for size, unit in ((hour * 24 * 365, "y"), (hour * 24 * 30, "mo"), (hour * 24, "d"),
-                       (hour, "h"), (60 * 10**9, "m"), (10**9, "s")):  # fmt: skip
+    for size, unit in (
+        (hour * 24 * 365, "y"),
+        (hour * 24 * 30, "mo"),
+        (hour * 24, "d"),
+        (hour, "h"),
+        (60 * 10**9, "m"),
+        (10**9, "s"),
+    ):
         if u > size:
             return f"{u // size}{unit}"
     return "0s"
 
 
-def _must(fn: Any) -> Any:
-    return fn
-
-
 STRINGS: dict[str, GoFunc] = {
     "hello": GoFunc(lambda: "Hello!", ()),
-    "trunc": GoFunc(_trunc, (I, S)),
+    "trunc": GoFunc(_trunc, (INT, S)),
     "trim": GoFunc(lambda s: s.strip(" \t\n\r\v\f\x85\xa0"), (S,)),
     "upper": GoFunc(str.upper, (S,)),
     "lower": GoFunc(str.lower, (S,)),
     "title": GoFunc(_title, (S,)),
-    "substr": GoFunc(_substr, (I, I, S)),
-    "repeat": GoFunc(lambda count, s: s * count if count >= 0 else _neg_repeat(), (I, S)),
+    "substr": GoFunc(_substr, (INT, INT, S)),
+    "repeat": GoFunc(lambda count, s: s * count if count >= 0 else _neg_repeat(), (INT, S)),
     "trimall": GoFunc(lambda a, b: b.strip(a) if a else b, (S, S)),
     "trimAll": GoFunc(lambda a, b: b.strip(a) if a else b, (S, S)),
     "trimSuffix": GoFunc(lambda a, b: b[: -len(a)] if a and b.endswith(a) else b, (S, S)),
@@ -345,10 +248,10 @@ STRINGS: dict[str, GoFunc] = {
     "quote": GoFunc(_quote, (ANY,), variadic=True),
     "squote": GoFunc(_squote, (ANY,), variadic=True),
     "cat": GoFunc(_cat, (ANY,), variadic=True),
-    "indent": GoFunc(_indent, (I, S)),
-    "nindent": GoFunc(lambda n, v: "\n" + _indent(n, v), (I, S)),
+    "indent": GoFunc(_indent, (INT, S)),
+    "nindent": GoFunc(lambda n, v: "\n" + _indent(n, v), (INT, S)),
     "replace": GoFunc(lambda old, new, src: _go_replace(src, old, new), (S, S, S)),
-    "plural": GoFunc(lambda one, many, count: one if count == 1 else many, (S, S, I)),
+    "plural": GoFunc(lambda one, many, count: one if count == 1 else many, (S, S, INT)),
     "sha1sum": GoFunc(lambda s: hashlib.sha1(s.encode()).hexdigest(), (S,)),  # noqa: S324
     "sha256sum": GoFunc(lambda s: hashlib.sha256(s.encode()).hexdigest(), (S,)),
     "adler32sum": GoFunc(lambda s: str(zlib.adler32(s.encode())), (S,)),
@@ -357,31 +260,34 @@ STRINGS: dict[str, GoFunc] = {
     "int64": GoFunc(lambda v: Int64(cv.to_int64(v)), (ANY,)),
     "int": GoFunc(cv.to_int64, (ANY,)),
     "float64": GoFunc(cv.to_float64, (ANY,)),
-    "seq": GoFunc(_seq, (I,), variadic=True),
+    "seq": GoFunc(_seq, (INT,), variadic=True),
     "toDecimal": GoFunc(_to_decimal, (ANY,)),
     "split": GoFunc(lambda sep, orig: _split_map(_go_split(orig, sep)), (S, S)),
     "splitList": GoFunc(lambda sep, orig: StrList(_go_split(orig, sep)), (S, S)),
-    "splitn": GoFunc(lambda sep, n, orig: _split_map(_go_split(orig, sep, n)), (S, I, S)),
-    "until": GoFunc(lambda count: _until_step(0, count, -1 if count < 0 else 1), (I,)),
-    "untilStep": GoFunc(_until_step, (I, I, I)),
+    "splitn": GoFunc(lambda sep, n, orig: _split_map(_go_split(orig, sep, n)), (S, INT, S)),
+    "until": GoFunc(lambda count: _until_step(0, count, -1 if count < 0 else 1), (INT,)),
+    "untilStep": GoFunc(_until_step, (INT, INT, INT)),
     "add1": GoFunc(lambda i: cv.wrap64(cv.to_int64(i) + 1), (ANY,)),
     "add": GoFunc(_add, (ANY,), variadic=True),
     "sub": GoFunc(lambda a, b: cv.wrap64(cv.to_int64(a) - cv.to_int64(b)), (ANY, ANY)),
-    "div": GoFunc(lambda a, b: cv.wrap64(cv.go_trunc_div(cv.to_int64(a), cv.to_int64(b))),
-                  (ANY, ANY)),  # fmt: skip
+    "div": GoFunc(
+        lambda a, b: cv.wrap64(cv.go_trunc_div(cv.to_int64(a), cv.to_int64(b))), (ANY, ANY)
+    ),
     "mod": GoFunc(lambda a, b: cv.wrap64(cv.go_mod(cv.to_int64(a), cv.to_int64(b))), (ANY, ANY)),
     "mul": GoFunc(_mul, (ANY, ANY), variadic=True),
-    "randInt": GoFunc(_rand_int, (I, I)),
+    "randInt": GoFunc(_rand_int, (INT, INT)),
     "biggest": GoFunc(_max, (ANY, ANY), variadic=True),
     "max": GoFunc(_max, (ANY, ANY), variadic=True),
     "min": GoFunc(_min, (ANY, ANY), variadic=True),
-    "maxf": GoFunc(lambda a, *r: max([cv.to_float64(a), *map(cv.to_float64, r)]), (ANY, ANY),
-                   variadic=True),  # fmt: skip
-    "minf": GoFunc(lambda a, *r: min([cv.to_float64(a), *map(cv.to_float64, r)]), (ANY, ANY),
-                   variadic=True),  # fmt: skip
+    "maxf": GoFunc(
+        lambda a, *r: max([cv.to_float64(a), *map(cv.to_float64, r)]), (ANY, ANY), variadic=True
+    ),
+    "minf": GoFunc(
+        lambda a, *r: min([cv.to_float64(a), *map(cv.to_float64, r)]), (ANY, ANY), variadic=True
+    ),
     "ceil": GoFunc(lambda a: float(math.ceil(cv.to_float64(a))), (ANY,)),
     "floor": GoFunc(lambda a: float(math.floor(cv.to_float64(a))), (ANY,)),
-    "round": GoFunc(_round, (ANY, I, F), variadic=True),
+    "round": GoFunc(_round, (ANY, INT, F), variadic=True),
     "base": GoFunc(cv.path_base, (S,)),
     "dir": GoFunc(cv.path_dir, (S,)),
     "clean": GoFunc(cv.path_clean, (S,)),
@@ -392,33 +298,14 @@ STRINGS: dict[str, GoFunc] = {
     "osDir": GoFunc(cv.path_dir, (S,)),
     "osExt": GoFunc(cv.path_ext, (S,)),
     "osIsAbs": GoFunc(lambda p: p.startswith("/"), (S,)),
+    "osAbs": GoFunc(
+        lambda p: cv.path_clean(p if p.startswith("/") else os.getcwd() + "/" + p), (S,)
+    ),
     "b64enc": GoFunc(lambda v: base64.b64encode(v.encode()).decode(), (S,)),
     "b64dec": GoFunc(_b64dec, (S,)),
     "b32enc": GoFunc(lambda v: base64.b32encode(v.encode()).decode(), (S,)),
     "b32dec": GoFunc(_b32dec, (S,)),
     "fail": GoFunc(lambda msg: _fail(msg), (S,)),
-    "regexMatch": GoFunc(_regex_match, (S, S)),
-    "mustRegexMatch": GoFunc(lambda r, s: _compile(r).search(s) is not None, (S, S)),
-    "regexFindAll": GoFunc(lambda r, s, n: StrList(m.group(0) for m in _find_all(_compile(r), s, n)),
-                           (S, S, I)),  # fmt: skip
-    "mustRegexFindAll": GoFunc(
-        lambda r, s, n: StrList(m.group(0) for m in _find_all(_compile(r), s, n)), (S, S, I)
-    ),
-    "regexFind": GoFunc(lambda r, s: (lambda m: m.group(0) if m else "")(_compile(r).search(s)),
-                        (S, S)),  # fmt: skip
-    "mustRegexFind": GoFunc(
-        lambda r, s: (lambda m: m.group(0) if m else "")(_compile(r).search(s)), (S, S)
-    ),
-    "regexReplaceAll": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=False), (S, S, S)),
-    "mustRegexReplaceAll": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=False),
-                                  (S, S, S)),  # fmt: skip
-    "regexReplaceAllLiteral": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=True),
-                                     (S, S, S)),  # fmt: skip
-    "mustRegexReplaceAllLiteral": GoFunc(lambda r, s, p: _replace_all(r, s, p, literal=True),
-                                         (S, S, S)),  # fmt: skip
-    "regexSplit": GoFunc(_regex_split, (S, S, I)),
-    "mustRegexSplit": GoFunc(_regex_split, (S, S, I)),
-    "regexQuoteMeta": GoFunc(_quote_meta, (S,)),
     "duration": GoFunc(_duration, (ANY,)),
     "durationRound": GoFunc(_duration_round, (ANY,)),
 }

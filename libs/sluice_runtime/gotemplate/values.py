@@ -42,6 +42,10 @@ class IntList(list[int]):
     """A []int result of a sprig function."""
 
 
+class StrMap(dict[str, str]):
+    """A map[string]string result of a sprig function (split, splitn)."""
+
+
 def unbox(v: Any) -> Any:
     """Go's indirectInterface: the concrete value, None for a nil interface."""
     return v.value if isinstance(v, Boxed) else v
@@ -69,13 +73,13 @@ def type_name(v: Any) -> str:
         return "[]int"
     if isinstance(v, list | tuple):
         return "[]interface {}"
+    if isinstance(v, StrMap):
+        return "map[string]string"
     if isinstance(v, dict):
-        if v and all(isinstance(x, str) for x in v.values()) and getattr(v, "_strs", False):
-            return "map[string]string"
         return "map[string]interface {}"
     if callable(v):
         return "func"
-    return type(v).__name__
+    return str(getattr(v, "go_type_name", type(v).__name__))
 
 
 def kind(v: Any) -> str:

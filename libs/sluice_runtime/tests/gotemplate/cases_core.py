@@ -29,9 +29,15 @@ DATA: dict[str, Any] = {
 }
 
 
-def case(template: str, data: Any = DATA, *, mk: bool = True, loose: bool = False) -> dict[str, Any]:
-    return {"template": template, "data": data, "missingkey": "error" if mk else "default",
-            "loose": loose}  # fmt: skip
+def case(
+    template: str, data: Any = DATA, *, mk: bool = True, loose: bool = False
+) -> dict[str, Any]:
+    return {
+        "template": template,
+        "data": data,
+        "missingkey": "error" if mk else "default",
+        "loose": loose,
+    }
 
 
 CORE: dict[str, dict[str, Any]] = {
@@ -63,6 +69,8 @@ CORE: dict[str, dict[str, Any]] = {
     "comment-not-at-end": case("a{{/* x */ .s}}"),
     "chain": case("{{.m.c.d}}"),
     "chain-paren": case("{{(.m).c.d}}"),
+    "chain-on-function": case("a: {{ dict.nope }}"),
+    "chain-on-function-ok": case('{{ (dict "k" "v").k }}'),
     "chain-list-field": case("{{range .nested.list}}{{.name}}{{end}}"),
     "string-literal": case('{{"quoted\\n\\t\\u00e9"}}'),
     "raw-string": case("{{`raw\\n`}}"),
@@ -163,11 +171,11 @@ CORE: dict[str, dict[str, Any]] = {
     "field-on-int-top": case("{{.x}}", 5),
     "nil-data-error": case("{{.x}}", None),
     "nil-data-default": case("{{.x}}", None, mk=False),
-    "missing-to-func-default": case("{{.nope | printf \"%v\"}}", mk=False),
+    "missing-to-func-default": case('{{.nope | printf "%v"}}', mk=False),
     "missing-print-default": case("{{print .nope}}", mk=False),
     # and / or / not
     "and": case("{{and 1 2 3}} {{and 1 0 3}} {{and .s .e}}"),
-    "or": case("{{or 0 \"\" .s}} {{or 0 .e}}"),
+    "or": case('{{or 0 "" .s}} {{or 0 .e}}'),
     "and-short-circuit": case("{{and .no (index .l 99)}}"),
     "or-short-circuit": case("{{or .t (index .l 99)}}"),
     "not": case("{{not .t}} {{not .z}} {{not .el}} {{not .s}}"),
@@ -197,7 +205,7 @@ CORE: dict[str, dict[str, Any]] = {
     "eq": case('{{eq .s "hello"}} {{eq .i 42}} {{eq .f 3.5}} {{eq .t true}}'),
     "eq-multi": case('{{eq .s "a" "b" "hello"}}'),
     "eq-int-float": case("{{eq .i 42.0}}"),
-    "eq-string-int": case('{{eq .s 1}}'),
+    "eq-string-int": case("{{eq .s 1}}"),
     "eq-null": case("{{eq .n .n}}"),
     "eq-null-string": case('{{eq .n "x"}}'),
     "eq-lists": case("{{eq .l .l}}"),
@@ -213,12 +221,14 @@ CORE: dict[str, dict[str, Any]] = {
     "html": case('{{html "<a href=\\"x\\">&\'</a>"}}'),
     "js": case('{{js "it\'s \\"q\\" <b> & = \\\\"}}'),
     "urlquery": case('{{urlquery "a b&c=d/é~"}}'),
-    "html-multi": case("{{html 1 2 \"<\"}}"),
+    "html-multi": case('{{html 1 2 "<"}}'),
     "call-nonfunc": case("{{call .s}}"),
     "call-nil": case("{{call .n}}"),
     # printf
     "printf-verbs": case('{{printf "%s %d %v %q %t" "x" 42 .l "q" true}}'),
-    "printf-float": case('{{printf "%f %.2f %5.2f %e %g %.3g %E %G" 3.14159 3.14159 3.14159 1234.5678 1234.5678 1234.5678 0.000123 1e21}}'),
+    "printf-float": case(
+        '{{printf "%f %.2f %5.2f %e %g %.3g %E %G" 3.14159 3.14159 3.14159 1234.5678 1234.5678 1234.5678 0.000123 1e21}}'
+    ),
     "printf-width": case('{{printf "[%-10s][%10s][%05d][%-5d][%+d][% d]" "ab" "cd" 42 42 42 42}}'),
     "printf-hex": case('{{printf "%x %X %o %b %#x %#o %x" 255 255 8 5 255 8 "hi"}}'),
     "printf-char": case("{{printf \"%c %U %q\" 65 0x1F600 'x'}}"),
@@ -245,7 +255,7 @@ CORE: dict[str, dict[str, Any]] = {
     "printf-x-space": case('{{printf "% x" "abc"}}'),
     # ResourceSet-shaped templates
     "resourceset-doc": case(
-        "name: podinfo-{{ .tenant }}\nsemver: {{ .app.version | printf \"%q\" }}\n"
+        'name: podinfo-{{ .tenant }}\nsemver: {{ .app.version | printf "%q" }}\n'
         "replicas: {{ .app.replicas }}\n{{- range $i, $c := .sl }}\n- {{ $i }}: {{ $c }}\n{{- end }}"
     ),
 }

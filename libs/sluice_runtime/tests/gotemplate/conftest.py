@@ -20,6 +20,7 @@ import pytest
 
 GOPATH_SYSTEM = Path("/usr/share/gocode")
 SPRIG = GOPATH_SYSTEM / "src/github.com/Masterminds/sprig"
+YAML_V2 = GOPATH_SYSTEM / "src/gopkg.in/yaml.v2"
 SOURCE = Path(__file__).parent / "gorender" / "main.go"
 
 GoRender = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
@@ -34,6 +35,8 @@ def go_render(tmp_path_factory: pytest.TempPathFactory) -> GoRender:
         pytest.skip(
             f"no sprig source at {SPRIG}: apt-get install golang-github-masterminds-sprig-dev"
         )
+    if not YAML_V2.is_dir():
+        pytest.skip(f"no go-yaml v2 source at {YAML_V2}: apt-get install golang-gopkg-yaml.v2-dev")
     root = tmp_path_factory.mktemp("gorender")
     package = root / "src" / "gorender"
     package.mkdir(parents=True)
@@ -50,16 +53,26 @@ def go_render(tmp_path_factory: pytest.TempPathFactory) -> GoRender:
     }
     build = subprocess.run(
         [go, "build", "-o", str(binary), "gorender"],
-        cwd=package, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=package,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if build.returncode != 0:
         pytest.fail(f"building the Go renderer failed:\n{build.stderr}")
 
     def render(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         done = subprocess.run(
-            [str(binary)], input=json.dumps(cases), capture_output=True, text=True,
-            timeout=120, check=True,
-        )  # fmt: skip
+            [str(binary)],
+            input=json.dumps(cases),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            env={**os.environ, "TZ": "UTC"},  # the zone Flux Operator's container runs in
+        )
         results: list[dict[str, Any]] = json.loads(done.stdout)
         return results
 

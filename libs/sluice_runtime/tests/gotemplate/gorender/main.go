@@ -72,6 +72,15 @@ func toYaml(v any) string {
 	return string(y)
 }
 
+func mustToYaml(v any) (string, error) {
+	j, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	y, err := jsonToYAML(j)
+	return string(y), err
+}
+
 func render(c tcase) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -89,6 +98,7 @@ func render(c tcase) (out string, err error) {
 	data = convert(data)
 	funcs := sprig.HermeticTxtFuncMap()
 	funcs["toYaml"] = toYaml
+	funcs["mustToYaml"] = mustToYaml
 	t := template.New("template").Delims(c.Left, c.Right).Funcs(funcs)
 	if c.MissingKey != "" {
 		t = t.Option("missingkey=" + c.MissingKey)

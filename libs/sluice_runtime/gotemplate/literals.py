@@ -1,6 +1,10 @@
-"""Go's string literals: strconv.Unquote for template constants, strconv.Quote for %q."""
+"""Go's literals: strconv.Unquote for template strings, number constants, strconv.Quote."""
 
 from __future__ import annotations
+
+import re
+
+from sluice_runtime.gotemplate import nodes as n
 
 _SIMPLE = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
 _SIMPLE |= {"\\": "\\", "'": "'", '"': '"'}
@@ -86,7 +90,7 @@ def go_quote(text: str, *, ascii_only: bool = False) -> str:
             out.append(_ESCAPE[c])
         elif c < " " or c == "\x7f":
             out.append(f"\\x{ord(c):02x}")
-        elif ascii_only and ord(c) >= 0x80 or not is_print(c):
+        elif (ascii_only and ord(c) >= 0x80) or not is_print(c):
             out.append(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
         else:
             out.append(c)
@@ -101,3 +105,69 @@ def is_print(c: str) -> bool:
     if c == " ":
         return True
     return unicodedata.category(c)[0] in "LMNPS"
+
+
+def parse_number(text: str, pos: int, is_char: bool) -> n.NumberNode:
+    """Go's parse.newNumber without complex numbers: which of int and float the text is."""
+    node = n.NumberNode(pos, text=text)
+    if is_char:
+        value = ord(unquote_char(text))
+        node.is_int = node.is_float = True
+        node.int_value, node.float_value = value, float(value)
+        return node
+    if text.endswith("i"):
+        raise ValueError(f"illegal number syntax: {text!r}")
+    value_int = _parse_int(text)
+    if value_int is not None:
+        if -(2**63) <= value_int < 2**63:
+            node.is_int = True
+            node.int_value = value_int
+        node.is_float = True
+        node.float_value = float(value_int)
+        if not node.is_int and value_int >= 2**64:
+            node.is_float = True
+        return node
+    value_float = _parse_float(text)
+    if value_float is None:
+        raise ValueError(f"illegal number syntax: {go_quote(text)}")
+    node.is_float = True
+    node.float_value = value_float
+    if value_float == int(value_float) and abs(value_float) < 2**63:
+        node.is_int = True
+        node.int_value = int(value_float)
+    return node
+
+
+_DEC = re.compile(r"[+-]?(0|[1-9](_?[0-9])*)")
+_PREFIXED = re.compile(r"[+-]?0([xX](_?[0-9a-fA-F])+|[oO](_?[0-7])+|[bB](_?[01])+|(_?[0-7])+)")
+
+
+def _parse_int(text: str) -> int | None:
+    if _DEC.fullmatch(text):
+        return int(text.replace("_", ""))
+    if _PREFIXED.fullmatch(text):
+        sign = -1 if text.startswith("-") else 1
+        body = text.lstrip("+-").replace("_", "")
+        if body[1:2] in ("x", "X"):
+            return sign * int(body[2:], 16)
+        if body[1:2] in ("b", "B"):
+            return sign * int(body[2:], 2)
+        if body[1:2] in ("o", "O"):
+            return sign * int(body[2:], 8)
+        return sign * int(body, 8)
+    return None
+
+
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)")
+
+
+def _parse_float(text: str) -> float | None:
+    if _FLOAT.fullmatch(text):
+        value = float(text)
+        return value if value not in (float("inf"), float("-inf")) else None
+    try:
+        if re.fullmatch(r"[+-]?0[xX][0-9a-fA-F.]+[pP][+-]?\d+", text):
+            return float.fromhex(text)
+    except ValueError:
+        return None
+    return None

@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +149,22 @@ RSIP = ResourceType(
 )
 
 
+def app_tags(count: int) -> list[str]:
+    """`count` tags whose Flux Operator ids (adler32 of the tag) differ. adler32 of
+    short, similar strings collides often (`app-131` and `app-213`; 576 pairs among
+    `app-0`..`app-999`), and a provider exporting one id twice is refused."""
+    tags: list[str] = []
+    ids: set[int] = set()
+    n = 0
+    while len(tags) < count:
+        tag = "app-" + hashlib.sha256(str(n).encode()).hexdigest()[:10]
+        n += 1
+        if zlib.adler32(tag.encode()) not in ids:
+            ids.add(zlib.adler32(tag.encode()))
+            tags.append(tag)
+    return tags
+
+
 def tag_all(registry: OciRegistry, repository: str, source: str, tags: list[str]) -> None:
     """Put the manifest of tag `source` under every tag of `tags` (one PUT each), as
     `sluice tag artifact` would: N apps published without N uploads."""
@@ -214,8 +232,9 @@ async def run_resourceset(apps: int, workdir: Path) -> dict[str, Any]:
             kustomize.wait_ready()
             rsets.wait_ready()
             repository = "mono-repo"
-            registry.push_artifact(repository, "app-0", files={"podinfo.yaml": APP})
-            tag_all(registry, repository, "app-0", [f"app-{i}" for i in range(1, apps)])
+            tags = app_tags(apps)
+            registry.push_artifact(repository, tags[0], files={"podinfo.yaml": APP})
+            tag_all(registry, repository, tags[0], tags[1:])
             async with simulated_rollouts(client, namespace=ns, interval=0.5):
                 start = time.monotonic()
                 await client.create(

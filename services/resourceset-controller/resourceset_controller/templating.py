@@ -2,8 +2,8 @@
 
 Each entry of `resources` is written out as YAML and rendered as a Go
 template with `<<`/`>>` delimiters, `missingkey=error`, slim-sprig's
-hermetic functions plus `slugify` and `toYaml`, and `inputs` as a function
-returning the input set; `resourcesTemplate` is rendered the same way as
+hermetic functions plus `slugify` and `toYaml` (all the engine's), and
+`inputs` as a function returning the input set; `resourcesTemplate` is rendered the same way as
 multi-document YAML. Without input sets each template is rendered once with
 empty inputs. Objects annotated `fluxcd.controlplane.io/reconcile: disabled`
 are left out, and an object generated twice is kept once (the first).
@@ -11,8 +11,6 @@ are left out, and an object generated twice is kept once (the first).
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,33 +37,11 @@ def _render(text: str, inputs: Mapping[str, Any], *, name: str) -> str:
             name=name,
             delims=DELIMS,
             missing_key_error=True,
-            funcs={"inputs": lambda: dict(inputs), "toYaml": _to_yaml, "slugify": slugify},
+            # slugify, toYaml and mustToYaml are the engine's (Flux Operator's extras).
+            funcs={"inputs": lambda: dict(inputs)},
         )
     except gotemplate.TemplateError as error:
         raise RenderError(str(error)) from None
-
-
-SLUG_MAX_LENGTH = 63
-"""Flux Operator's: the longest Kubernetes label value."""
-_NOT_SLUG = re.compile(r"[^a-z0-9]+")
-
-
-def slugify(text: Any) -> str:
-    """gosimple/slug's `Make` as Flux Operator configures it: ASCII, lower case, runs
-    of anything else as one `-`, at most 63 characters cut at a `-` when one is there
-    (smart truncate)."""
-    folded = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode()
-    slug = _NOT_SLUG.sub("-", folded.lower()).strip("-")
-    if len(slug) <= SLUG_MAX_LENGTH:
-        return slug
-    cut = slug[:SLUG_MAX_LENGTH]
-    if slug[SLUG_MAX_LENGTH] != "-" and "-" in cut:
-        cut = cut[: cut.rindex("-")]
-    return cut.strip("-")
-
-
-def _to_yaml(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=False, sort_keys=True)
 
 
 def identity(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:

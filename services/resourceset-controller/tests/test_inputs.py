@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from resourceset_controller import inputs, templating
+from resourceset_controller import inputs
 from resourceset_controller.inputs import InputError, NameFilter
 from sluice_api.resourceset import InputFilter
 
@@ -120,17 +120,3 @@ def test_permute_is_capped_at_10000(sizes: tuple[int, ...], refused: bool) -> No
             inputs.permute(sources)
     else:
         assert len(inputs.permute(sources)) == 10_000
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        pytest.param("Feature/Login Page", "feature-login-page", id="separators"),
-        pytest.param("  --Ünïcödé--  ", "unicode", id="unicode-and-trim"),
-        pytest.param("a" * 70, "a" * 63, id="no-dash-hard-cut"),
-        pytest.param("word-" * 15, "word-" * 11 + "word", id="smart-truncate-at-dash"),
-        pytest.param(42, "42", id="number"),
-    ],
-)
-def test_slugify_as_flux_operator_configures_it(text: object, expected: str) -> None:
-    assert templating.slugify(text) == expected

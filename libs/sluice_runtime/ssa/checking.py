@@ -206,10 +206,10 @@ class Checker:
             raise ApplyFailed(
                 oid.display, f"{oid.kind} is namespaced but metadata.namespace is not set"
             )
-        ref = ObjectRef.to(rt, oid.name, oid.namespace)
-        # The id keeps the manifest's group (rt's is the same, as the kind resolved).
+        # A cluster-scoped object's namespace is dropped here, so the inventory
+        # and every later request agree on its identity.
         return Plan(
-            ref,
+            ObjectRef.to(rt, oid.name, oid.namespace),
             normalizing.desired(obj, owner_labels=self.owner_labels, namespaced=rt.namespaced),
         )
 

@@ -98,6 +98,16 @@ BAD_YAML = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: broken\n data: [
             "ConfigMap",
             id="malformed-substitution",
         ),
+        pytest.param(
+            {
+                "ok.yaml": config_map("ok"),
+                "unnamed.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${unset}\n",
+            },
+            {"postBuild": {"substitute": {"var": "x"}}},
+            # The set is validated (once, by the apply) before anything is sent.
+            "invalid objects: ConfigMap/<no name> (object #",
+            id="substituted-away-name",
+        ),
     ],
 )
 async def test_build_failures(

@@ -25,7 +25,11 @@ from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.formatting import format_float
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
 from sluice_runtime.gotemplate.sprig_json import to_json
-from sluice_runtime.gotemplate.yamlscalars import BREAKS, scalar
+from sluice_runtime.gotemplate.yamlscalars import BREAKS, line_end, scalar
+
+
+def _wrap64(n: int) -> int:
+    return (n + 2**63) % 2**64 - 2**63
 
 
 def _key_less(a: str, b: str) -> bool:
@@ -48,11 +52,11 @@ def _key_less(a: str, b: str) -> bool:
                 j -= 1
         ai = i
         while ai < len(a) and a[ai].isdigit():
-            an = an * 10 + int(a[ai])
+            an = _wrap64(an * 10 + int(a[ai]))  # Go's int64 wraps on long digit runs
             ai += 1
         bi = i
         while bi < len(b) and b[bi].isdigit():
-            bn = bn * 10 + int(b[bi])
+            bn = _wrap64(bn * 10 + int(b[bi]))
             bi += 1
         if an != bn:
             return an < bn
@@ -100,17 +104,23 @@ def _emit(v: Any, indent: int, out: list[str], *, first_inline: bool = False) ->
             if "\n" in k or "\r" in k or any(c in BREAKS for c in k) or len(k.encode()) > 128:
                 # libyaml writes a multi-line or long key as a complex key: "? key" then ": value".
                 text = scalar(k, indent + 2, key=False, complex_key=True, column=indent + 2)
-                out.append(lead + "? " + text + "\n")
+                out.append(lead + "? " + text + line_end(text))
                 head = pad + ":"
                 column = indent + 2
+                complex_key = True
             else:
+                complex_key = False
                 key_text = scalar(k, indent, key=True)
                 head = lead + key_text + ":"
                 column = indent + len(key_text) + 2
             value = v[k]
             leaf = _leaf(value, indent + 2, column)
             if leaf is not None:
-                out.append(head + " " + leaf + "\n")
+                out.append(head + " " + leaf + line_end(leaf))
+            elif complex_key:
+                # After a complex key the collection starts on the ":" line, as after "- ".
+                out.append(head + " ")
+                _emit(value, indent + 2, out, first_inline=True)
             elif isinstance(value, dict):
                 out.append(head + "\n")
                 _emit(value, indent + 2, out)
@@ -122,7 +132,7 @@ def _emit(v: Any, indent: int, out: list[str], *, first_inline: bool = False) ->
             head = ("" if first_inline and n == 0 else pad) + "- "
             leaf = _leaf(item, indent + 2, indent + 2)
             if leaf is not None:
-                out.append(head + leaf + "\n")
+                out.append(head + leaf + line_end(leaf))
             else:
                 out.append(head)
                 _emit(item, indent + 2, out, first_inline=True)
@@ -142,7 +152,7 @@ def to_yaml(v: Any) -> str:
     data = _from_go_json(to_json(v))
     leaf = _leaf(data, 2)
     if leaf is not None:
-        return leaf + "\n"
+        return leaf + line_end(leaf)
     out: list[str] = []
     _emit(data, 0, out)
     return "".join(out)

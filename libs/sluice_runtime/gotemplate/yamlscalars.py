@@ -70,7 +70,10 @@ def _resolves_to_non_string(s: str) -> bool:
     if not s or s[0] not in "+-.0123456789":
         return False
     if s[0] == ".":
-        return _YAML_FLOAT.fullmatch(s) is not None
+        # strconv.ParseFloat takes underscores between digits.
+        if re.search(r"(?<!\d)_|_(?!\d)", s):
+            return False
+        return _YAML_FLOAT.fullmatch(s.replace("_", "")) is not None
     m = _TIMESTAMP.fullmatch(s)
     if m and 1 <= int(m.group(2)) <= 12 and 1 <= int(m.group(3)) <= 31:
         return True
@@ -167,10 +170,10 @@ _ESCAPES = {
 }
 
 
-def _escape(c: str) -> str:
+def _escape(c: str, *, always: bool = False) -> str:
     if c in _ESCAPES:
         return "\\" + _ESCAPES[c]
-    if not _printable(c) or c == "\ufeff":
+    if always or not _printable(c) or c == "\ufeff":
         o = ord(c)
         return f"\\x{o:02X}" if o <= 0xFF else f"\\u{o:04X}" if o <= 0xFFFF else f"\\U{o:08X}"
     return c
@@ -184,11 +187,14 @@ def _folded(s: str, style: str, column: int, indent: int, allow_breaks: bool) ->
     quote = {"plain": "", "single": "'", "double": '"'}[style]
     out = [quote]
     col = column + len(quote)
-    spaces = False
+    spaces = breaks = False
     last = len(s) - 1
+    # go-yaml's is_bom looks at the string's first rune, not the current one: a string
+    # that starts with a BOM has every rune escaped.
+    escape_all = style == "double" and s.startswith("\ufeff")
     for i, c in enumerate(s):
         nxt = s[i + 1] if i < last else ""
-        if c == " ":
+        if c == " " and not escape_all:
             inner = style == "plain" or 0 < i < last
             if (
                 allow_breaks
@@ -206,8 +212,19 @@ def _folded(s: str, style: str, column: int, indent: int, allow_breaks: bool) ->
                 out.append(c)
                 col += 1
             spaces = True
+            breaks = False
             continue
-        text = _escape(c) if style == "double" else ("''" if c == "'" and style == "single" else c)
+        if style == "single" and c in BREAKS:
+            out.append("\n" + c if c == "\n" and not breaks else c)
+            col, breaks, spaces = 0, True, False
+            continue
+        if breaks:
+            out.append(" " * indent)
+            col, breaks = indent, False
+        if style == "double":
+            text = _escape(c, always=escape_all)
+        else:
+            text = "''" if c == "'" and style == "single" else c
         out.append(text)
         col += len(text)
         spaces = False
@@ -217,8 +234,6 @@ def _folded(s: str, style: str, column: int, indent: int, allow_breaks: bool) ->
 
 def scalar(s: str, indent: int, *, key: bool, complex_key: bool = False, column: int = 0) -> str:
     analysis = _analyze(s)
-    if complex_key and "\n" not in s:
-        key = True
     if "\n" in s and not key:
         style = "literal"
     elif not _resolves_to_non_string(s) and not _BASE60.fullmatch(s):
@@ -252,7 +267,7 @@ def _literal(s: str, indent: int) -> str:
     text: list[str] = []
     for c in s:
         if c in BREAKS:
-            text.append("\n")
+            text.append(c)  # libyaml writes a break other than "\n" as itself
             breaks = True
         else:
             if breaks:
@@ -260,5 +275,10 @@ def _literal(s: str, indent: int) -> str:
                 breaks = False
             text.append(c)
     body = "".join(text)
-    # The caller ends the node with a newline; a kept (+) final break is that newline.
+    # The caller ends the node with a newline (see line_end); a final "\n" is that newline.
     return "|" + hint + chomp + "\n" + (body[:-1] if body.endswith("\n") else body)
+
+
+def line_end(text: str) -> str:
+    """What ends a node's line: nothing after a literal that ends in a break other than "\n"."""
+    return "" if text and text[-1] in BREAKS and text[-1] != "\n" else "\n"

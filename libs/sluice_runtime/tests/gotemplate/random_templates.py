@@ -237,3 +237,114 @@ def generate_printf(seed: int, count: int) -> list[dict[str, Any]]:
         template = "{{printf " + '"' + fmt + '" ' + " ".join(args) + "}}"
         cases.append({"template": template, "data": PRINTF_DATA, "missingkey": "error"})
     return cases
+
+
+YAML_ATOMS: list[Any] = [
+    "",
+    " ",
+    "a",
+    "yes",
+    "No",
+    "null",
+    "~",
+    "1",
+    "1.0",
+    "-1",
+    "0x1",
+    "1e5",
+    ".5",
+    "2024-01-01",
+    "12:30",
+    "a: b",
+    "a:b",
+    "- a",
+    "#x",
+    "x #y",
+    "'q'",
+    '"d"',
+    "é",
+    "tab\t",
+    "line\nbreak",
+    "end\n",
+    "\n",
+    "  lead",
+    "trail  ",
+    "x" * 90,
+    "word " * 20,
+    "a,b",
+    "[x]",
+    "{y}",
+    "*a",
+    "&b",
+    "!t",
+    "%p",
+    "@x",
+    "`b`",
+    "|",
+    ">",
+    "?",
+    ":",
+    "-",
+    "---",
+    "...",
+    "<<",
+    "=",
+    "ok",
+    "on",
+    "OFF",
+    "Y",
+    "n",
+    "true",
+    "False",
+    ".inf",
+    ".NaN",
+    "+1",
+    "0o7",
+    "0b1",
+    "1_000",
+    "1:2:3",
+    "v1.2.3",
+    "https://x.y/z?a=b",
+    "\r",
+    "ctrl\x07",
+    "\u2028",
+    "😀",
+    "\ufeff",
+    "a\\b",
+    "mixed 'quote\" chars",
+    "key: value # comment",
+    "  ",
+    "x\n  y\n",
+    "\ttab",
+    " \n ",
+    "trailing space \nnext",
+]
+# Keys go-yaml orders consistently: its key order is not transitive between keys that mix
+# digits and letters at the same place ("1e+21", "12:30"), and Go's map order is random.
+YAML_KEYS = ["a", "b", "B", "a2", "a10", "_x", "1", "2", "10", "yes", "x y", "é", "k-1", "null"]
+YAML_KEYS += ["on", "", "a: b", "line\nbreak", "k" * 130, "#x", "- a", "'q'", '"d"']
+
+
+def _yaml_value(r: random.Random, depth: int) -> Any:
+    k = r.random()
+    if depth > 3 or k < 0.5:
+        a = r.random()
+        if a < 0.6:
+            return r.choice(YAML_ATOMS)
+        if a < 0.75:
+            return r.choice([0, 1, -5, 2**53, 10**20, 1.5, -0.25, 1e-7, 1e21, 3.0, 0.1])
+        if a < 0.85:
+            return r.choice([True, False, None])
+        return r.choice(YAML_ATOMS) + r.choice(YAML_ATOMS)
+    if k < 0.75:
+        return [_yaml_value(r, depth + 1) for _ in range(r.randint(0, 4))]
+    return {r.choice(YAML_KEYS): _yaml_value(r, depth + 1) for _ in range(r.randint(0, 4))}
+
+
+def generate_yaml(seed: int, count: int) -> list[dict[str, Any]]:
+    """toYaml of random nested data made of strings YAML treats specially."""
+    r = random.Random(seed)
+    return [
+        {"template": "{{toYaml .v}}", "data": {"v": _yaml_value(r, 0)}, "missingkey": "error"}
+        for _ in range(count)
+    ]

@@ -20,7 +20,7 @@ from .cases_core import CORE
 from .cases_sprig import SPRIG
 from .cases_yaml import YAML
 from .conftest import GoRender
-from .random_templates import generate, generate_printf
+from .random_templates import generate, generate_printf, generate_yaml
 
 ALL: dict[str, dict[str, Any]] = {**CORE, **{f"sprig-{k}": v for k, v in SPRIG.items()}, **YAML}
 
@@ -86,6 +86,7 @@ def test_every_function_has_a_differential_case() -> None:
     [
         pytest.param(generate(seed=17, count=1000), id="pipelines-and-control"),
         pytest.param(generate_printf(seed=23, count=1000), id="printf-verbs-flags-widths"),
+        pytest.param(generate_yaml(seed=29, count=1000), id="toYaml-of-tricky-data"),
     ],
 )
 def test_random_templates_same_as_go(go_render: GoRender, cases: list[dict[str, Any]]) -> None:

@@ -20,6 +20,7 @@ from gating_controller import __main__ as gating_main
 from helm_controller import __main__ as helm_main
 from kustomize_controller import __main__ as kustomize_main
 from notification_controller import __main__ as notification_main
+from resourceset_controller import __main__ as resourceset_main
 from sluice_envtest import manifest
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer
@@ -44,6 +45,7 @@ CONTROLLERS: dict[str, ModuleType] = {
     "source-controller": source_main,
     "kustomize-controller": kustomize_main,
     "helm-controller": helm_main,
+    "resourceset-controller": resourceset_main,
     "gating-controller": gating_main,
     "notification-controller": notification_main,
 }
@@ -51,6 +53,7 @@ VALUE_KEYS = {
     "source-controller": "sourceController",
     "kustomize-controller": "kustomizeController",
     "helm-controller": "helmController",
+    "resourceset-controller": "resourcesetController",
     "gating-controller": "gatingController",
     "notification-controller": "notificationController",
 }
@@ -147,7 +150,7 @@ def test_every_controller_parses_the_charts_arguments(name: str) -> None:
 def test_the_install_locks_tenants_down() -> None:
     objects = render()
     deployments = of_kind(objects, "Deployment")
-    for name in ("kustomize-controller", "helm-controller"):
+    for name in ("kustomize-controller", "helm-controller", "resourceset-controller"):
         parsed = options(deployments[name])
         assert parsed.no_cross_namespace_refs is True, name
         assert parsed.default_service_account == "default", name
@@ -157,7 +160,8 @@ def test_the_install_locks_tenants_down() -> None:
     assert options(deployments["source-controller"]).no_cross_namespace_refs is True
     # The event hub takes events from the deployed controllers only.
     assert set(notification.events_service_accounts.split(",")) == {
-        "source-controller", "kustomize-controller", "helm-controller", "gating-controller"
+        "source-controller", "kustomize-controller", "helm-controller",
+        "resourceset-controller", "gating-controller",
     }  # fmt: skip
     # The gating-controller takes neither flag (Gates refer to nothing across namespaces).
     assert not hasattr(options(deployments["gating-controller"]), "no_cross_namespace_refs")
@@ -177,7 +181,9 @@ def test_the_install_locks_tenants_down() -> None:
         reconciler["rules"]
     )
     binding = of_kind(objects, "ClusterRoleBinding")["sluice-reconciler-flux-system"]
-    assert {s["name"] for s in binding["subjects"]} == {"kustomize-controller", "helm-controller"}
+    assert {s["name"] for s in binding["subjects"]} == {
+        "kustomize-controller", "helm-controller", "resourceset-controller"
+    }  # fmt: skip
     # Nothing else grants impersonation.
     for role in of_kind(objects, "ClusterRole").values():
         if role["metadata"]["name"] != "sluice-reconciler-flux-system":
@@ -203,7 +209,9 @@ def test_privileged_appliers_are_bound_to_cluster_admin(
     assert options(deployments["source-controller"]).no_cross_namespace_refs is flags_on
     binding = of_kind(objects, "ClusterRoleBinding")["sluice-cluster-reconciler-flux-system"]
     assert binding["roleRef"]["name"] == "cluster-admin"
-    assert {s["name"] for s in binding["subjects"]} == {"kustomize-controller", "helm-controller"}
+    assert {s["name"] for s in binding["subjects"]} == {
+        "kustomize-controller", "helm-controller", "resourceset-controller"
+    }  # fmt: skip
     assert "sluice-reconciler-flux-system" not in of_kind(objects, "ClusterRole")
     # The platform account exists only while a default account confines the rest.
     assert ("platform-admin" in of_kind(objects, "ServiceAccount")) is flags_on
@@ -287,7 +295,7 @@ def test_every_pod_is_restricted_and_every_empty_dir_has_a_size_limit() -> None:
         for name, deployment in deployments.items()
         for volume in deployment["spec"]["template"]["spec"]["volumes"]
     ]
-    assert len(volumes) == 6
+    assert len(volumes) == 7
     for name, volume in volumes:
         assert volume["emptyDir"].get("sizeLimit"), (name, volume["name"])
     assert {"name": "data", "emptyDir": {"sizeLimit": "10Gi"}} in [

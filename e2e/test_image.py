@@ -107,8 +107,11 @@ async def test_the_engine_free_image_pushes_and_its_entry_points_run(
         )  # fmt: skip
 
     controllers = [c for c in image.CONTROLLERS if (rootfs / "usr/local/bin" / c).exists()]
-    # helm-controller comes with its own branch; the other four are always there.
-    assert set(image.CONTROLLERS) - set(controllers) <= {"helm-controller"}
+    # helm- and resourceset-controller came with their own branches; the others are
+    # always there.
+    assert set(image.CONTROLLERS) - set(controllers) <= {
+        "helm-controller", "resourceset-controller"
+    }  # fmt: skip
     for name in controllers:
         helped = run(name, "--help")
         assert helped.returncode == 0, helped.stderr

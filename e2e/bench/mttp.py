@@ -23,16 +23,26 @@ each creating its own HelmChart, released by the helm-controller (concurrency
 helm-controller's peak memory (Flux v2.6: 100 in 27 s, 500 in 2m10s, 1000 in
 5m12s, helm-controller 190-350 MiB).
 
-Usage: python -m e2e.bench mttp [--apps 100 500] [--sources oci git helm] [--out FILE]
+With `--sources resourceset`, the same N apps driven by a ResourceSet, as in
+Flux Operator's design note (shared/seeds/002): one OCI repository with a tag
+`app-<i>` per app, one ResourceSetInputProvider (OCIArtifactTag) exporting
+the N tags with their digests, and one ResourceSet templating an
+OCIRepository pinned by digest and the benchmark's Kustomization per input;
+measured from creating the provider and the ResourceSet until every
+Kustomization is Ready, and the resourceset-controller's peak memory.
+
+Usage: python -m e2e.bench mttp [--apps 100 500] [--sources oci git helm resourceset] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +50,7 @@ from e2e.bench.common import table, write
 from e2e.fleet import (
     APP,
     KUSTOMIZATION,
+    OCIREPO,
     Controller,
     Origin,
     all_ready,
@@ -132,9 +143,139 @@ async def run_helm(apps: int, workdir: Path) -> dict[str, Any]:
             await client.close()
 
 
+RSET = ResourceType("fluxcd.controlplane.io", "v1", "resourcesets", "ResourceSet")
+RSIP = ResourceType(
+    "fluxcd.controlplane.io", "v1", "resourcesetinputproviders", "ResourceSetInputProvider"
+)
+
+
+def app_tags(count: int) -> list[str]:
+    """`count` tags whose Flux Operator ids (adler32 of the tag) differ. adler32 of
+    short, similar strings collides often (`app-131` and `app-213`; 576 pairs among
+    `app-0`..`app-999`), and a provider exporting one id twice is refused."""
+    tags: list[str] = []
+    ids: set[int] = set()
+    n = 0
+    while len(tags) < count:
+        tag = "app-" + hashlib.sha256(str(n).encode()).hexdigest()[:10]
+        n += 1
+        if zlib.adler32(tag.encode()) not in ids:
+            ids.add(zlib.adler32(tag.encode()))
+            tags.append(tag)
+    return tags
+
+
+def tag_all(registry: OciRegistry, repository: str, source: str, tags: list[str]) -> None:
+    """Put the manifest of tag `source` under every tag of `tags` (one PUT each), as
+    `sluice tag artifact` would: N apps published without N uploads."""
+    client = registry.client()
+    base = f"{registry.url}/v2/{repository}/manifests"
+    accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
+    got = client.do_request(f"{base}/{source}", "GET", headers=accept)
+    media = got.headers.get("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+    for tag in tags:
+        put = client.do_request(
+            f"{base}/{tag}", "PUT", data=got.content, headers={"Content-Type": media}
+        )
+        if put.status_code != 201:
+            raise RuntimeError(f"tagging {tag}: {put.status_code}")
+
+
+def resourceset_of(registry: OciRegistry, repository: str, ns: str) -> dict[str, Any]:
+    """The seed's ResourceSet in the benchmark's shape: OCIRepository by digest and
+    Flux's benchmark Kustomization per exported tag."""
+    url = registry.oci_url(repository)
+    return {
+        "apiVersion": "fluxcd.controlplane.io/v1",
+        "kind": "ResourceSet",
+        "metadata": {"name": "apps", "namespace": ns},
+        "spec": {
+            "inputsFrom": [{"kind": "ResourceSetInputProvider", "name": "tags"}],
+            "resources": [
+                {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
+                 "metadata": {"name": "<< inputs.tag >>", "namespace": ns},
+                 "spec": {"interval": "60m", "url": url, "insecure": True,
+                          "ref": {"digest": "<< inputs.digest | quote >>"}}},
+                {"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                 "metadata": {"name": "<< inputs.tag >>", "namespace": ns},
+                 "spec": {"sourceRef": {"kind": "OCIRepository", "name": "<< inputs.tag >>"},
+                          "interval": "60m", "retryInterval": "2m", "path": "./",
+                          "prune": True, "wait": True, "timeout": "1m",
+                          "serviceAccountName": "flux", "targetNamespace": ns,
+                          "postBuild": {"substitute": {"INDEX": "<< inputs.tag >>",
+                                                       "PODS": "1", "MCPU": "1m"}}}},
+            ],
+        },
+    }  # fmt: skip
+
+
+async def run_resourceset(apps: int, workdir: Path) -> dict[str, Any]:
+    """N apps from N tags of one repository, through a provider and a ResourceSet."""
+    with ControlPlane(workdir=workdir / "cp") as plane:
+        client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig), qps=0)
+        await install_crds(client, all_crds())
+        ns = "benchmark"
+        await prepare_namespace(client, ns)
+        kubeconfig = str(plane.kubeconfig)
+        source = source_controller(kubeconfig, workdir)
+        kustomize = kustomize_controller(kubeconfig, workdir)
+        rsets = Controller(
+            "resourceset-controller",
+            "resourceset_controller",
+            ["--kubeconfig", kubeconfig, "--concurrent", "4"],
+            workdir / "resourceset-controller.log",
+        )
+        registry = OciRegistry(workdir=workdir / "registry")
+        registry.start()
+        try:
+            source.wait_ready()
+            kustomize.wait_ready()
+            rsets.wait_ready()
+            repository = "mono-repo"
+            tags = app_tags(apps)
+            registry.push_artifact(repository, tags[0], files={"podinfo.yaml": APP})
+            tag_all(registry, repository, tags[0], tags[1:])
+            async with simulated_rollouts(client, namespace=ns, interval=0.5):
+                start = time.monotonic()
+                await client.create(
+                    RSIP,
+                    {"apiVersion": "fluxcd.controlplane.io/v1",
+                     "kind": "ResourceSetInputProvider",
+                     "metadata": {"name": "tags", "namespace": ns},
+                     "spec": {"type": "OCIArtifactTag", "url": registry.oci_url(repository),
+                              "insecure": True,
+                              "filter": {"includeTag": "^app-", "limit": apps}}},
+                )  # fmt: skip
+                await client.create(RSET, resourceset_of(registry, repository, ns))
+                exported = await all_ready(client, RSIP, ns, 1)
+                applied = await all_ready(client, RSET, ns, 1)
+                sources_ready = await all_ready(client, OCIREPO, ns, apps)
+                await all_ready(client, KUSTOMIZATION, ns, apps)
+                total = time.monotonic() - start
+            return {
+                "apps": apps,
+                "source_kind": "resourceset",
+                "inputs_exported_seconds": exported,
+                "resourceset_applied_seconds": exported + applied,
+                "sources_ready_seconds": exported + applied + sources_ready,
+                "kustomizations_ready_seconds": total,
+                "source_controller_peak_mib": source.peak_mib(),
+                "kustomize_controller_peak_mib": kustomize.peak_mib(),
+                "resourceset_controller_peak_mib": rsets.peak_mib(),
+            }
+        finally:
+            source.stop()
+            kustomize.stop()
+            rsets.stop()
+            registry.stop()
+            await client.close()
+
+
 async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
     if kind == "helm":
         return await run_helm(apps, workdir)
+    if kind == "resourceset":
+        return await run_resourceset(apps, workdir)
     with ControlPlane(workdir=workdir / "cp") as plane:
         client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig), qps=0)
         await install_crds(client, all_crds())
@@ -197,7 +338,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="e2e.bench mttp", description=__doc__)
     parser.add_argument("--apps", type=int, nargs="+", default=[100])
     parser.add_argument(
-        "--sources", nargs="+", choices=["oci", "git", "helm"], default=["oci", "git"]
+        "--sources",
+        nargs="+",
+        choices=["oci", "git", "helm", "resourceset"],
+        default=["oci", "git"],
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -213,7 +357,15 @@ def main(argv: list[str] | None = None) -> None:
          "190-350Mi", f"{r['source_controller_peak_mib']:.0f}Mi"]
         for r in results if r["source_kind"] == "helm"
     ]  # fmt: skip
-    results_ks = [r for r in results if r["source_kind"] != "helm"]
+    rset_rows = [
+        [r["apps"], _fmt_seconds(r["inputs_exported_seconds"]),
+         _fmt_seconds(r["resourceset_applied_seconds"]), _fmt_seconds(r["sources_ready_seconds"]),
+         _fmt_seconds(r["kustomizations_ready_seconds"]),
+         f"{r['resourceset_controller_peak_mib']:.0f}Mi",
+         f"{r['source_controller_peak_mib']:.0f}Mi", f"{r['kustomize_controller_peak_mib']:.0f}Mi"]
+        for r in results if r["source_kind"] == "resourceset"
+    ]  # fmt: skip
+    results_ks = [r for r in results if r["source_kind"] not in ("helm", "resourceset")]
     rows = []
     for r in results_ks:
         flux = FLUX_V2_6.get(r["apps"], {})
@@ -239,6 +391,14 @@ def main(argv: list[str] | None = None) -> None:
             ["N", "HelmReleases ready", "Flux 2.6", "helm-ctrl peak", "Flux 2.6",
              "source-ctrl peak"],
             helm_rows,
+        ))  # fmt: skip
+    if rset_rows:
+        print()
+        print(table(
+            ["N", "inputs exported", "ResourceSet applied", "sources ready",
+             "Kustomizations ready", "resourceset-ctrl peak", "source-ctrl peak",
+             "kustomize-ctrl peak"],
+            rset_rows,
         ))  # fmt: skip
     print(f"\nmachine: {os.cpu_count()} cores, everything on one host; Flux: 16-core runner, kind")
     write(

@@ -27,6 +27,7 @@ from sluice_api.meta import (
     parse_time,
 )
 from sluice_api.notification import Alert, Provider, Receiver
+from sluice_api.resourceset import ResourceSet, ResourceSetInputProvider
 from sluice_api.source import (
     Bucket,
     ExternalArtifact,
@@ -51,6 +52,8 @@ ALL_KINDS: tuple[type[Resource[Any, Any]], ...] = (
     Alert,
     Provider,
     Application,
+    ResourceSet,
+    ResourceSetInputProvider,
 )
 
 __all__ = [
@@ -78,6 +81,8 @@ __all__ = [
     "Receiver",
     "ReconcileStatus",
     "Resource",
+    "ResourceSet",
+    "ResourceSetInputProvider",
     "format_duration",
     "format_time",
     "parse_duration",

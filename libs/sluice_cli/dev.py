@@ -94,6 +94,7 @@ def controllers(workdir: Path, endpoints: Endpoints) -> list[ControllerProcess]:
         ControllerProcess("kustomize-controller", "kustomize_controller", extra=list(events)),
         ControllerProcess("helm-controller", "helm_controller", extra=list(events)),
         ControllerProcess("application-controller", "application_controller", extra=list(events)),
+        ControllerProcess("resourceset-controller", "resourceset_controller", extra=list(events)),
         ControllerProcess("gating-controller", "gating_controller", extra=list(events)),
         ControllerProcess("notification-controller", "notification_controller", extra=notification),
     ]

@@ -60,6 +60,7 @@ CONTROLLERS = (
     "kustomize-controller",
     "helm-controller",
     "application-controller",
+    "resourceset-controller",
     "gating-controller",
     "notification-controller",
 )

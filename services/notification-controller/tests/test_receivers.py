@@ -27,7 +27,6 @@ from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.conditions import is_ready
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError
-from sluice_runtime.kube.installing import install_crds
 from sluice_runtime.kube.resources import NAMESPACE, SECRET, ResourceType
 
 from .conftest import (
@@ -723,32 +722,24 @@ async def test_a_generic_oidc_receiver_stalls_naming_the_type(platform: Platform
     assert "webhookPath" not in obj["status"]
 
 
-async def test_a_receiver_reaches_a_flux_operator_resource(platform: Platform) -> None:
-    """Flux 2.7 Receivers name the Flux Operator's kinds, without an apiVersion too."""
+async def test_a_receiver_reaches_a_resourceset_input_provider(platform: Platform) -> None:
+    """A Receiver names the Flux Operator's kinds, without an apiVersion too; the
+    provider's CRD is Sluice's own (the resourceset-controller serves it)."""
     p = platform
-    kind, plural = "ResourceSetInputProvider", "resourcesetinputproviders"
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.fluxcd.controlplane.io"},
-        "spec": {
-            "group": "fluxcd.controlplane.io",
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
-                      "listKind": f"{kind}List"},
-            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-            }}],
-        },
-    }  # fmt: skip
-    await install_crds(p.kube, [crd])
-    rt = ResourceType("fluxcd.controlplane.io", "v1", plural, kind)
+    rt = ResourceType(
+        "fluxcd.controlplane.io", "v1", "resourcesetinputproviders", "ResourceSetInputProvider"
+    )
     await p.kube.create(
         rt,
-        {"apiVersion": "fluxcd.controlplane.io/v1", "kind": kind, "metadata": {"name": "inputs"}},
+        {
+            "apiVersion": "fluxcd.controlplane.io/v1",
+            "kind": rt.kind,
+            "metadata": {"name": "inputs"},
+            "spec": {"type": "Static"},
+        },
         namespace=p.namespace,
     )
-    url = await p.receiver("operator", "generic", "unused", [{"kind": kind, "name": "inputs"}])
+    url = await p.receiver("operator", "generic", "unused", [{"kind": rt.kind, "name": "inputs"}])
     status, _ = await p.post(url, b"{}", {})
     assert status == 200
     assert requested_at(await p.kube.get(rt, "inputs", p.namespace)) is not None

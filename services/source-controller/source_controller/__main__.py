@@ -28,11 +28,11 @@ from sluice_runtime import app, gatekeeping
 from sluice_runtime.artifacts.serving import file_server
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.endpoints import serving
+from sluice_runtime.git import client as gitclient
 from sluice_runtime.kube.resources import ResourceType
 from source_controller import (
     artifactgenerator,
     bucket,
-    gitclient,
     gitrepository,
     helmchart,
     helmrepository,

@@ -31,13 +31,14 @@ from sluice_api.source import (
 )
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
+from sluice_runtime.git import client as gitclient
 from sluice_runtime.informing.watching import Change, Index, Store
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
 from sluice_runtime.redacting import redact_url
-from source_controller import gitclient, verifying
+from source_controller import verifying
 from source_controller.refs import InvalidRef, RefNotFound, ResolvedRef, resolve
 from source_controller.sources import (
     NEGATIVE_CONDITIONS,
@@ -165,21 +166,9 @@ async def _auth(ctx: GitRepositoryContext) -> gitclient.GitAuth:
     secret = f"{namespace}/{ref.name}"
     try:
         data = await secret_data(ctx.client, namespace, ref.name)
-        if "identity" in data:
-            require(data, "known_hosts", secret=secret)
-        if "username" in data or "password" in data:
-            require(data, "username", "password", secret=secret)
+        return gitclient.auth_from_secret(data, secret=secret)
     except SecretError as error:
         raise _fetch_failed(SourceReason.AUTHENTICATION_FAILED, str(error)) from None
-    return gitclient.GitAuth(
-        username=data.get("username"),
-        password=data.get("password"),
-        bearer_token=data.get("bearerToken"),
-        ca=data.get("ca.crt") or data.get("caFile"),
-        identity=data.get("identity"),
-        identity_pub=data.get("identity.pub"),
-        known_hosts=data.get("known_hosts"),
-    )
 
 
 def _fetch_failed(reason: str, message: str) -> StepError:

@@ -1,6 +1,6 @@
-"""Async access to Git remotes, each operation in its own `gitworker` child.
+"""Async access to Git remotes, each operation in its own `worker` child.
 
-See gitworker.py for why operations do not run in this process. Here they
+See worker.py for why operations do not run in this process. Here they
 become awaitable, bounded by the GitRepository's `timeout` (the child is
 killed when it runs over), and their failures typed: authentication (the
 secret is wrong or the host is not trusted) versus everything else.
@@ -17,13 +17,15 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from sluice_runtime.git import worker as gitworker
+from sluice_runtime.kube.secrets import require
 from sluice_runtime.redacting import redact_url
-from source_controller import gitworker
 
 ErrorKind = Literal["auth", "git", "timeout", "internal"]
 
@@ -117,7 +119,7 @@ async def _spawn() -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "source_controller.gitworker",
+        "sluice_runtime.git.worker",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -158,6 +160,25 @@ async def _run(request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
         kind = answer.get("kind", "internal")
         raise GitError(kind if kind in ("auth", "git") else "internal", answer.get("message", ""))
     return answer
+
+
+def auth_from_secret(data: Mapping[str, str], *, secret: str) -> GitAuth:
+    """The credentials of a Git Secret as Flux reads them (`username`/`password`,
+    `bearerToken`, `ca.crt`, `identity` with `known_hosts`); raises SecretError
+    naming what is missing."""
+    if "identity" in data:
+        require(dict(data), "known_hosts", secret=secret)
+    if "username" in data or "password" in data:
+        require(dict(data), "username", "password", secret=secret)
+    return GitAuth(
+        username=data.get("username"),
+        password=data.get("password"),
+        bearer_token=data.get("bearerToken"),
+        ca=data.get("ca.crt") or data.get("caFile"),
+        identity=data.get("identity"),
+        identity_pub=data.get("identity.pub"),
+        known_hosts=data.get("known_hosts"),
+    )
 
 
 async def ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str]:

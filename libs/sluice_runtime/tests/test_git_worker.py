@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from source_controller.gitworker import WorkerError, same_host, submodule_url
+from sluice_runtime.git.worker import WorkerError, same_host, submodule_url
 
 PARENT = "https://git.example.com/org/app.git"
 

@@ -1,9 +1,9 @@
-"""The Git half of the source-controller, run in a short-lived child process.
+"""Git operations (checkouts, ref listings), each in a short-lived child process.
 
 libgit2 keeps its trust settings per process: the home directory whose
 `.ssh/known_hosts` verifies SSH host keys, the extra CA certificates, the
-network timeouts. A GitRepository's secret decides all three, so each Git
-operation runs in a fresh `python -m source_controller.gitworker` that sets
+network timeouts. A GitRepository's (or a provider's) secret decides all three, so each Git
+operation runs in a fresh `python -m sluice_runtime.git.worker` that sets
 them for that one repository and exits. It also means a hung server or a
 crash inside libgit2 costs one killed child, never the controller.
 

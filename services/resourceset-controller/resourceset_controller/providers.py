@@ -1,0 +1,383 @@
+"""ResourceSetInputProvider: list a source, export input sets for ResourceSets.
+
+STEPS: spec → export → status.
+
+- spec: `fluxcd.controlplane.io/reconcile: disabled` stops here; a type or
+  field this version does not build stalls, naming it.
+- export: asks the source (an OCI repository's tags with their digests, the
+  spec's own values, an HTTP service's JSON) and turns the answer into input
+  sets (`inputs.py`: filter, ids, defaults, limit, unique ids).
+- status: `exportedInputs` and `lastExportedRevision` change only when an
+  export succeeds. A registry or service that cannot be reached fails the
+  reconcile and keeps the last exported inputs: an outage must never look
+  like every tag being deleted, which would uninstall every app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import ssl
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from resourceset_controller import inputs, scheduling, timing
+from resourceset_controller.inputs import Input, InputError, NameFilter
+from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
+from sluice_api.resourceset import (
+    DEFAULT_FILTER_LIMIT,
+    NextSchedule,
+    ResourceSetInputProvider,
+    ResourceSetReason,
+)
+from sluice_runtime.git import client as gitclient
+from sluice_runtime.kube.secrets import SecretError, require, secret_data
+from sluice_runtime.oci import registry as oci
+from sluice_runtime.reconciling.errors import Stalling, StepError
+from sluice_runtime.reconciling.running import Reconciler
+from sluice_runtime.reconciling.steps import ReconcileContext, Result, done, step
+from sluice_runtime.redacting import redact_url
+
+Reason = ResourceSetReason
+OCI_TYPES = ("OCIArtifactTag", "OCIRepositoryTag")
+GIT_TYPES = ("GitBranch", "GitTag")
+BUILT_TYPES = (*OCI_TYPES, *GIT_TYPES, "Static", "ExternalService")
+MAX_SERVICE_BODY = 4 << 20
+"""The most an ExternalService may answer; a service is not trusted to stop."""
+HINTS = oci.Hints(
+    tls="a plain-HTTP registry needs spec.insecure: true, a private CA spec.certSecretRef",
+    credentials="spec.secretRef",
+)
+_REGISTRY_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rsip-registry")
+
+
+@dataclass
+class Services:
+    """What provider steps share across reconciles."""
+
+    session: aiohttp.ClientSession
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    registry_threads: ThreadPoolExecutor = field(default_factory=lambda: _REGISTRY_THREADS)
+
+
+@dataclass(kw_only=True)
+class ProviderContext(ReconcileContext):
+    services: Services
+    exported: list[Input] = field(default_factory=list)
+    wake_at: float | None = None
+    """Seconds until the next schedule tick, when the provider has a schedule."""
+
+    @property
+    def provider(self) -> ResourceSetInputProvider:
+        obj: ResourceSetInputProvider = self.obj
+        return obj
+
+    @property
+    def namespace(self) -> str:
+        return self.provider.metadata.namespace or "default"
+
+    @property
+    def timeout(self) -> float:
+        return timing.timeout(self.provider.metadata.annotations, default=120.0)
+
+
+# -- 1. spec -------------------------------------------------------------------
+
+
+def unsupported(provider: ResourceSetInputProvider) -> str | None:
+    """What of this provider's spec Sluice does not build, by its field; None when all is."""
+    spec = provider.spec
+    if spec.type not in BUILT_TYPES:
+        return f"spec.type '{spec.type}' is not supported by this version of Sluice"
+    if spec.service_account_name:
+        return (
+            "spec.serviceAccountName (cloud workload identity) is not supported by this "
+            "version of Sluice; use spec.secretRef"
+        )
+    if spec.skip is not None and spec.skip.labels:
+        return f"spec.skip.labels do not apply to type '{spec.type}'"
+    if spec.filter is not None and spec.filter.labels:
+        return f"spec.filter.labels do not apply to type '{spec.type}'"
+    if spec.type == "Static" and spec.url:
+        return "spec.url must be empty when spec.type is 'Static'"
+    if spec.type != "Static" and not spec.url:
+        return "spec.url must not be empty when spec.type is not 'Static'"
+    if spec.type in OCI_TYPES and not (spec.url or "").startswith("oci://"):
+        return "spec.url must start with 'oci://' when spec.type is an OCI provider"
+    if spec.type in GIT_TYPES and not (spec.url or "").startswith(
+        ("http://", "https://", "ssh://")
+    ):
+        return f"spec.url must start with 'http://', 'https://' or 'ssh://' for {spec.type}"
+    if spec.type in GIT_TYPES and spec.insecure:
+        return f"spec.insecure does not apply to {spec.type}"
+    if spec.type == "ExternalService":
+        url = spec.url or ""
+        if not url.startswith(("http://", "https://")):
+            return "spec.url must start with 'http://' or 'https://' for an ExternalService"
+        if url.startswith("http://") and not spec.insecure:
+            return "spec.url must use 'https://' unless spec.insecure is true"
+    return None
+
+
+@step()
+async def reconcile_spec(ctx: ProviderContext) -> Result | None:
+    if timing.disabled(ctx.provider.metadata.annotations):
+        ctx.ready_reason = Reason.RECONCILIATION_DISABLED
+        ctx.ready_message = "Reconciliation is disabled"
+        return done(requeue_after=timing.DISABLED_RECHECK)
+    problem = unsupported(ctx.provider)
+    if problem is not None:
+        raise Stalling(Reason.INVALID_SPEC, problem)
+    return _schedule(ctx)
+
+
+def _schedule(ctx: ProviderContext) -> Result | None:
+    """Outside every schedule window the source is not listed; a manual request
+    (`reconcile.fluxcd.io/requestedAt`, a Receiver) runs it anyway."""
+    schedules = ctx.provider.spec.schedule
+    status = ctx.provider.status
+    if not schedules:
+        status.next_schedule = None
+        return None
+    now = ctx.services.clock()
+    try:
+        decision = scheduling.decide(schedules, now)
+    except scheduling.InvalidSchedule as error:
+        raise Stalling(Reason.INVALID_SPEC, str(error)) from None
+    when = decision.next_tick.strftime("%Y-%m-%dT%H:%M:%SZ")
+    status.next_schedule = NextSchedule.model_validate(
+        {**decision.next_schedule.model_dump(by_alias=True), "time": when}
+    )
+    ctx.wake_at = max((decision.next_tick - now).total_seconds(), 1.0)
+    requested = (ctx.provider.metadata.annotations or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION)
+    handled = (ctx.raw.get("status") or {}).get("lastHandledReconcileAt")
+    if decision.run or (requested and requested != handled):
+        return None
+    ctx.ready_reason = Reason.RECONCILIATION_SUCCEEDED
+    ctx.ready_message = f"Waiting for the next schedule at {when}"
+    return done(requeue_after=ctx.wake_at)
+
+
+# -- 2. export -------------------------------------------------------------------
+
+
+@step()
+async def reconcile_export(ctx: ProviderContext) -> Result | None:
+    spec = ctx.provider.spec
+    try:
+        if spec.type in OCI_TYPES:
+            found = await _oci_tags(ctx)
+        elif spec.type == "ExternalService":
+            found = await _external_service(ctx)
+        elif spec.type in GIT_TYPES:
+            found = await _git_refs(ctx)
+        else:
+            found = [{"id": inputs.input_id(ctx.provider.metadata.uid or ctx.provider.key)}]
+        exported = inputs.with_defaults(found, spec.default_values)
+        inputs.check(exported)
+    except InputError as error:
+        raise Stalling(Reason.INVALID_EXPORTED_INPUTS, str(error)) from None
+    ctx.exported = exported
+    return None
+
+
+async def _oci_tags(ctx: ProviderContext) -> list[Input]:
+    """One set per kept tag: `{id, tag, digest}`, digest of the tag's manifest now."""
+    spec = ctx.provider.spec
+    select = NameFilter.for_tags(spec.filter)
+    try:
+        url = oci.OCIURL.parse(spec.url or "")
+    except ValueError as error:
+        raise Stalling(Reason.INVALID_SPEC, str(error)) from None
+    registry = await _registry(ctx, url)
+    loop = asyncio.get_running_loop()
+
+    async def call(fn: Callable[[], Any]) -> Any:
+        future = loop.run_in_executor(ctx.services.registry_threads, fn)
+        try:
+            return await asyncio.wait_for(future, ctx.timeout)
+        except TimeoutError:
+            raise oci.RegistryError(
+                f"registry operation timed out after {ctx.timeout:g}s"
+            ) from None
+
+    try:
+        tags = select.select(await call(registry.list_tags))
+        manifests = await asyncio.gather(
+            *(call(functools.partial(registry.manifest, tag)) for tag in tags)
+        )
+    except oci.RegistryError as error:
+        # Retried at the interval; the last exported inputs stay as they are.
+        raise StepError(Reason.RECONCILIATION_FAILED, str(error)) from None
+    return [
+        {"id": inputs.input_id(tag), "tag": tag, "digest": manifest.digest}
+        for tag, manifest in zip(tags, manifests, strict=True)
+    ]
+
+
+async def _git_refs(ctx: ProviderContext) -> list[Input]:
+    """`GitBranch`: `{id, branch, sha}` per kept branch; `GitTag`: `{id, tag, sha}` per
+    kept tag (annotated tags peeled to their commit), from one ls-remote."""
+    spec = ctx.provider.spec
+    url = spec.url or ""
+    branches = spec.type == "GitBranch"
+    select = NameFilter.for_branches(spec.filter) if branches else NameFilter.for_tags(spec.filter)
+    auth = gitclient.GitAuth()
+    if spec.secret_ref is not None:
+        name = spec.secret_ref.name
+        try:
+            data = await secret_data(ctx.client, ctx.namespace, name)
+            auth = gitclient.auth_from_secret(data, secret=f"{ctx.namespace}/{name}")
+        except SecretError as error:
+            raise StepError(Reason.RECONCILIATION_FAILED, str(error)) from None
+    try:
+        refs = await gitclient.ls_remote(url, auth, timeout=ctx.timeout)
+    except gitclient.GitError as error:
+        # Retried at the interval; the last exported inputs stay as they are.
+        raise StepError(
+            Reason.RECONCILIATION_FAILED, f"listing {redact_url(url)} failed: {error}"
+        ) from None
+    prefix = "refs/heads/" if branches else "refs/tags/"
+    named = {ref.removeprefix(prefix): sha for ref, sha in refs.items() if ref.startswith(prefix)}
+    key = "branch" if branches else "tag"
+    return [
+        {"id": inputs.input_id(name), key: name, "sha": named[name]}
+        for name in select.select(named)
+    ]
+
+
+async def _registry(ctx: ProviderContext, url: oci.OCIURL) -> oci.Registry:
+    spec = ctx.provider.spec
+    username = password = None
+    ca_file: str | None = None
+    try:
+        if spec.secret_ref is not None:
+            name = f"{ctx.namespace}/{spec.secret_ref.name}"
+            data = await secret_data(ctx.client, ctx.namespace, spec.secret_ref.name)
+            require(data, ".dockerconfigjson", secret=name)
+            try:
+                username, password = oci.credentials_for(data[".dockerconfigjson"], url.host)
+            except ValueError as error:
+                raise SecretError(f"secret '{name}': {error}") from None
+        ca_file = await _ca_file(ctx)
+    except SecretError as error:
+        raise StepError(Reason.RECONCILIATION_FAILED, str(error)) from None
+    return oci.Registry(
+        url,
+        insecure=spec.insecure,
+        ca_file=ca_file,
+        username=username,
+        password=password,
+        timeout=ctx.timeout,
+        hints=HINTS,
+    )
+
+
+async def _ca_file(ctx: ProviderContext) -> str | None:
+    spec = ctx.provider.spec
+    if spec.cert_secret_ref is None:
+        return None
+    name = spec.cert_secret_ref.name
+    data = await secret_data(ctx.client, ctx.namespace, name)
+    require(data, "ca.crt", secret=f"{ctx.namespace}/{name}")
+    handle = tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False)  # noqa: SIM115
+    ctx.cleanup.callback(Path(handle.name).unlink, missing_ok=True)
+    with handle:
+        handle.write(data["ca.crt"])
+    return handle.name
+
+
+async def _external_service(ctx: ProviderContext) -> list[Input]:
+    """`GET url` answering `{"inputs": [...]}`; more than `filter.limit` sets is refused."""
+    spec = ctx.provider.spec
+    url = spec.url or ""
+    headers = {"Accept": "application/json"}
+    try:
+        if spec.secret_ref is not None:
+            data = await secret_data(ctx.client, ctx.namespace, spec.secret_ref.name)
+            if data.get("token"):
+                headers["Authorization"] = f"Bearer {data['token']}"
+            elif data.get("username"):
+                auth = aiohttp.BasicAuth(data["username"], data.get("password", ""))
+                headers["Authorization"] = auth.encode()
+        ca_file = await _ca_file(ctx)
+    except SecretError as error:
+        raise StepError(Reason.RECONCILIATION_FAILED, str(error)) from None
+    tls: ssl.SSLContext | bool = True
+    if ca_file is not None:
+        tls = ssl.create_default_context(cafile=ca_file)
+    try:
+        async with ctx.services.session.get(
+            url,
+            headers=headers,
+            ssl=tls,
+            timeout=aiohttp.ClientTimeout(total=ctx.timeout),
+            allow_redirects=False,
+        ) as response:
+            if response.status != 200:
+                raise StepError(
+                    Reason.RECONCILIATION_FAILED,
+                    f"external service answered HTTP {response.status}",
+                )
+            body = await response.content.read(MAX_SERVICE_BODY + 1)
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise StepError(
+            Reason.RECONCILIATION_FAILED,
+            f"cannot reach the external service: {type(error).__name__}",
+        ) from None
+    if len(body) > MAX_SERVICE_BODY:
+        raise InputError(f"the external service's answer exceeds {MAX_SERVICE_BODY} bytes")
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        raise InputError("the external service's answer is not JSON") from None
+    found = answer.get("inputs") if isinstance(answer, dict) else None
+    if not isinstance(found, list) or not all(isinstance(i, dict) for i in found):
+        raise InputError("the external service's answer has no list of objects under 'inputs'")
+    limit = spec.filter.limit if spec.filter is not None else DEFAULT_FILTER_LIMIT
+    inputs.check(found, limit=limit)
+    return [dict(i, id=str(i["id"])) for i in found]
+
+
+# -- 3. status ---------------------------------------------------------------------
+
+
+@step()
+async def reconcile_status(ctx: ProviderContext) -> Result | None:
+    status = ctx.provider.status
+    revision = inputs.revision(ctx.exported)
+    if status.last_exported_revision != revision:
+        ctx.log.info("exported inputs changed", revision=revision, count=len(ctx.exported))
+    status.exported_inputs = ctx.exported
+    status.last_exported_revision = revision
+    ctx.ready_reason = Reason.RECONCILIATION_SUCCEEDED
+    ctx.ready_message = f"Reconciliation finished with {len(ctx.exported)} input sets"
+    interval = timing.interval(ctx.provider.metadata.annotations, default=600.0)
+    if ctx.wake_at is not None:
+        interval = min(interval, ctx.wake_at)
+    return done(requeue_after=interval)
+
+
+STEPS = (reconcile_spec, reconcile_export, reconcile_status)
+
+
+def reconciler(services: Services) -> Reconciler[ProviderContext]:
+    def make(**base: Any) -> ProviderContext:
+        return ProviderContext(services=services, **base)
+
+    return Reconciler(
+        model=ResourceSetInputProvider,
+        steps=STEPS,
+        context=make,
+        uses_finalizer=False,
+        success_reason=Reason.RECONCILIATION_SUCCEEDED,
+        default_interval=600.0,
+    )

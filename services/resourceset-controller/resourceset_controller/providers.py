@@ -69,24 +69,15 @@ class Services:
 
 
 @dataclass(kw_only=True)
-class ProviderContext(ReconcileContext):
+class ProviderContext(ReconcileContext[ResourceSetInputProvider]):
     services: Services
     exported: list[Input] = field(default_factory=list)
     wake_at: float | None = None
     """Seconds until the next schedule tick, when the provider has a schedule."""
 
     @property
-    def provider(self) -> ResourceSetInputProvider:
-        obj: ResourceSetInputProvider = self.obj
-        return obj
-
-    @property
-    def namespace(self) -> str:
-        return self.provider.metadata.namespace or "default"
-
-    @property
     def timeout(self) -> float:
-        return timing.timeout(self.provider.metadata.annotations, default=120.0)
+        return timing.timeout(self.obj.metadata.annotations, default=120.0)
 
 
 # -- 1. spec -------------------------------------------------------------------
@@ -129,11 +120,11 @@ def unsupported(provider: ResourceSetInputProvider) -> str | None:
 
 @step()
 async def reconcile_spec(ctx: ProviderContext) -> Result | None:
-    if timing.disabled(ctx.provider.metadata.annotations):
+    if timing.disabled(ctx.obj.metadata.annotations):
         ctx.ready_reason = Reason.RECONCILIATION_DISABLED
         ctx.ready_message = "Reconciliation is disabled"
         return done(requeue_after=timing.DISABLED_RECHECK)
-    problem = unsupported(ctx.provider)
+    problem = unsupported(ctx.obj)
     if problem is not None:
         raise Stalling(Reason.INVALID_SPEC, problem)
     return _schedule(ctx)
@@ -142,8 +133,8 @@ async def reconcile_spec(ctx: ProviderContext) -> Result | None:
 def _schedule(ctx: ProviderContext) -> Result | None:
     """Outside every schedule window the source is not listed; a manual request
     (`reconcile.fluxcd.io/requestedAt`, a Receiver) runs it anyway."""
-    schedules = ctx.provider.spec.schedule
-    status = ctx.provider.status
+    schedules = ctx.obj.spec.schedule
+    status = ctx.obj.status
     if not schedules:
         status.next_schedule = None
         return None
@@ -157,7 +148,7 @@ def _schedule(ctx: ProviderContext) -> Result | None:
         {**decision.next_schedule.model_dump(by_alias=True), "time": when}
     )
     ctx.wake_at = max((decision.next_tick - now).total_seconds(), 1.0)
-    requested = (ctx.provider.metadata.annotations or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION)
+    requested = (ctx.obj.metadata.annotations or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION)
     handled = (ctx.raw.get("status") or {}).get("lastHandledReconcileAt")
     if decision.run or (requested and requested != handled):
         return None
@@ -171,7 +162,7 @@ def _schedule(ctx: ProviderContext) -> Result | None:
 
 @step()
 async def reconcile_export(ctx: ProviderContext) -> Result | None:
-    spec = ctx.provider.spec
+    spec = ctx.obj.spec
     try:
         if spec.type in OCI_TYPES:
             found = await _oci_tags(ctx)
@@ -180,7 +171,7 @@ async def reconcile_export(ctx: ProviderContext) -> Result | None:
         elif spec.type in GIT_TYPES:
             found = await _git_refs(ctx)
         else:
-            found = [{"id": inputs.input_id(ctx.provider.metadata.uid or ctx.provider.key)}]
+            found = [{"id": inputs.input_id(ctx.obj.metadata.uid or ctx.obj.key)}]
         exported = inputs.with_defaults(found, spec.default_values)
         inputs.check(exported)
     except InputError as error:
@@ -191,7 +182,7 @@ async def reconcile_export(ctx: ProviderContext) -> Result | None:
 
 async def _oci_tags(ctx: ProviderContext) -> list[Input]:
     """One set per kept tag: `{id, tag, digest}`, digest of the tag's manifest now."""
-    spec = ctx.provider.spec
+    spec = ctx.obj.spec
     select = NameFilter.for_tags(spec.filter)
     try:
         url = oci.OCIURL.parse(spec.url or "")
@@ -226,7 +217,7 @@ async def _oci_tags(ctx: ProviderContext) -> list[Input]:
 async def _git_refs(ctx: ProviderContext) -> list[Input]:
     """`GitBranch`: `{id, branch, sha}` per kept branch; `GitTag`: `{id, tag, sha}` per
     kept tag (annotated tags peeled to their commit), from one ls-remote."""
-    spec = ctx.provider.spec
+    spec = ctx.obj.spec
     url = spec.url or ""
     branches = spec.type == "GitBranch"
     select = NameFilter.for_branches(spec.filter) if branches else NameFilter.for_tags(spec.filter)
@@ -234,8 +225,8 @@ async def _git_refs(ctx: ProviderContext) -> list[Input]:
     if spec.secret_ref is not None:
         name = spec.secret_ref.name
         try:
-            data = await secret_data(ctx.client, ctx.namespace, name)
-            auth = gitclient.auth_from_secret(data, secret=f"{ctx.namespace}/{name}")
+            data = await secret_data(ctx.client, ctx.obj.namespace, name)
+            auth = gitclient.auth_from_secret(data, secret=f"{ctx.obj.namespace}/{name}")
         except SecretError as error:
             raise StepError(Reason.RECONCILIATION_FAILED, str(error)) from None
     try:
@@ -255,13 +246,13 @@ async def _git_refs(ctx: ProviderContext) -> list[Input]:
 
 
 async def _registry(ctx: ProviderContext, url: oci.OCIURL) -> oci.Registry:
-    spec = ctx.provider.spec
+    spec = ctx.obj.spec
     username = password = None
     ca_file: str | None = None
     try:
         if spec.secret_ref is not None:
-            name = f"{ctx.namespace}/{spec.secret_ref.name}"
-            data = await secret_data(ctx.client, ctx.namespace, spec.secret_ref.name)
+            name = f"{ctx.obj.namespace}/{spec.secret_ref.name}"
+            data = await secret_data(ctx.client, ctx.obj.namespace, spec.secret_ref.name)
             require(data, ".dockerconfigjson", secret=name)
             try:
                 username, password = oci.credentials_for(data[".dockerconfigjson"], url.host)
@@ -282,12 +273,12 @@ async def _registry(ctx: ProviderContext, url: oci.OCIURL) -> oci.Registry:
 
 
 async def _ca_file(ctx: ProviderContext) -> str | None:
-    spec = ctx.provider.spec
+    spec = ctx.obj.spec
     if spec.cert_secret_ref is None:
         return None
     name = spec.cert_secret_ref.name
-    data = await secret_data(ctx.client, ctx.namespace, name)
-    require(data, "ca.crt", secret=f"{ctx.namespace}/{name}")
+    data = await secret_data(ctx.client, ctx.obj.namespace, name)
+    require(data, "ca.crt", secret=f"{ctx.obj.namespace}/{name}")
     handle = tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False)  # noqa: SIM115
     ctx.cleanup.callback(Path(handle.name).unlink, missing_ok=True)
     with handle:
@@ -297,12 +288,12 @@ async def _ca_file(ctx: ProviderContext) -> str | None:
 
 async def _external_service(ctx: ProviderContext) -> list[Input]:
     """`GET url` answering `{"inputs": [...]}`; more than `filter.limit` sets is refused."""
-    spec = ctx.provider.spec
+    spec = ctx.obj.spec
     url = spec.url or ""
     headers = {"Accept": "application/json"}
     try:
         if spec.secret_ref is not None:
-            data = await secret_data(ctx.client, ctx.namespace, spec.secret_ref.name)
+            data = await secret_data(ctx.client, ctx.obj.namespace, spec.secret_ref.name)
             if data.get("token"):
                 headers["Authorization"] = f"Bearer {data['token']}"
             elif data.get("username"):
@@ -352,7 +343,7 @@ async def _external_service(ctx: ProviderContext) -> list[Input]:
 
 @step()
 async def reconcile_status(ctx: ProviderContext) -> Result | None:
-    status = ctx.provider.status
+    status = ctx.obj.status
     revision = inputs.revision(ctx.exported)
     if status.last_exported_revision != revision:
         ctx.log.info("exported inputs changed", revision=revision, count=len(ctx.exported))
@@ -360,7 +351,7 @@ async def reconcile_status(ctx: ProviderContext) -> Result | None:
     status.last_exported_revision = revision
     ctx.ready_reason = Reason.RECONCILIATION_SUCCEEDED
     ctx.ready_message = f"Reconciliation finished with {len(ctx.exported)} input sets"
-    interval = timing.interval(ctx.provider.metadata.annotations, default=600.0)
+    interval = timing.interval(ctx.obj.metadata.annotations, default=600.0)
     if ctx.wake_at is not None:
         interval = min(interval, ctx.wake_at)
     return done(requeue_after=interval)
@@ -370,13 +361,11 @@ STEPS = (reconcile_spec, reconcile_export, reconcile_status)
 
 
 def reconciler(services: Services) -> Reconciler[ProviderContext]:
-    def make(**base: Any) -> ProviderContext:
-        return ProviderContext(services=services, **base)
-
+    context = functools.partial(ProviderContext, services=services)
     return Reconciler(
         model=ResourceSetInputProvider,
         steps=STEPS,
-        context=make,
+        context=context,
         uses_finalizer=False,
         success_reason=Reason.RECONCILIATION_SUCCEEDED,
         default_interval=600.0,

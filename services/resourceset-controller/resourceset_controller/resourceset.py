@@ -23,6 +23,7 @@ health → status.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -92,7 +93,7 @@ class Services:
 
 
 @dataclass(kw_only=True)
-class ResourceSetContext(ReconcileContext):
+class ResourceSetContext(ReconcileContext[ResourceSet]):
     services: Services
     ready_exprs: dict[int, Any] = field(default_factory=dict)
     input_sets: list[Input] = field(default_factory=list)
@@ -104,24 +105,15 @@ class ResourceSetContext(ReconcileContext):
     started: float = field(default_factory=time.monotonic)
 
     @property
-    def rset(self) -> ResourceSet:
-        obj: ResourceSet = self.obj
-        return obj
-
-    @property
-    def namespace(self) -> str:
-        return self.rset.metadata.namespace or "default"
-
-    @property
     def timeout(self) -> float:
-        return timing.timeout(self.rset.metadata.annotations, default=DEFAULT_TIMEOUT)
+        return timing.timeout(self.obj.metadata.annotations, default=DEFAULT_TIMEOUT)
 
     def failed(self, reason: str, message: str, *, transient: bool = False) -> StepError:
         return StepError(reason, message, requeue_after=None if transient else 30.0)
 
 
 def owner_labels(rset: ResourceSet) -> dict[str, str]:
-    return {NAME_LABEL: rset.metadata.name, NAMESPACE_LABEL: rset.metadata.namespace or "default"}
+    return {NAME_LABEL: rset.metadata.name, NAMESPACE_LABEL: rset.namespace}
 
 
 # -- 1. spec ------------------------------------------------------------------------
@@ -129,12 +121,12 @@ def owner_labels(rset: ResourceSet) -> dict[str, str]:
 
 @step()
 async def reconcile_spec(ctx: ResourceSetContext) -> Result | None:
-    if timing.disabled(ctx.rset.metadata.annotations):
+    if timing.disabled(ctx.obj.metadata.annotations):
         ctx.ready_reason = Reason.RECONCILIATION_DISABLED
         ctx.ready_message = "Reconciliation is disabled"
         return done(requeue_after=timing.DISABLED_RECHECK)
     env = celpy.Environment()
-    for index, dep in enumerate(ctx.rset.spec.depends_on or []):
+    for index, dep in enumerate(ctx.obj.spec.depends_on or []):
         if dep.ready_expr:
             try:
                 ctx.ready_exprs[index] = env.program(env.compile(dep.ready_expr))
@@ -144,7 +136,7 @@ async def reconcile_spec(ctx: ResourceSetContext) -> Result | None:
                     Reason.INVALID_SPEC,
                     f"spec.dependsOn[{index}].readyExpr {dep.ready_expr!r} is invalid: {first}",
                 ) from None
-    spec = ctx.rset.spec
+    spec = ctx.obj.spec
     if spec.steps and (spec.resources or spec.resources_template):
         raise Stalling(
             Reason.INVALID_SPEC,
@@ -153,7 +145,7 @@ async def reconcile_spec(ctx: ResourceSetContext) -> Result | None:
     names = [s.name for s in spec.steps or []]
     if len(set(names)) != len(names):
         raise Stalling(Reason.INVALID_SPEC, "spec.steps names must be unique")
-    for index, ref in enumerate(ctx.rset.spec.inputs_from or []):
+    for index, ref in enumerate(ctx.obj.spec.inputs_from or []):
         if (ref.name is None) == (ref.selector is None):
             raise Stalling(
                 Reason.INVALID_SPEC,
@@ -167,9 +159,9 @@ async def reconcile_spec(ctx: ResourceSetContext) -> Result | None:
 
 @step()
 async def reconcile_dependencies(ctx: ResourceSetContext) -> Result | None:
-    for index, dep in enumerate(ctx.rset.spec.depends_on or []):
-        namespace = dep.namespace or ctx.namespace
-        if ctx.services.no_cross_namespace_refs and namespace != ctx.namespace:
+    for index, dep in enumerate(ctx.obj.spec.depends_on or []):
+        namespace = dep.namespace or ctx.obj.namespace
+        if ctx.services.no_cross_namespace_refs and namespace != ctx.obj.namespace:
             raise Stalling(
                 Reason.INVALID_SPEC,
                 f"spec.dependsOn[{index}]: cannot depend on {dep.kind}/{namespace}/{dep.name}: "
@@ -177,7 +169,7 @@ async def reconcile_dependencies(ctx: ResourceSetContext) -> Result | None:
             )
         where = f"{dep.kind}/{namespace}/{dep.name}" if namespace else f"{dep.kind}/{dep.name}"
         # Read as the tenant: a ResourceSet may wait only on what its account may see.
-        client, mapper = ctx.services.target(ctx.namespace, ctx.rset.spec.service_account_name)
+        client, mapper = ctx.services.target(ctx.obj.namespace, ctx.obj.spec.service_account_name)
         try:
             rt = await mapper.resource_for(dep.api_version, dep.kind)
             obj = await client.get(rt, dep.name, namespace if rt.namespaced else None)
@@ -223,7 +215,7 @@ def _not_ready(ctx: ResourceSetContext, message: str) -> Waiting:
 
 def providers_of(rset: ResourceSet, store: Store) -> list[tuple[str, dict[str, Any]]]:
     """The providers `inputsFrom` names, in order, each once: (name, object)."""
-    namespace = rset.metadata.namespace or "default"
+    namespace = rset.namespace
     found: dict[str, dict[str, Any]] = {}
     missing: list[str] = []
     for ref in rset.spec.inputs_from or []:
@@ -268,11 +260,11 @@ def _selects(selector: Any, labels: dict[str, str]) -> bool:
 
 @step()
 async def reconcile_inputs(ctx: ResourceSetContext) -> Result | None:
-    spec = ctx.rset.spec
+    spec = ctx.obj.spec
     sources: list[tuple[str, list[Input]]] = []
     if spec.inputs:
-        sources.append((ctx.rset.metadata.name, [dict(i) for i in spec.inputs]))
-    for name, obj in providers_of(ctx.rset, ctx.services.providers):
+        sources.append((ctx.obj.metadata.name, [dict(i) for i in spec.inputs]))
+    for name, obj in providers_of(ctx.obj, ctx.services.providers):
         provider = ResourceSetInputProvider.from_obj(obj)
         if provider.status.last_exported_revision is None:
             raise Waiting(
@@ -297,7 +289,7 @@ async def reconcile_inputs(ctx: ResourceSetContext) -> Result | None:
 
 @step()
 async def reconcile_build(ctx: ResourceSetContext) -> Result | None:
-    spec = ctx.rset.spec
+    spec = ctx.obj.spec
     stages = (
         [(s.name, s.resources or [], s.resources_template) for s in spec.steps]
         if spec.steps
@@ -333,7 +325,7 @@ async def reconcile_build(ctx: ResourceSetContext) -> Result | None:
             )
         meta = obj.setdefault("metadata", {})
         if not meta.get("namespace") and await _namespaced(ctx, obj):
-            meta["namespace"] = ctx.namespace
+            meta["namespace"] = ctx.obj.namespace
         if common is not None:
             if common.labels:
                 meta["labels"] = {**(meta.get("labels") or {}), **common.labels}
@@ -372,7 +364,7 @@ async def _copy_from(ctx: ResourceSetContext, obj: dict[str, Any]) -> None:
         raise Stalling(
             Reason.BUILD_FAILED, f"{where}: {COPY_FROM_ANNOTATION} must be <namespace>/<name>"
         )
-    client, _ = ctx.services.target(ctx.namespace, ctx.rset.spec.service_account_name)
+    client, _ = ctx.services.target(ctx.obj.namespace, ctx.obj.spec.service_account_name)
     try:
         found = await client.get(CONFIG_MAP if kind == "ConfigMap" else SECRET, name, namespace)
     except NotFound:
@@ -398,8 +390,8 @@ async def _copy_from(ctx: ResourceSetContext, obj: dict[str, Any]) -> None:
 
 @step()
 async def reconcile_apply(ctx: ResourceSetContext) -> Result | None:
-    client, mapper = ctx.services.target(ctx.namespace, ctx.rset.spec.service_account_name)
-    ctx.manager = applying.manager(client, mapper, owner_labels=owner_labels(ctx.rset))
+    client, mapper = ctx.services.target(ctx.obj.namespace, ctx.obj.spec.service_account_name)
+    ctx.manager = applying.manager(client, mapper, owner_labels=owner_labels(ctx.obj))
     try:
         for index, (name, objects) in enumerate(ctx.stages):
             applied = await ctx.manager.apply_all_staged(objects, wait_timeout=ctx.timeout)
@@ -437,12 +429,12 @@ async def reconcile_apply(ctx: ResourceSetContext) -> Result | None:
 
 
 def _entries(ctx: ResourceSetContext) -> dict[str, str]:
-    inventory = ctx.rset.status.inventory
+    inventory = ctx.obj.status.inventory
     return {e.id: e.version for e in inventory.entries} if inventory is not None else {}
 
 
 def _set_inventory(ctx: ResourceSetContext, entries: dict[str, str]) -> None:
-    ctx.rset.status.inventory = ResourceInventory.of(
+    ctx.obj.status.inventory = ResourceInventory.of(
         (ObjectId.from_inventory_id(i), v) for i, v in entries.items()
     )
 
@@ -491,7 +483,7 @@ async def reconcile_prune(ctx: ResourceSetContext) -> Result | None:
 
 @step()
 async def reconcile_health(ctx: ResourceSetContext) -> Result | None:
-    if not ctx.rset.spec.wait or ctx.manager is None:
+    if not ctx.obj.spec.wait or ctx.manager is None:
         return None
     await ctx.progress(f"Waiting for {len(ctx.changeset.entries)} objects to be healthy")
     report = await applying.wait(ctx.manager, ctx.changeset, timeout=ctx.timeout)
@@ -514,7 +506,7 @@ def digest_of(objects: list[dict[str, Any]]) -> str:
 
 @step()
 async def reconcile_status(ctx: ResourceSetContext) -> Result | None:
-    status = ctx.rset.status
+    status = ctx.obj.status
     revision = digest_of(ctx.objects)
     status.last_applied_revision = revision
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -543,7 +535,7 @@ async def reconcile_status(ctx: ResourceSetContext) -> Result | None:
     ctx.ready_reason = Reason.RECONCILIATION_SUCCEEDED
     ctx.ready_message = f"Reconciliation finished in {took}"
     return done(
-        requeue_after=timing.interval(ctx.rset.metadata.annotations, default=DEFAULT_INTERVAL)
+        requeue_after=timing.interval(ctx.obj.metadata.annotations, default=DEFAULT_INTERVAL)
     )
 
 
@@ -565,10 +557,10 @@ STEPS = (
 async def finalize(ctx: ResourceSetContext) -> None:
     """Garbage-collect everything the ResourceSet applied, Flux kinds first."""
     entries = _entries(ctx)
-    if not entries or timing.disabled(ctx.rset.metadata.annotations):
+    if not entries or timing.disabled(ctx.obj.metadata.annotations):
         return
-    client, mapper = ctx.services.target(ctx.namespace, ctx.rset.spec.service_account_name)
-    rm = applying.manager(client, mapper, owner_labels=owner_labels(ctx.rset))
+    client, mapper = ctx.services.target(ctx.obj.namespace, ctx.obj.spec.service_account_name)
+    rm = applying.manager(client, mapper, owner_labels=owner_labels(ctx.obj))
     try:
         await applying.garbage_collect(
             rm, [ObjectId.from_inventory_id(i) for i in entries], timeout=ctx.timeout
@@ -613,13 +605,11 @@ def provider_watchers(rsets: Store) -> Callable[[Change], list[str]]:
 
 
 def reconciler(services: Services) -> Reconciler[ResourceSetContext]:
-    def make(**base: Any) -> ResourceSetContext:
-        return ResourceSetContext(services=services, **base)
-
+    context = functools.partial(ResourceSetContext, services=services)
     return Reconciler(
         model=ResourceSet,
         steps=STEPS,
-        context=make,
+        context=context,
         finalize=finalize,
         success_reason=Reason.RECONCILIATION_SUCCEEDED,
         default_interval=DEFAULT_INTERVAL,

@@ -33,7 +33,7 @@ from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.git import client as gitclient
 from sluice_runtime.informing.watching import Change, Index, Store
-from sluice_runtime.kube.secrets import SecretError, require, secret_data
+from sluice_runtime.kube.secrets import SecretError, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step

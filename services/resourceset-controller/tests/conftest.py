@@ -114,6 +114,7 @@ async def fleet(
 
     kubeconfig = str(cluster.kubeconfig)
     port = free_port()
+    wiring = notification_main.Wiring()
     async with (
         running_service(
             notification_main,
@@ -124,7 +125,8 @@ async def fleet(
                 "--events-addr", "127.0.0.1:0",
                 "--events-token-file", events_token_file(),
             ],
-        ) as notification,
+            setup=wiring.setup,
+        ),
         running_service(
             source_main,
             kubeconfig=kubeconfig,
@@ -142,7 +144,7 @@ async def fleet(
         ) as rsets,
         aiohttp.ClientSession() as session,
     ):  # fmt: skip
-        receiver = f"http://127.0.0.1:{notification.components['receiver_address'][1]}"
+        receiver = f"http://127.0.0.1:{wiring.receiver_port}"
         yield Fleet(kube, namespace, Observer(kube, namespace), receiver, session, rsets)
 
 

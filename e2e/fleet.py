@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -296,14 +296,22 @@ async def create_apps(
     interval: str = "60m",
     retry_interval: str = "2m",
     timeout: str = "1m",
+    first: int = 0,
+    source_spec: Callable[[int], Mapping[str, Any]] | None = None,
 ) -> None:
-    """Each app's source and Kustomization, in Flux's benchmark shape."""
-    for i in range(count):
+    """Each app's source and Kustomization, in Flux's benchmark shape.
+
+    Apps are numbered from `first`, so two origins can share a namespace;
+    `source_spec(i)`, when given, replaces the origin's spec for app `i`
+    (e.g. a URL of its own, to tell its requests apart at a proxy).
+    """
+    for i in range(first, first + count):
+        spec = source_spec(i) if source_spec is not None else origin.spec
         await client.create(
             origin.rt,
             {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": origin.kind,
              "metadata": {"name": f"podinfo-{i}", "namespace": ns},
-             "spec": {"interval": interval, **origin.spec}},
+             "spec": {"interval": interval, **spec}},
         )  # fmt: skip
         await client.create(
             KUSTOMIZATION,

@@ -312,12 +312,20 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
             hasher = hashlib.sha256()
             size = 0
             with open(dest, "wb") as out:
-                for chunk in response.iter_content(chunk_size=1 << 16):
-                    size += len(chunk)
-                    if size > max_size:
-                        raise RegistryError(f"layer {digest} is larger than {max_size} bytes")
-                    hasher.update(chunk)
-                    out.write(chunk)
+                try:
+                    for chunk in response.iter_content(chunk_size=1 << 16):
+                        size += len(chunk)
+                        if size > max_size:
+                            raise RegistryError(f"layer {digest} is larger than {max_size} bytes")
+                        hasher.update(chunk)
+                        out.write(chunk)
+                except requests.exceptions.RequestException as error:
+                    # The body is streamed after do_request returned, so a
+                    # transfer cut or stalled midway raises here, not there.
+                    raise RegistryError(
+                        f"blob {digest} from {self.url.host}: the download broke off after "
+                        f"{size} bytes ({describe_transport(error)})"
+                    ) from None
         actual = "sha256:" + hasher.hexdigest()
         if actual != digest:
             raise RegistryError(f"layer digest mismatch: expected {digest}, got {actual}")

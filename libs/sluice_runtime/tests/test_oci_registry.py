@@ -78,16 +78,18 @@ def proxied_blob(oci_registry: OciRegistry) -> Iterator[tuple[FaultyProxy, str]]
 
 
 @pytest.mark.parametrize(
-    ("fault", "message"),
+    ("fault", "only", "message"),
     [
-        pytest.param(Fault.TRUNCATE, "the download broke off after", id="truncated-body"),
-        pytest.param(Fault.RESET, "connection reset by the server", id="reset"),
-        pytest.param(Fault.ERROR, "the server failed", id="server-error"),
-        pytest.param(Fault.HANG, "timed out", id="hang"),
+        pytest.param(Fault.TRUNCATE, "/blobs/", "the download broke off after", id="truncated-blob"),
+        pytest.param(Fault.TRUNCATE, "/manifests/", "the download broke off after", id="truncated-manifest"),
+        pytest.param(Fault.TRUNCATE, "/tags/list", "the download broke off after", id="truncated-tags"),
+        pytest.param(Fault.RESET, "/blobs/", "connection reset by the server", id="reset"),
+        pytest.param(Fault.ERROR, "/blobs/", "the server failed", id="server-error"),
+        pytest.param(Fault.HANG, "/blobs/", "timed out", id="hang"),
     ],
-)
-def test_a_failing_blob_download_is_a_registry_error_naming_the_host(
-    proxied_blob: tuple[FaultyProxy, str], fault: Fault, message: str, tmp_path: Path
+)  # fmt: skip
+def test_a_failing_registry_read_is_a_registry_error_naming_the_host(
+    proxied_blob: tuple[FaultyProxy, str], fault: Fault, only: str, message: str, tmp_path: Path
 ) -> None:
     proxy, target = proxied_blob
     url, layer = target.split("|")
@@ -95,13 +97,19 @@ def test_a_failing_blob_download_is_a_registry_error_naming_the_host(
         OCIURL.parse(url), insecure=True, ca_file=None, username=None, password=None,
         timeout=1.0, hints=Hints(tls="spec.insecure", credentials="spec.secretRef"),
     )  # fmt: skip
-    # Only the blob fails: the registry answered everything before it.
-    proxy.set(fault, only="/blobs/")
+
+    def read() -> None:
+        registry.list_tags()
+        registry.manifest("v1")
+        registry.download(layer, tmp_path / "layer", max_size=1 << 20)
+
+    # Only one kind of request fails: the registry answers the others.
+    proxy.set(fault, only=only)
     try:
         with pytest.raises(RegistryError) as raised:
-            registry.download(layer, tmp_path / "layer", max_size=1 << 20)
+            read()
     finally:
         proxy.set(Fault.NONE)
     assert proxy.host in str(raised.value) and message in str(raised.value), str(raised.value)
-    registry.download(layer, tmp_path / "layer", max_size=1 << 20)
+    read()
     assert "sha256:" + hashlib.sha256((tmp_path / "layer").read_bytes()).hexdigest() == layer

@@ -113,7 +113,14 @@ class ChartRepository:
         return self.charts / f"{name}-{version}.tgz"
 
     def reindex(self) -> None:
-        helm("repo", "index", str(self.charts), "--url", self.chart_urls or self.url + "/charts", cwd=self.root)
+        helm(
+            "repo",
+            "index",
+            str(self.charts),
+            "--url",
+            self.chart_urls or self.url + "/charts",
+            cwd=self.root,
+        )
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests[request.path] += 1

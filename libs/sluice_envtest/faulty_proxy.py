@@ -222,9 +222,7 @@ class FaultyProxy(Startable):
         source, upstream_path = self.route(request.path)
         fault = self._fault_for(upstream_path)
         with self._lock:
-            self._seen.append(
-                Seen(time.monotonic(), source, request.method, upstream_path, fault)
-            )
+            self._seen.append(Seen(time.monotonic(), source, request.method, upstream_path, fault))
         if fault is Fault.ERROR:
             return web.Response(status=500, text="injected fault: internal server error\n")
         if fault is Fault.RESET:

@@ -111,6 +111,7 @@ class Controller:
         self.log = log
         self.argv = argv
         self.restarts = 0
+        self.storage_port = 0  # the artifact server's, for a source-controller
         self.handle = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = self._spawn()
 
@@ -121,13 +122,14 @@ class Controller:
             stdout=self.handle, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=self.env,
         )  # fmt: skip
 
-    def wait_ready(self, timeout: float = 60) -> None:
+    def wait_ready(self, timeout: float = 60, *, probe: str = "readyz") -> None:
+        """Until the probe answers 200; `healthz` for a standby, which is not Ready."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2):
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/{probe}", timeout=2):
                     return
             except OSError:
                 time.sleep(0.2)
@@ -150,6 +152,13 @@ class Controller:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
         return float("nan")
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2):
+                return True
+        except OSError:
+            return False
 
     def api_requests(self) -> float:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as answer:
@@ -182,17 +191,28 @@ class Controller:
 
 
 def source_controller(
-    kubeconfig: str, workdir: Path, *, concurrent: int = 10, extra: list[str] | None = None
+    kubeconfig: str,
+    workdir: Path,
+    *,
+    concurrent: int = 10,
+    extra: list[str] | None = None,
+    replica: str = "",
+    env: Mapping[str, str] | None = None,
 ) -> Controller:
+    """One replica; each has storage and an artifact address of its own, as pods do."""
     storage_port = free_port()
-    return Controller(
-        "source-controller",
+    made = Controller(
+        f"source-controller{replica}",
         "source_controller",
         ["--kubeconfig", kubeconfig, "--concurrent", str(concurrent),
-         "--storage-path", str(workdir / "storage"), "--storage-addr", f"127.0.0.1:{storage_port}",
+         "--storage-path", str(workdir / f"storage{replica}"),
+         "--storage-addr", f"127.0.0.1:{storage_port}",
          "--storage-adv-addr", f"127.0.0.1:{storage_port}", *(extra or [])],
-        workdir / "source-controller.log",
+        workdir / f"source-controller{replica}.log",
+        env=env,
     )  # fmt: skip
+    made.storage_port = storage_port
+    return made
 
 
 def kustomize_controller(

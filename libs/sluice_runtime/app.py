@@ -151,6 +151,16 @@ class Runtime:
     controllers: list[Controller[Any]] = field(default_factory=list)
     components: dict[str, Any] = field(default_factory=dict)
     """What a service's setup built besides controllers (servers, hubs), by name."""
+    leader_only: list[contextlib.AbstractAsyncContextManager[Any]] = field(default_factory=list)
+    """Entered once the Lease is held (at once without election), after the informers."""
+    leading: bool = False
+    """True once every `leader_only` part runs: a replica with such parts is Ready only then."""
+
+    def when_leading(self, part: contextlib.AbstractAsyncContextManager[Any]) -> None:
+        """Run `part` only on the leader, as Flux's source-controller runs its file server:
+        a standby has no artifacts of its own, so it must neither serve nor be a Service
+        endpoint (its /readyz answers 503 until it leads)."""
+        self.leader_only.append(part)
 
     def controller(
         self, reconciler: Reconciler[C], *, concurrency: int | None = None
@@ -232,8 +242,12 @@ async def running(
         await setup(runtime)
 
         same_addr = options.metrics_addr == options.health_addr
+
+        def ready() -> bool:
+            return informers.synced() and (runtime.leading or not runtime.leader_only)
+
         await stack.enter_async_context(
-            serving(probes_app(informers.synced, with_metrics=same_addr), options.health_addr)
+            serving(probes_app(ready, with_metrics=same_addr), options.health_addr)
         )
         if not same_addr and options.metrics_addr:
             await stack.enter_async_context(serving(metrics_app(), options.metrics_addr))
@@ -256,6 +270,9 @@ async def running(
             stack.push_async_callback(elector.release)
 
         await informers.wait_synced()
+        for part in runtime.leader_only:
+            await stack.enter_async_context(part)
+        runtime.leading = True
         for made in runtime.controllers:
             await made.start()
             stack.push_async_callback(made.stop, deadline=options.shutdown_timeout)

@@ -33,7 +33,7 @@ from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_lin
 from sluice_runtime.leading import LeaderElector
 from sluice_runtime.observing import logging as sluice_logging
 from sluice_runtime.observing import tracing
-from sluice_runtime.observing.metrics import observe_api_requests
+from sluice_runtime.observing.metrics import observe_api_requests, observe_asyncio_tasks
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import C
 from sluice_runtime.recording import EventRecorder
@@ -223,6 +223,7 @@ async def running(
         )
         stack.push_async_callback(client.close)
         observe_api_requests(service, lambda: client.request_count)
+        observe_asyncio_tasks(service, asyncio.get_running_loop())
         await require_kinds(client, kinds)
         recorder = EventRecorder(
             client,

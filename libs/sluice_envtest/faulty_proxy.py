@@ -140,15 +140,19 @@ class FaultyProxy(Startable):
     def attempts(
         self, *, since: float = 0.0, until: float = float("inf"), gap: float = 0.25
     ) -> dict[str, int]:
-        """Fetch attempts per source in the window: bursts of requests less than `gap` apart.
+        """Failed fetch attempts per source in the window, counted by the requests the fault hit.
 
-        One attempt can take several requests (git reads the refs, then
-        fetches a pack; an HTTP client may resend a GET once on a reset), so
-        requests are grouped by time, which retry backoff separates.
+        An attempt ends at its first failed request, however many passed
+        before it (git reads the refs, then asks for a pack; a manifest comes
+        before its blob, and under load seconds apart), so each faulted
+        request is one attempt, except that an HTTP client may resend a GET
+        at once on a reset: faulted requests less than `gap` apart are one.
         """
         last: dict[str, float] = {}
         counted: dict[str, int] = {}
         for entry in self.seen(since=since, until=until):
+            if entry.fault is Fault.NONE:
+                continue
             previous = last.get(entry.source)
             if previous is None or entry.at - previous >= gap:
                 counted[entry.source] = counted.get(entry.source, 0) + 1

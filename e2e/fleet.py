@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,7 @@ class Controller:
         self.log = log
         self.argv = argv
         self.restarts = 0
+        self.storage_port = 0  # the artifact server's, for a source-controller
         self.handle = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = self._spawn()
 
@@ -121,13 +122,14 @@ class Controller:
             stdout=self.handle, stderr=subprocess.STDOUT, preexec_fn=die_with_parent, env=self.env,
         )  # fmt: skip
 
-    def wait_ready(self, timeout: float = 60) -> None:
+    def wait_ready(self, timeout: float = 60, *, probe: str = "readyz") -> None:
+        """Until the probe answers 200; `healthz` for a standby, which is not Ready."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2):
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/{probe}", timeout=2):
                     return
             except OSError:
                 time.sleep(0.2)
@@ -150,6 +152,13 @@ class Controller:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
         return float("nan")
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2):
+                return True
+        except OSError:
+            return False
 
     def api_requests(self) -> float:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as answer:
@@ -182,17 +191,28 @@ class Controller:
 
 
 def source_controller(
-    kubeconfig: str, workdir: Path, *, concurrent: int = 10, extra: list[str] | None = None
+    kubeconfig: str,
+    workdir: Path,
+    *,
+    concurrent: int = 10,
+    extra: list[str] | None = None,
+    replica: str = "",
+    env: Mapping[str, str] | None = None,
 ) -> Controller:
+    """One replica; each has storage and an artifact address of its own, as pods do."""
     storage_port = free_port()
-    return Controller(
-        "source-controller",
+    made = Controller(
+        f"source-controller{replica}",
         "source_controller",
         ["--kubeconfig", kubeconfig, "--concurrent", str(concurrent),
-         "--storage-path", str(workdir / "storage"), "--storage-addr", f"127.0.0.1:{storage_port}",
+         "--storage-path", str(workdir / f"storage{replica}"),
+         "--storage-addr", f"127.0.0.1:{storage_port}",
          "--storage-adv-addr", f"127.0.0.1:{storage_port}", *(extra or [])],
-        workdir / "source-controller.log",
+        workdir / f"source-controller{replica}.log",
+        env=env,
     )  # fmt: skip
+    made.storage_port = storage_port
+    return made
 
 
 def kustomize_controller(
@@ -296,14 +316,22 @@ async def create_apps(
     interval: str = "60m",
     retry_interval: str = "2m",
     timeout: str = "1m",
+    first: int = 0,
+    source_spec: Callable[[int], Mapping[str, Any]] | None = None,
 ) -> None:
-    """Each app's source and Kustomization, in Flux's benchmark shape."""
-    for i in range(count):
+    """Each app's source and Kustomization, in Flux's benchmark shape.
+
+    Apps are numbered from `first`, so two origins can share a namespace;
+    `source_spec(i)`, when given, replaces the origin's spec for app `i`
+    (e.g. a URL of its own, to tell its requests apart at a proxy).
+    """
+    for i in range(first, first + count):
+        spec = source_spec(i) if source_spec is not None else origin.spec
         await client.create(
             origin.rt,
             {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": origin.kind,
              "metadata": {"name": f"podinfo-{i}", "namespace": ns},
-             "spec": {"interval": interval, **origin.spec}},
+             "spec": {"interval": interval, **spec}},
         )  # fmt: skip
         await client.create(
             KUSTOMIZATION,

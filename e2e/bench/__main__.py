@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from e2e.bench import mttp, noop_fetch, reaction, scale, webhook_load
+from e2e.bench import mttp, noop_fetch, reaction, scale, soak, webhook_load
 
 BENCHMARKS = {
     "noop-fetch": noop_fetch.main,
     "mttp": mttp.main,
     "reaction": reaction.main,
     "scale": scale.main,
+    "soak": soak.main,
     "webhook-load": webhook_load.main,
 }
 

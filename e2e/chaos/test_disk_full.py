@@ -58,6 +58,18 @@ def fill(directory: Path) -> Path:
     return filler
 
 
+async def leftovers(storage: Path) -> set[str]:
+    """Temporary files that outlive a retry: the same (random) name seen 1.5 s apart.
+
+    The controller keeps retrying while the disk is full, and a retry's
+    write holds a temporary file until it fails, so a single look could see
+    one in flight; a leftover is one that is still there later.
+    """
+    first = {p.name for p in storage.rglob("*.tmp")}
+    await asyncio.sleep(1.5)
+    return first & {p.name for p in storage.rglob("*.tmp")}
+
+
 def download(url: str) -> bytes:
     assert url.startswith("http://127.0.0.1:")
     with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - checked above
@@ -123,7 +135,7 @@ async def test_a_full_artifact_storage_is_a_condition_and_recovers(
             assert "sha256:" + hashlib.sha256(kept.read_bytes()).hexdigest() == artifact["digest"]
             served = await asyncio.to_thread(download, artifact["url"])
             assert "sha256:" + hashlib.sha256(served).hexdigest() == artifact["digest"]
-            assert [p.name for p in storage.rglob("*.tmp")] == []
+            assert await leftovers(storage) == set()
 
             started = asyncio.get_running_loop().time()
             filler.unlink()

@@ -84,7 +84,14 @@ def write_chart(
 class ChartRepository:
     """Packaged charts in `root`, indexed; serve with `serve()` on loopback."""
 
-    def __init__(self, root: Path, *, username: str | None = None, password: str | None = None):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        chart_urls: str | None = None,
+    ):
         self.root = root
         self.charts = root / "charts"
         self.src = root / "src"
@@ -94,6 +101,10 @@ class ChartRepository:
         self.password = password
         self.requests: collections.Counter[str] = collections.Counter()
         self.port = free_port()
+        # What the index's chart URLs start with: this server's by default;
+        # a relative one (`charts`) makes clients resolve them against the
+        # URL they read the index from, e.g. a proxy in front of this server.
+        self.chart_urls = chart_urls
         self._runner: web.AppRunner | None = None
 
     @property
@@ -108,7 +119,14 @@ class ChartRepository:
         return self.charts / f"{name}-{version}.tgz"
 
     def reindex(self) -> None:
-        helm("repo", "index", str(self.charts), "--url", self.url + "/charts", cwd=self.root)
+        helm(
+            "repo",
+            "index",
+            str(self.charts),
+            "--url",
+            self.chart_urls or self.url + "/charts",
+            cwd=self.root,
+        )
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests[request.path] += 1

@@ -34,7 +34,7 @@ from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_lin
 from sluice_runtime.leading import LeaderElector
 from sluice_runtime.observing import logging as sluice_logging
 from sluice_runtime.observing import tracing
-from sluice_runtime.observing.metrics import observe_api_requests
+from sluice_runtime.observing.metrics import observe_api_requests, observe_asyncio_tasks
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import C
 from sluice_runtime.recording import EventRecorder
@@ -151,6 +151,16 @@ class Runtime:
     controllers: list[Controller[Any]] = field(default_factory=list)
     observer: ReconcileObserver | None = None
     """Told of every reconcile of every controller (tests, benchmarks)."""
+    leader_only: list[contextlib.AbstractAsyncContextManager[Any]] = field(default_factory=list)
+    """Entered once the Lease is held (at once without election), after the informers."""
+    leading: bool = False
+    """True once every `leader_only` part runs: a replica with such parts is Ready only then."""
+
+    def when_leading(self, part: contextlib.AbstractAsyncContextManager[Any]) -> None:
+        """Run `part` only on the leader, as Flux's source-controller runs its file server:
+        a standby has no artifacts of its own, so it must neither serve nor be a Service
+        endpoint (its /readyz answers 503 until it leads)."""
+        self.leader_only.append(part)
 
     def controller(
         self, reconciler: Reconciler[C], *, concurrency: int | None = None
@@ -214,6 +224,7 @@ async def running(
         )
         stack.push_async_callback(client.close)
         observe_api_requests(service, lambda: client.request_count)
+        observe_asyncio_tasks(service, asyncio.get_running_loop())
         await require_kinds(client, kinds)
         recorder = EventRecorder(
             client,
@@ -231,8 +242,12 @@ async def running(
         await setup(runtime)
 
         same_addr = options.metrics_addr == options.health_addr
+
+        def ready() -> bool:
+            return informers.synced() and (runtime.leading or not runtime.leader_only)
+
         await stack.enter_async_context(
-            serving(probes_app(informers.synced, with_metrics=same_addr), options.health_addr)
+            serving(probes_app(ready, with_metrics=same_addr), options.health_addr)
         )
         if not same_addr and options.metrics_addr:
             await stack.enter_async_context(serving(metrics_app(), options.metrics_addr))
@@ -255,6 +270,9 @@ async def running(
             stack.push_async_callback(elector.release)
 
         await informers.wait_synced()
+        for part in runtime.leader_only:
+            await stack.enter_async_context(part)
+        runtime.leading = True
         for made in runtime.controllers:
             await made.start()
             stack.push_async_callback(made.stop, deadline=options.shutdown_timeout)

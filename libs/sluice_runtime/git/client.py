@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -191,9 +192,10 @@ async def ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str
     """
     if urlsplit(url).scheme in ("http", "https") and not auth.ca:
         try:
-            return await asyncio.wait_for(
-                asyncio.to_thread(_list_refs_here, url, auth, timeout), timeout + 5
+            listing = asyncio.get_running_loop().run_in_executor(
+                _PROBE_THREADS, _list_refs_here, url, auth, timeout
             )
+            return await asyncio.wait_for(listing, timeout + 5)
         except TimeoutError:
             raise GitError("timeout", f"git operation timed out after {timeout:g}s") from None
     answer = await _run(
@@ -202,6 +204,14 @@ async def ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str
     )
     return dict(answer["refs"])
 
+
+_PROBE_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="git-ls-remote")
+"""In-process ls-remotes run here, not in asyncio's default executor: one that
+outlives its deadline keeps its thread until libgit2's own (process-wide,
+60 s) timeout, and a hung git server must not take the threads the artifact
+file server and storage work need (found by the chaos suite: 20 hung
+GitRepositories starved the file server). Four bound the damage; further
+calls queue and time out at their deadline."""
 
 _local = threading.local()
 _DEFAULT_TIMEOUT_MS = 60_000

@@ -8,6 +8,7 @@ the queue record them; steps never do.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -68,6 +69,26 @@ def observe_api_requests(service: str, count: Callable[[], int]) -> None:
             description="Requests sent to the Kubernetes API server.",
         )
     _request_counters.append(count)
+
+
+_task_loops: list[asyncio.AbstractEventLoop] = []
+
+
+def observe_asyncio_tasks(service: str, loop: asyncio.AbstractEventLoop) -> None:
+    """Export the asyncio tasks alive on `loop`: Python's `go_goroutines`, so a soak
+    shows a leak of tasks (a watch never cancelled, a request never ended) as growth."""
+
+    def observe(_: CallbackOptions) -> Iterable[Observation]:
+        yield Observation(sum(len(asyncio.all_tasks(known)) for known in _task_loops))
+
+    if not _task_loops:
+        _meter(service).create_observable_gauge(
+            "python_asyncio_tasks",
+            callbacks=[observe],
+            description="asyncio tasks not yet done, on the controller's event loop.",
+        )
+    if loop not in _task_loops:
+        _task_loops.append(loop)
 
 
 def exposition() -> bytes:

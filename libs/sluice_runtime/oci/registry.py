@@ -243,7 +243,9 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                 if response.status_code != 200:
                     text = describe_http_status(response.status_code)
                     raise _status_error(text, self.url, not_found=response.status_code == 404)
-                raw = _read_bounded(response, MAX_TAGS_PAGE_SIZE, what="tag list page")
+                raw = _read_bounded(
+                    response, MAX_TAGS_PAGE_SIZE, what="tag list page", host=self.url.host
+                )
                 link = _NEXT_LINK.search(response.headers.get("Link", ""))
             try:
                 page = json.loads(raw).get("tags") or []
@@ -271,7 +273,9 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                     f"manifest '{reference}' from {self.url.host}: "
                     f"{describe_http_status(response.status_code)}"
                 )
-            raw = _read_bounded(response, MAX_MANIFEST_SIZE, what=f"manifest '{reference}'")
+            raw = _read_bounded(
+                response, MAX_MANIFEST_SIZE, what=f"manifest '{reference}'", host=self.url.host
+            )
         digest = "sha256:" + hashlib.sha256(raw).hexdigest()
         if reference.startswith("sha256:") and reference != digest:
             raise RegistryError(f"manifest digest mismatch: asked {reference}, got {digest}")
@@ -312,12 +316,20 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
             hasher = hashlib.sha256()
             size = 0
             with open(dest, "wb") as out:
-                for chunk in response.iter_content(chunk_size=1 << 16):
-                    size += len(chunk)
-                    if size > max_size:
-                        raise RegistryError(f"layer {digest} is larger than {max_size} bytes")
-                    hasher.update(chunk)
-                    out.write(chunk)
+                try:
+                    for chunk in response.iter_content(chunk_size=1 << 16):
+                        size += len(chunk)
+                        if size > max_size:
+                            raise RegistryError(f"layer {digest} is larger than {max_size} bytes")
+                        hasher.update(chunk)
+                        out.write(chunk)
+                except requests.exceptions.RequestException as error:
+                    # The body is streamed after do_request returned, so a
+                    # transfer cut or stalled midway raises here, not there.
+                    raise RegistryError(
+                        f"blob {digest} from {self.url.host}: the download broke off after "
+                        f"{size} bytes ({describe_transport(error)})"
+                    ) from None
         actual = "sha256:" + hasher.hexdigest()
         if actual != digest:
             raise RegistryError(f"layer digest mismatch: expected {digest}, got {actual}")
@@ -380,16 +392,23 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
         )
 
 
-def _read_bounded(response: requests.Response, limit: int, *, what: str) -> bytes:
+def _read_bounded(response: requests.Response, limit: int, *, what: str, host: str) -> bytes:
     """The body of a streamed `response`, refusing more than `limit` bytes."""
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > limit:
         raise RegistryError(f"{what} is {declared} bytes, more than the limit of {limit}")
     body = bytearray()
-    for chunk in response.iter_content(chunk_size=1 << 16):
-        body += chunk
-        if len(body) > limit:
-            raise RegistryError(f"{what} is larger than the limit of {limit} bytes")
+    try:
+        for chunk in response.iter_content(chunk_size=1 << 16):
+            body += chunk
+            if len(body) > limit:
+                raise RegistryError(f"{what} is larger than the limit of {limit} bytes")
+    except requests.exceptions.RequestException as error:
+        # Streamed: a body cut off or stalled midway fails here, after do_request.
+        raise RegistryError(
+            f"{what} from {host}: the download broke off after {len(body)} bytes "
+            f"({describe_transport(error)})"
+        ) from None
     return bytes(body)
 
 

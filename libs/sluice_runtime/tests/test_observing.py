@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import re
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -12,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.observing import logging as sluice_logging
-from sluice_runtime.observing.metrics import exposition
+from sluice_runtime.observing.metrics import exposition, observe_asyncio_tasks
 from sluice_runtime.reconciling.steps import Result, Step
 
 from .conftest import GITREPO, RecordingContext, eventually, gitrepo, running_controller
@@ -82,3 +84,22 @@ async def test_reconciles_are_measured_and_traced(kube: KubeClient, namespace: s
         s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id
     ]
     assert [s.name for s in children] == ["record"]
+
+
+def asyncio_tasks() -> float:
+    found = re.search(rb"^python_asyncio_tasks(?:\{[^}]*\})? ([0-9.e+]+)$", exposition(), re.M)
+    assert found is not None, "python_asyncio_tasks is not exported"
+    return float(found.group(1))
+
+
+async def test_the_asyncio_tasks_alive_are_a_metric() -> None:
+    observe_asyncio_tasks("test", asyncio.get_running_loop())
+    before = asyncio_tasks()
+    sleepers = [asyncio.create_task(asyncio.sleep(60)) for _ in range(50)]
+    try:
+        assert asyncio_tasks() >= before + 50
+    finally:
+        for sleeper in sleepers:
+            sleeper.cancel()
+        await asyncio.gather(*sleepers, return_exceptions=True)
+    assert asyncio_tasks() <= before

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from sluice_runtime.oci.registry import OCIURL, Reference
+from sluice_envtest.faulty_proxy import Fault, FaultyProxy
+from sluice_envtest.registry import OciRegistry
+from sluice_runtime.oci.registry import OCIURL, Hints, Reference, Registry, RegistryError
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -59,3 +65,51 @@ def test_references(
 def test_invalid_references(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         Reference.parse(text)
+
+
+@pytest.fixture
+def proxied_blob(oci_registry: OciRegistry) -> Iterator[tuple[FaultyProxy, str]]:
+    """A real registry behind a fault proxy, holding one artifact; the proxy and its layer."""
+    repository = f"faults/{secrets.token_hex(4)}"
+    digest = oci_registry.push_artifact(repository, "v1", files={"a.yaml": "a: 1\n" * 4000})
+    layer = oci_registry.manifest(repository, digest)["layers"][0]["digest"]
+    with FaultyProxy(oci_registry.url) as proxy:
+        yield proxy, f"oci://{proxy.host}/{repository}|{layer}"
+
+
+@pytest.mark.parametrize(
+    ("fault", "only", "message"),
+    [
+        pytest.param(Fault.TRUNCATE, "/blobs/", "the download broke off after", id="truncated-blob"),
+        pytest.param(Fault.TRUNCATE, "/manifests/", "the download broke off after", id="truncated-manifest"),
+        pytest.param(Fault.TRUNCATE, "/tags/list", "the download broke off after", id="truncated-tags"),
+        pytest.param(Fault.RESET, "/blobs/", "connection reset by the server", id="reset"),
+        pytest.param(Fault.ERROR, "/blobs/", "the server failed", id="server-error"),
+        pytest.param(Fault.HANG, "/blobs/", "timed out", id="hang"),
+    ],
+)  # fmt: skip
+def test_a_failing_registry_read_is_a_registry_error_naming_the_host(
+    proxied_blob: tuple[FaultyProxy, str], fault: Fault, only: str, message: str, tmp_path: Path
+) -> None:
+    proxy, target = proxied_blob
+    url, layer = target.split("|")
+    registry = Registry(
+        OCIURL.parse(url), insecure=True, ca_file=None, username=None, password=None,
+        timeout=1.0, hints=Hints(tls="spec.insecure", credentials="spec.secretRef"),
+    )  # fmt: skip
+
+    def read() -> None:
+        registry.list_tags()
+        registry.manifest("v1")
+        registry.download(layer, tmp_path / "layer", max_size=1 << 20)
+
+    # Only one kind of request fails: the registry answers the others.
+    proxy.set(fault, only=only)
+    try:
+        with pytest.raises(RegistryError) as raised:
+            read()
+    finally:
+        proxy.set(Fault.NONE)
+    assert proxy.host in str(raised.value) and message in str(raised.value), str(raised.value)
+    read()
+    assert "sha256:" + hashlib.sha256((tmp_path / "layer").read_bytes()).hexdigest() == layer

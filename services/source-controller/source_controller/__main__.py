@@ -122,7 +122,10 @@ async def setup(runtime: app.Runtime) -> None:
         artifact_max_files=options.artifact_max_files,
         checkout_max_size=options.git_checkout_max_size,
     )
-    await runtime.stack.enter_async_context(serving(file_server(root), options.storage_addr))
+    # Only the leader serves: a standby's storage is empty or stale (each
+    # replica has its own), and it stays NotReady, so the Service sends
+    # downloads to the leader alone (Flux starts its file server the same way).
+    runtime.when_leading(serving(file_server(root), options.storage_addr))
 
     runtime.stack.push_async_callback(gitclient.workers().close)
     gate_rt = ResourceType.of_model(Gate)

@@ -277,7 +277,7 @@ async def _from_oci(ctx: HelmChartContext, repo: HelmRepository) -> None:
         if exact is not None:
             version = spec.version
         else:
-            tags = await run_bounded(registry.list_tags, timeout=timeout)
+            tags = await run_bounded(registry.list_tags, timeout=timeout, host=url.host)
             # helm push writes `+` (build metadata) as `_`: tags cannot hold `+`.
             entries = [{"version": t.replace("_", "+")} for t in tags]
             version = str(select_version(entries, spec.version)["version"])
@@ -287,7 +287,9 @@ async def _from_oci(ctx: HelmChartContext, repo: HelmRepository) -> None:
         if _up_to_date(ctx):
             ctx.noop = True
             return
-        manifest = await run_bounded(registry.manifest, version.replace("+", "_"), timeout=timeout)
+        manifest = await run_bounded(
+            registry.manifest, version.replace("+", "_"), timeout=timeout, host=url.host
+        )
         layers = [m for m in manifest.layers() if m.get("mediaType") == HELM_CHART_LAYER]
         if len(layers) != 1:
             raise _pull_error(
@@ -299,6 +301,7 @@ async def _from_oci(ctx: HelmChartContext, repo: HelmRepository) -> None:
         await run_bounded(
             lambda: registry.download(digest, package, max_size=ctx.chart_max_size),
             timeout=timeout,
+            host=url.host,
         )
     except InvalidRange as error:
         raise Stalling(SourceReason.INVALID_CHART_REFERENCE, str(error)) from None

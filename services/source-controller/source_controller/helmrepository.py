@@ -31,6 +31,7 @@ import yaml
 from sluice_api.meta import parse_duration
 from sluice_api.source import HelmRepository, HelmRepositorySpec, SourceCondition, SourceReason
 from sluice_runtime.artifacts.storage import Storage
+from sluice_runtime.describing import describe_transport
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
@@ -128,6 +129,7 @@ async def fetch(
     """GET `url`, bounded in size and time, refusing redirects to other hosts
     with the credentials attached (aiohttp drops auth on cross-host redirects)."""
     headers = {"If-None-Match": etag} if etag else {}
+    size = 0
     if send_auth and creds.username is not None:
         token = base64.b64encode(f"{creds.username}:{creds.password or ''}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
@@ -150,16 +152,21 @@ async def fetch(
             if answer.content_length is not None and answer.content_length > max_size:
                 raise FetchError(_too_large(url, max_size))
             chunks: list[bytes] = []
-            size = 0
             async for chunk in answer.content.iter_chunked(1 << 16):
                 size += len(chunk)
                 if size > max_size:
                     raise FetchError(_too_large(url, max_size))
                 chunks.append(chunk)
             return Fetched(b"".join(chunks), answer.headers.get("ETag"))
+    except aiohttp.ClientPayloadError as error:
+        # The server promised more than it sent: a transfer cut off midway.
+        raise FetchError(
+            f"failed to fetch {redact_url(url)}: the download broke off after {size} bytes "
+            f"({describe_transport(error)})"
+        ) from None
     except (aiohttp.ClientError, TimeoutError, ssl.SSLError) as error:
         raise FetchError(
-            f"failed to fetch {redact_url(url)}: {type(error).__name__} {error}"
+            f"failed to fetch {redact_url(url)}: {describe_transport(error)}"
         ) from None
 
 

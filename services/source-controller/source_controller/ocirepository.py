@@ -88,7 +88,7 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
         if ref is not None and ref.digest:
             reference, tag = ref.digest, None
         elif ref is not None and ref.semver:
-            tags = await run_bounded(registry.list_tags, timeout=timeout)
+            tags = await run_bounded(registry.list_tags, timeout=timeout, host=registry.url.host)
             if ref.semver_filter:
                 try:
                     keep = compile_pattern(ref.semver_filter, what="spec.ref.semverFilter")
@@ -100,7 +100,9 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
         else:
             tag = (ref.tag if ref is not None else None) or DEFAULT_TAG
             reference = tag
-        manifest = await run_bounded(registry.manifest, reference, timeout=timeout)
+        manifest = await run_bounded(
+            registry.manifest, reference, timeout=timeout, host=registry.url.host
+        )
     except InvalidRef as error:
         raise Stalling(SourceReason.OCI_ARTIFACT_PULL_FAILED, str(error)) from None
     except RefNotFound as error:
@@ -125,14 +127,19 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
     return None
 
 
-async def run_bounded(fn: Any, *args: Any, timeout: float) -> Any:
-    """Run a blocking registry call in the registry pool; give up after `timeout`."""
+async def run_bounded(fn: Any, *args: Any, timeout: float, host: str) -> Any:
+    """Run a blocking registry call in the registry pool; give up after `timeout`.
+
+    The message names the registry: when every pool thread is held by a hung
+    one, a call times out in the queue, before it could say where it went."""
     loop = asyncio.get_running_loop()
     call = loop.run_in_executor(_REGISTRY_THREADS, functools.partial(fn, *args))
     try:
         return await asyncio.wait_for(call, timeout + 5)
     except TimeoutError:
-        raise oci.RegistryError(f"registry operation timed out after {timeout:g}s") from None
+        raise oci.RegistryError(
+            f"registry {host}: operation timed out after {timeout:g}s"
+        ) from None
 
 
 async def _registry(ctx: OCIRepositoryContext, url: oci.OCIURL) -> oci.Registry:
@@ -226,6 +233,7 @@ async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
         await run_bounded(
             lambda: registry.download(digest, blob, max_size=ctx.limits.artifact_max_size),
             timeout=timeout,
+            host=registry.url.host,
         )
     except oci.RegistryError as error:
         raise _registry_failure(error) from None
@@ -310,7 +318,10 @@ async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
     failed = f"failed to verify the signature of '{ctx.revision}' using provider 'cosign'"
     try:
         signatures = await run_bounded(
-            registry.manifest, cosigning.signature_tag(digest), timeout=timeout
+            registry.manifest,
+            cosigning.signature_tag(digest),
+            timeout=timeout,
+            host=registry.url.host,
         )
         verified = await run_bounded(
             functools.partial(
@@ -323,6 +334,7 @@ async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
                 ),
             ),
             timeout=timeout,
+            host=registry.url.host,
         )
     except oci.RegistryError as error:
         if error.not_found:

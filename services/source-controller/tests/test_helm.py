@@ -13,11 +13,13 @@ import pytest_asyncio
 import yaml
 
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE, ChartRepository, helm, write_chart
+from sluice_envtest.faulty_proxy import Fault, FaultyProxy
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.registry import OciRegistry
 from sluice_runtime import confining
 from sluice_runtime.kube.resources import ResourceType
+from source_controller.helmrepository import Credentials, FetchError, fetch, index_url
 
 from .conftest import GITREPO, SourceController, gitrepo, served
 
@@ -433,3 +435,33 @@ async def test_a_helmchart_from_an_oci_helm_repository_with_basic_auth_and_value
     )
     denied = await sc.wait_failed(HELMCHART, "denied", "AuthenticationFailed", timeout=60)
     assert "artifact" not in denied["status"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        pytest.param(Fault.TRUNCATE, "the download broke off after", id="truncated"),
+        pytest.param(Fault.RESET, "connection reset by the server", id="reset"),
+        pytest.param(Fault.ERROR, "500 Internal Server Error", id="server-error"),
+        pytest.param(Fault.HANG, "timed out", id="hang"),
+    ],
+)
+async def test_a_failing_chart_server_is_a_fetch_error_in_words(
+    tmp_path: Path, fault: Fault, message: str
+) -> None:
+    repo = ChartRepository(tmp_path / "repo", chart_urls="charts")
+    await repo.start()
+    repo.add("podinfo", "1.0.0")
+    try:
+        with FaultyProxy(repo.url) as proxy:
+            proxy.set(fault)
+            url = index_url(proxy.url)
+            with pytest.raises(FetchError) as raised:
+                await fetch(url, creds=Credentials(), max_size=1 << 20, timeout=1.0)
+            assert str(raised.value).startswith(f"failed to fetch {url}: ")
+            assert message in str(raised.value), str(raised.value)
+            proxy.set(Fault.NONE)
+            fetched = await fetch(url, creds=Credentials(), max_size=1 << 20, timeout=1.0)
+            assert fetched.body == (repo.charts / "index.yaml").read_bytes()
+    finally:
+        await repo.stop()

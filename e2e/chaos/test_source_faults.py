@@ -1,0 +1,382 @@
+"""Source servers that fail: 500s, resets, truncated bodies and hangs, behind a proxy.
+
+Every source of the fleet reaches its server (the git http-backend, the
+docker registry, the chart repository) through a `FaultyProxy`, each source
+under a URL prefix of its own so the proxy counts its requests. Per phase a
+new revision is published (a commit, an OCI tag, a chart version), the
+fault is switched on and the sources are asked to fetch; for the fault
+window the test checks, every half second, that:
+
+- every source keeps its last good artifact: the same revision, the file
+  hashing to its recorded digest, and the artifact server serving it;
+- no Kustomization applies anything of the new revision (no object carries
+  its annotation), so nothing is applied from a partial download;
+- at the end of the window every source that the fault hits is Ready=False
+  with a message naming the failed fetch;
+- the requests each source made stay within what the retry backoff allows.
+
+Then the fault is switched off and, without any further poke (only the
+backoff's retries), everything must converge to the new revision. The
+phases: 500 on everything; connection resets; truncated payloads only (git
+packs, OCI blobs, chart tarballs: refs, manifests and index.yaml pass);
+truncated everything; hangs longer than the sources' timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from e2e.chaos.fleet_checks import (
+    PHASE,
+    app_objects,
+    applied,
+    apps,
+    manifests,
+    report,
+    revision_of,
+    summary,
+)
+from e2e.fleet import (
+    KUSTOMIZATION,
+    Controller,
+    create_apps,
+    git_origin,
+    kustomize_controller,
+    oci_origin,
+    prepare_namespace,
+    source_controller,
+)
+from sluice_envtest.chartrepo import ChartRepository
+from sluice_envtest.faulty_proxy import Fault, FaultyProxy, oci_route, prefix_route
+from sluice_envtest.gitserver import GitHttpServer
+from sluice_envtest.harness import condition, is_ready
+from sluice_envtest.pytest_plugin import Cluster
+from sluice_envtest.registry import OciRegistry
+from sluice_envtest.workloads import simulated_rollouts
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.resources import ResourceType
+
+HELMREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "helmrepositories", "HelmRepository")
+HELMCHART = ResourceType("source.toolkit.fluxcd.io", "v1", "helmcharts", "HelmChart")
+GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
+OCIREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "ocirepositories", "OCIRepository")
+
+MIN_RETRY, MAX_RETRY = 0.5, 5.0
+FLAGS = ["--min-retry-delay", f"{MIN_RETRY}s", "--max-retry-delay", f"{MAX_RETRY}s"]
+SOURCE_TIMEOUT = 3.0
+WINDOW_PER_APP = 1.2  # a hung fetch holds a worker for the timeout; 3 sources per app
+PAYLOADS = r"/git-upload-pack$|/blobs/sha256:|\.tgz$"
+PHASES = [
+    ("500", Fault.ERROR, None),
+    ("reset", Fault.RESET, None),
+    ("truncated payloads", Fault.TRUNCATE, PAYLOADS),
+    ("truncated all", Fault.TRUNCATE, None),
+    ("hang", Fault.HANG, None),
+]
+
+
+def attempts_bound(window: float) -> int:
+    """Fetch attempts one source may make in `window` under exponential backoff.
+
+    The poke's attempt, then retries after MIN_RETRY, 2*MIN_RETRY, ... up to
+    MAX_RETRY apart; one more for a watch event racing the poke.
+    """
+    doubling = math.ceil(math.log2(MAX_RETRY / MIN_RETRY))
+    spent = MIN_RETRY * (2**doubling - 1)
+    return 2 + doubling + max(0, math.ceil((window - spent) / MAX_RETRY))
+
+
+@dataclass
+class Sources:
+    """The fleet's sources, by kind, and the name of each one's proxy prefix."""
+
+    git: list[str]
+    oci: list[str]
+    helmrepos: list[str]
+    helmcharts: list[str]
+
+    def all(self) -> Iterator[tuple[ResourceType, str]]:
+        yield from ((GITREPO, n) for n in self.git)
+        yield from ((OCIREPO, n) for n in self.oci)
+        yield from ((HELMREPO, n) for n in self.helmrepos)
+        yield from ((HELMCHART, n) for n in self.helmcharts)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def charts(tmp_path: Path) -> AsyncIterator[ChartRepository]:
+    # Relative chart URLs: HelmCharts resolve them against their proxy prefix.
+    repo = ChartRepository(tmp_path / "charts", chart_urls="charts")
+    await repo.start()
+    try:
+        yield repo
+    finally:
+        await repo.stop()
+
+
+def download(url: str) -> bytes:
+    assert url.startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - checked above
+        return bytes(answer.read())
+
+
+async def artifact_problems(
+    client: KubeClient, ns: str, sources: Sources, storage: Path, expect: dict[str, str]
+) -> list[str]:
+    """Each source's artifact: revision still `expect[name]`, file and server match its digest."""
+    problems = []
+    for rt, name in sources.all():
+        obj = await client.get(rt, name, ns)
+        artifact = (obj.get("status") or {}).get("artifact") or {}
+        revision = str(artifact.get("revision", ""))
+        if not revision.endswith(expect[f"{rt.kind}/{name}"]):
+            problems.append(f"{rt.kind}/{name} serves {revision}, not the last good revision")
+            continue
+        path = storage / artifact.get("path", "missing")
+        if not path.is_file():
+            problems.append(f"{rt.kind}/{name}: {path} missing")
+            continue
+        if "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() != artifact["digest"]:
+            problems.append(f"{rt.kind}/{name}: {path.name} does not match its digest")
+        served = await asyncio.to_thread(download, artifact["url"])
+        if "sha256:" + hashlib.sha256(served).hexdigest() != artifact["digest"]:
+            problems.append(f"{rt.kind}/{name}: the served artifact does not match its digest")
+    return problems
+
+
+async def wait_for(what: str, check: Any, limit: float) -> float:
+    start = time.monotonic()
+    while not await check():
+        if time.monotonic() - start > limit:
+            raise AssertionError(f"{what} not reached in {limit}s")
+        await asyncio.sleep(0.5)
+    return time.monotonic() - start
+
+
+async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
+    cluster: Cluster,
+    kube: KubeClient,
+    namespace: str,
+    oci_registry: OciRegistry,
+    git_http: GitHttpServer,
+    charts: ChartRepository,
+    tmp_path: Path,
+) -> None:
+    count = min(apps(2), 50)
+    window = max(10.0, WINDOW_PER_APP * count)
+    ns = namespace
+    git = git_origin(git_http, ns)
+    oci = oci_origin(oci_registry, f"chaos-src/{ns}")
+    proxies = {
+        "git": FaultyProxy(git_http.base_url, route=prefix_route),
+        "oci": FaultyProxy(oci_registry.url, route=oci_route),
+        "helm": FaultyProxy(charts.url, route=prefix_route),
+    }
+    for proxy in proxies.values():
+        proxy.start()
+    await prepare_namespace(kube, ns, create=False)
+    watch = ["--watch-namespace", ns, *FLAGS]
+    controllers: list[Controller] = [
+        source_controller(str(cluster.kubeconfig), tmp_path, extra=watch),
+        kustomize_controller(str(cluster.kubeconfig), tmp_path, extra=watch),
+    ]
+    timeout = f"{SOURCE_TIMEOUT:g}s"
+    sources = Sources(
+        git=[f"podinfo-{i}" for i in range(count)],
+        oci=[f"podinfo-{i}" for i in range(count, 2 * count)],
+        helmrepos=[f"charts-{i}" for i in range(count)],
+        helmcharts=[f"chart-{i}" for i in range(count)],
+    )
+    storage = tmp_path / "storage"
+    published: dict[str, dict[str, str]] = {}
+    figures: dict[str, Any] = {}
+    converge_times: list[float] = []
+
+    def publish(phase: str) -> dict[str, str]:
+        """The new revision of every source, keyed `Kind/name` (tails of status revisions)."""
+        rev_git = revision_of(git, git.publish(manifests(phase)))
+        rev_oci = revision_of(oci, oci.publish(manifests(phase)))
+        version = f"0.{len(published) + 1}.0"
+        charts.add("podinfo", version, values={"greeting": phase})
+        revisions = {f"GitRepository/{n}": rev_git for n in sources.git}
+        revisions |= {f"OCIRepository/{n}": rev_oci for n in sources.oci}
+        revisions |= {f"HelmChart/{n}": version for n in sources.helmcharts}
+        # An index's revision is its own digest, known once it is stored.
+        revisions |= {f"HelmRepository/{n}": "" for n in sources.helmrepos}
+        revisions |= {f"Kustomization/{n}": rev_git for n in sources.git}
+        revisions |= {f"Kustomization/{n}": rev_oci for n in sources.oci}
+        published[phase] = revisions
+        return revisions
+
+    async def delivered(revisions: dict[str, str]) -> bool:
+        for ks in (await kube.list(KUSTOMIZATION, namespace=ns)).items:
+            if not applied(ks, revisions[f"Kustomization/{ks['metadata']['name']}"]):
+                return False
+        for chart in (await kube.list(HELMCHART, namespace=ns)).items:
+            revision = ((chart.get("status") or {}).get("artifact") or {}).get("revision")
+            if (
+                not is_ready(chart)
+                or revision != revisions[f"HelmChart/{chart['metadata']['name']}"]
+            ):
+                return False
+        return all(is_ready(r) for r in (await kube.list(HELMREPO, namespace=ns)).items)
+
+    async def stored_revisions() -> dict[str, str]:
+        """What every source and Kustomization holds now: the last good revisions."""
+        now: dict[str, str] = {}
+        for rt, name in sources.all():
+            obj = await kube.get(rt, name, ns)
+            now[f"{rt.kind}/{name}"] = str(obj["status"]["artifact"]["revision"])
+        for ks in (await kube.list(KUSTOMIZATION, namespace=ns)).items:
+            now[f"Kustomization/{ks['metadata']['name']}"] = ks["status"]["lastAppliedRevision"]
+        return now
+
+    async def poke(token: str) -> None:
+        patch = {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": token}}}
+        for rt, name in sources.all():
+            await kube.merge_patch(rt, name, patch, namespace=ns)
+
+    try:
+        for controller in controllers:
+            await asyncio.to_thread(controller.wait_ready)
+        async with simulated_rollouts(kube, namespace=ns, interval=0.5):
+            first = publish("r0")
+            src = {"timeout": timeout}
+            await create_apps(
+                kube, git, ns, count, retry_interval="2s",
+                source_spec=lambda i: {**git.spec, **src,
+                                       "url": f"{proxies['git'].url}/podinfo-{i}/{ns}.git"},
+            )  # fmt: skip
+            await create_apps(
+                kube, oci, ns, count, retry_interval="2s", first=count,
+                source_spec=lambda i: {**oci.spec, **src, "url":
+                                       f"oci://{proxies['oci'].host}/podinfo-{i}/chaos-src/{ns}"},
+            )  # fmt: skip
+            for i in range(count):
+                await kube.create(
+                    HELMREPO,
+                    {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
+                     "metadata": {"name": f"charts-{i}", "namespace": ns},
+                     "spec": {"url": f"{proxies['helm'].url}/charts-{i}/", "interval": "1h",
+                              "timeout": timeout}},
+                )  # fmt: skip
+                await kube.create(
+                    HELMCHART,
+                    {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmChart",
+                     "metadata": {"name": f"chart-{i}", "namespace": ns},
+                     "spec": {"chart": "podinfo", "version": "*", "interval": "1h",
+                              "sourceRef": {"kind": "HelmRepository", "name": f"charts-{i}"}}},
+                )  # fmt: skip
+            await wait_for("the first revision", lambda: delivered(first), 240 + 3 * count)
+
+            for index, (phase, fault, only) in enumerate(PHASES, start=1):
+                good = await stored_revisions()
+                for proxy in proxies.values():
+                    proxy.set(fault, only=only)
+                revision = f"r{index}"
+                revisions = publish(revision)
+                started = time.monotonic()
+                await poke(revision)
+                seen_problems: list[str] = []
+                while time.monotonic() - started < window:
+                    objects = await app_objects(kube, ns)
+                    seen_problems += [
+                        f"{kind}/{name} carries {revision} during the fault"
+                        for (kind, name), obj in objects.items()
+                        if (obj["metadata"].get("annotations") or {}).get(PHASE) == revision
+                    ]
+                    for ks in (await kube.list(KUSTOMIZATION, namespace=ns)).items:
+                        key = f"Kustomization/{ks['metadata']['name']}"
+                        if ks["status"].get("lastAppliedRevision") != good[key]:
+                            seen_problems.append(f"{key} moved during the fault")
+                    await asyncio.sleep(0.5)
+                ended = time.monotonic()
+                # A HelmChart reads its repository's stored index, so it fetches
+                # (and fails) only once a new index is through: with payload-only
+                # faults. Then the HelmRepository itself is fine and moves on.
+                hit = [
+                    (rt, n) for rt, n in sources.all()
+                    if (rt is HELMREPO) == (only != PAYLOADS) or rt in (GITREPO, OCIREPO)
+                ]  # fmt: skip
+                expect = {k: v for k, v in good.items()}
+                if only == PAYLOADS:
+                    for name in sources.helmrepos:
+                        obj = await kube.get(HELMREPO, name, ns)
+                        expect[f"HelmRepository/{name}"] = obj["status"]["artifact"]["revision"]
+                seen_problems += await artifact_problems(kube, ns, sources, storage, expect)
+                messages: dict[str, str] = {}
+                for rt, name in hit:
+                    obj = await kube.get(rt, name, ns)
+                    ready = condition(obj, "Ready") or {}
+                    if ready.get("status") != "False":
+                        seen_problems.append(f"{rt.kind}/{name} not Ready=False: {ready}")
+                    messages.setdefault(rt.kind, str(ready.get("message", "")))
+                bound = attempts_bound(ended - started)
+                per_source = {
+                    kind: max(proxy.attempts(since=started, until=ended).values(), default=0)
+                    for kind, proxy in proxies.items()
+                }
+                requests = {
+                    kind: max(proxy.counts(since=started, until=ended).values(), default=0)
+                    for kind, proxy in proxies.items()
+                }
+                figures[phase] = {
+                    "messages": messages, "max_attempts": per_source, "max_requests": requests,
+                    "bound": bound,
+                }  # fmt: skip
+                assert seen_problems == [], (phase, seen_problems[:10])
+                for kind, most in per_source.items():
+                    assert most <= bound, f"{phase}: {kind} made {most} fetch attempts > {bound}"
+                # The message names the server that failed (a user must know where to look).
+                ports = {
+                    "GitRepository": "git", "OCIRepository": "oci", "HelmRepository": "helm",
+                    "HelmChart": "helm",
+                }  # fmt: skip
+                for kind, message in messages.items():
+                    assert str(proxies[ports[kind]].port) in message, (phase, kind, message)
+                    assert "internal error" not in message, (phase, kind, message)
+                for proxy in proxies.values():
+                    proxy.set(Fault.NONE)
+                # No poke: the backoff's retries alone must bring the new revision.
+                converge_times.append(
+                    await wait_for(
+                        f"{phase}: convergence", lambda r=revisions: delivered(r), 120 + 2 * count
+                    )
+                )
+                figures[phase]["converged"] = round(converge_times[-1], 1)
+    finally:
+        for controller in controllers:
+            controller.stop()
+        for proxy in proxies.values():
+            proxy.stop()
+    median, longest = summary(converge_times)
+    for phase, found in figures.items():
+        report(f"CHAOS source-fault {phase}: {found}")
+    report(
+        f"CHAOS source-faults: apps={count}x3 phases={len(PHASES)} window={window:g}s "
+        f"convergence median={median:.1f}s max={longest:.1f}s"
+    )
+    for controller in controllers:
+        assert controller.tracebacks() == [], (controller.name, controller.log.read_text()[-3000:])
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        pytest.param(0.0, 6, id="no-time"),
+        pytest.param(10.0, 7, id="ten-seconds"),
+        pytest.param(60.0, 17, id="a-minute"),
+    ],
+)
+def test_attempts_bound(window: float, expected: int) -> None:
+    assert attempts_bound(window) == expected

@@ -1,0 +1,48 @@
+"""gitclient against a git server that hangs: bounded, and the process keeps its threads."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sluice_envtest.faulty_proxy import Fault, FaultyProxy, prefix_route
+from sluice_envtest.gitserver import GitHttpServer
+from sluice_runtime.git import client as gitclient
+
+
+async def test_hung_ls_remotes_leave_the_default_executor_to_the_file_server(
+    git_http: GitHttpServer,
+) -> None:
+    """More hung ls-remotes than asyncio's default executor has threads (at most 32).
+
+    The file server and storage run their file work in that executor; while
+    the ls-remotes hang (each thread held until libgit2's 60 s timeout), it
+    must still answer at once, and each ls-remote must fail at its deadline.
+    """
+    work = git_http.create_repo("hung-ls-remote")
+    work.commit("one", files={"a.yaml": "a: 1\n"})
+    work.push()
+    with FaultyProxy(git_http.base_url, route=prefix_route) as proxy:
+        proxy.set(Fault.HANG)
+        listings = [
+            asyncio.create_task(
+                gitclient.ls_remote(
+                    f"{proxy.url}/s{i}/hung-ls-remote.git", gitclient.GitAuth(), timeout=1.0
+                )
+            )
+            for i in range(40)
+        ]
+        try:
+            await asyncio.sleep(0.5)
+            started = time.monotonic()
+            await asyncio.wait_for(asyncio.to_thread(lambda: None), 5)
+            waited = time.monotonic() - started
+            results = await asyncio.gather(*listings, return_exceptions=True)
+        finally:
+            proxy.set(Fault.NONE)
+            for listing in listings:
+                listing.cancel()
+    assert waited < 1.0, f"the default executor answered after {waited:.1f}s"
+    assert all(isinstance(r, gitclient.GitError) and r.kind == "timeout" for r in results), results
+    refs = await gitclient.ls_remote(git_http.url("hung-ls-remote"), gitclient.GitAuth(), timeout=5)
+    assert refs["refs/heads/main"] == work.head

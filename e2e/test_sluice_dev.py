@@ -139,7 +139,7 @@ def test_sluice_dev_runs_everything_and_ctrl_c_stops_it(
         kubeconfig = re.search(r"export KUBECONFIG=(\S+)", out)
         assert kubeconfig, out
         readyz = re.findall(r"pid (\d+)\s+(http://\S+/readyz)", out)
-        assert len(readyz) == 6, out
+        assert len(readyz) == 7, out  # every controller of the chart
         for _pid, url in readyz:
             with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310
                 assert answer.status == 200
@@ -193,7 +193,7 @@ def test_sluice_dev_with_a_kubeconfig_runs_the_controllers_against_that_cluster(
         assert "Sluice is running on your cluster." in out
         assert f"export KUBECONFIG={cluster.kubeconfig.resolve()}" in out
         readyz = re.findall(r"pid (\d+)\s+(http://\S+/readyz)", out)
-        assert len(readyz) == 6, out
+        assert len(readyz) == 7, out  # every controller of the chart
         for _pid, url in readyz:
             with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310
                 assert answer.status == 200

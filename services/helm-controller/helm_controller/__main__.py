@@ -13,7 +13,7 @@ import argparse
 import aiohttp
 import structlog
 
-from helm_controller import helmrelease
+from helm_controller import contexts, helmrelease, watching
 from sluice_api import Gate, HelmChart, HelmRelease, OCIRepository
 from sluice_runtime import app, gatekeeping
 from sluice_runtime.helming import HelmMissing, helm_binary
@@ -77,7 +77,7 @@ async def setup(runtime: app.Runtime) -> None:
     gate_rt = ResourceType.of_model(Gate)
     oci_rt = ResourceType.of_model(OCIRepository)
     hrs = runtime.informers.get(hr_rt, selected=True).store
-    services = helmrelease.Services(
+    services = contexts.Services(
         session=session,
         releases=hrs,
         charts=runtime.informers.get(chart_rt).store,
@@ -90,9 +90,9 @@ async def setup(runtime: app.Runtime) -> None:
         targets=targets,
     )
     controller = runtime.controller(helmrelease.reconciler(services))
-    controller.watch(chart_rt, helmrelease.chart_watchers(hrs))
-    controller.watch(oci_rt, helmrelease.chart_watchers(hrs, "OCIRepository"))
-    controller.watch(hr_rt, helmrelease.dependent_watchers(hrs), selected=True)
+    controller.watch(chart_rt, watching.chart_watchers(hrs))
+    controller.watch(oci_rt, watching.chart_watchers(hrs, "OCIRepository"))
+    controller.watch(hr_rt, watching.dependent_watchers(hrs), selected=True)
     controller.watch(gate_rt, gatekeeping.consumers_of(hrs))
 
 

@@ -32,6 +32,7 @@ from sluice_runtime.kube.resources import ResourceType
 from source_controller import (
     artifactgenerator,
     bucket,
+    charts,
     gitclient,
     gitrepository,
     helmchart,
@@ -168,11 +169,11 @@ async def setup(runtime: app.Runtime) -> None:
     bucket_controller.watch(gate_rt, gatekeeping.consumers_of(buckets))
 
     chart_rt = ResourceType.of_model(HelmChart)
-    charts = runtime.informers.get(chart_rt, selected=True).store
+    chart_store = runtime.informers.get(chart_rt, selected=True).store
     chart = runtime.controller(
         helmchart.reconciler(
             storage,
-            stores=helmchart.ChartStores(
+            stores=charts.ChartStores(
                 helm_repositories=helm_repos, git_repositories=repositories, buckets=buckets
             ),
             gates=gate_store,
@@ -180,10 +181,10 @@ async def setup(runtime: app.Runtime) -> None:
             chart_max_size=options.helm_chart_max_size,
         )
     )
-    chart.watch(gate_rt, gatekeeping.consumers_of(charts))
-    chart.watch(helm_repo_rt, helmchart.charts_of(charts, "HelmRepository"), selected=True)
-    chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
-    chart.watch(bucket_rt, helmchart.charts_of(charts, "Bucket"), selected=True)
+    chart.watch(gate_rt, gatekeeping.consumers_of(chart_store))
+    chart.watch(helm_repo_rt, helmchart.charts_of(chart_store, "HelmRepository"), selected=True)
+    chart.watch(git_rt, helmchart.charts_of(chart_store, "GitRepository"), selected=True)
+    chart.watch(bucket_rt, helmchart.charts_of(chart_store, "Bucket"), selected=True)
 
     external_rt = ResourceType.of_model(ExternalArtifact)
     source_types = {

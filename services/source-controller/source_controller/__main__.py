@@ -34,6 +34,7 @@ from source_controller import (
     bucket,
     charts,
     gitclient,
+    gitcontexts,
     gitrepository,
     helmchart,
     helmrepository,
@@ -132,7 +133,7 @@ async def setup(runtime: app.Runtime) -> None:
     repositories = runtime.informers.get(git_rt, selected=True).store
     git = runtime.controller(
         gitrepository.reconciler(
-            gitrepository.GitServices(
+            gitcontexts.GitServices(
                 storage=storage, repositories=repositories, gates=gate_store, limits=limits
             )
         )

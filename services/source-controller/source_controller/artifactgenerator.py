@@ -56,7 +56,7 @@ from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, done, step
-from source_controller import externalartifacts, generating
+from source_controller import externalartifacts, generating, globbing
 from source_controller.externalartifacts import STORAGE_KIND
 from source_controller.sources import Limits
 
@@ -150,7 +150,7 @@ async def reconcile_validate(ctx: GeneratorContext) -> Result | None:
             try:
                 alias, _ = generating.parse_source(operation.from_)
                 generating.parse_destination(operation.to)
-                generating.Excluder(tuple(operation.exclude or ()))
+                globbing.Excluder(tuple(operation.exclude or ()))
             except generating.CopyError as error:
                 raise _invalid(f"artifact '{output.name}': {error}") from None
             if alias not in aliases:

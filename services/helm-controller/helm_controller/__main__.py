@@ -28,29 +28,7 @@ KINDS = (HelmRelease, HelmChart, OCIRepository, Gate)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--requeue-dependency",
-        type=app.duration,
-        default=30.0,
-        help="how long to wait before looking again at a dependency or chart that is not ready",
-    )
-    app.switch(parser, "--no-cross-namespace-refs", help="refuse chart sources in other namespaces")
-    parser.add_argument(
-        "--default-service-account",
-        default="",
-        help="service account to impersonate when a HelmRelease names none",
-    )
-    app.switch(
-        parser,
-        "--insecure-kubeconfig-exec",
-        help="allow the user.exec section of kubeconfigs given for remote releases (the plugin "
-        "runs in the controller and in helm)",
-    )
-    app.switch(
-        parser,
-        "--insecure-kubeconfig-tls",
-        help="allow kubeconfigs given for remote releases to disable TLS verification",
-    )
+    app.add_tenant_arguments(parser, kind="HelmRelease", remote="remote releases")
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -96,15 +74,15 @@ async def setup(runtime: app.Runtime) -> None:
     controller.watch(gate_rt, gatekeeping.consumers_of(hrs))
 
 
-def main() -> None:
-    app.main(
-        service=SERVICE,
-        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
-        kinds=KINDS,
-        setup=setup,
-        concurrency=4,
-        add_arguments=add_arguments,
-    )
+main = app.entry_point(
+    service=SERVICE,
+    doc=__doc__,
+    kinds=KINDS,
+    setup=setup,
+    concurrency=4,
+    add_arguments=add_arguments,
+)
+"""The console script (`[project.scripts]`)."""
 
 
 if __name__ == "__main__":

@@ -61,7 +61,6 @@ from source_controller.bucketindex import (
     write_state,
 )
 from source_controller.sources import (
-    NEGATIVE_CONDITIONS,
     Limits,
     SourceContext,
     mark_outdated,
@@ -70,6 +69,7 @@ from source_controller.sources import (
     reconcile_storage,
     reconcile_unsupported,
     record_artifact,
+    source_reconciler,
     write_archive,
 )
 from source_controller.sources import finalize as finalize_storage
@@ -401,11 +401,4 @@ def reconciler(
         gates=gates,
         limits=limits or Limits(),
     )
-
-    return Reconciler(
-        model=Bucket,
-        steps=STEPS,
-        context=context,
-        negative_conditions=NEGATIVE_CONDITIONS,
-        finalize=finalize,
-    )
+    return source_reconciler(Bucket, context, STEPS, finalize=finalize)

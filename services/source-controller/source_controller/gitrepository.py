@@ -40,7 +40,6 @@ from source_controller.gitcontexts import GitRepositoryContext, GitServices
 from source_controller.gitverification import reconcile_verify, tag_name
 from source_controller.refs import InvalidRef, RefNotFound, resolve
 from source_controller.sources import (
-    NEGATIVE_CONDITIONS,
     finalize,
     mark_outdated,
     mark_stored,
@@ -48,6 +47,7 @@ from source_controller.sources import (
     reconcile_storage,
     reconcile_unsupported,
     record_artifact,
+    source_reconciler,
     write_archive,
 )
 
@@ -373,10 +373,4 @@ def reconciler(services: GitServices) -> Reconciler[GitRepositoryContext]:
         gates=services.gates,
         limits=services.limits,
     )
-    return Reconciler(
-        model=GitRepository,
-        steps=STEPS,
-        context=context,
-        negative_conditions=NEGATIVE_CONDITIONS,
-        finalize=finalize,
-    )
+    return source_reconciler(GitRepository, context, STEPS, finalize=finalize)

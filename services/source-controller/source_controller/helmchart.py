@@ -67,7 +67,6 @@ from source_controller.charts import (
 )
 from source_controller.helmrepository import DEFAULT_CHART_MAX_SIZE
 from source_controller.sources import (
-    NEGATIVE_CONDITIONS,
     Limits,
     finalize,
     mark_outdated,
@@ -76,6 +75,7 @@ from source_controller.sources import (
     reconcile_storage,
     reconcile_unsupported,
     record_artifact,
+    source_reconciler,
     write_file,
 )
 
@@ -227,10 +227,4 @@ def reconciler(
         limits=limits or Limits(),
         chart_max_size=chart_max_size,
     )
-    return Reconciler(
-        model=HelmChart,
-        steps=STEPS,
-        context=context,
-        negative_conditions=NEGATIVE_CONDITIONS,
-        finalize=finalize,
-    )
+    return source_reconciler(HelmChart, context, STEPS, finalize=finalize)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,27 @@ def references(document: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         yield "openapi", openapi["path"]
 
 
+def walk(
+    root: Path,
+    directory: Path,
+    visit: Callable[[Path, Path, dict[str, Any]], Iterable[Path]],
+) -> None:
+    """Call `visit(directory, kustomization file, document)` on every kustomization
+    reachable from `directory`, once each, depth first; `visit` returns the
+    directories its document references, to be visited next. A directory without
+    a kustomization file is passed over: kustomize reports it."""
+    pending = [directory]
+    seen: set[Path] = set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        kfile = kustomization_file(current)
+        if kfile is not None:
+            pending.extend(visit(current, kfile, read_kustomization(root, kfile)))
+
+
 def check_references(
     root: Path, directory: Path, *, allow_remote_bases: bool, refuse_plugins: bool = False
 ) -> None:
@@ -126,17 +147,8 @@ def check_references(
     (builds not confined), any plugin config is refused: its fields are
     kustomize's to interpret, and only confinement keeps them in bounds.
     """
-    pending = [directory]
-    seen: set[Path] = set()
-    while pending:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        kfile = kustomization_file(current)
-        if kfile is None:
-            continue  # a directory without one: kustomize reports it
-        document = read_kustomization(root, kfile)
+
+    def check(current: Path, kfile: Path, document: dict[str, Any]) -> list[Path]:
         name = relative(root, kfile)
         if refuse_plugins:
             for field in _PLUGIN_FIELDS:
@@ -145,6 +157,7 @@ def check_references(
                         f"{name} {field}: plugin configs are refused because builds "
                         f"cannot be confined here ({Sandbox.REFUSE_PLUGINS.describe()})"
                     )
+        follow = []
         for field, entry in references(document):
             where = f"{name} {field}"
             if not entry.startswith("file:") and is_remote(entry, current):
@@ -156,7 +169,10 @@ def check_references(
                 continue
             target = inside(root, current, entry, where)
             if field in _DIRECTORY_FIELDS and target.is_dir():
-                pending.append(target)
+                follow.append(target)
+        return follow
+
+    walk(root, directory, check)
 
 
 _DECRYPTED_FIELDS = ("resources", "bases", *_GENERATOR_FIELDS)
@@ -170,17 +186,9 @@ def decryptable_files(root: Path, directory: Path) -> list[Path]:
     Runs after the reference check, so every path is inside `root`.
     """
     files: list[Path] = []
-    pending = [directory]
-    seen: set[Path] = set()
-    while pending:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        kfile = kustomization_file(current)
-        if kfile is None:
-            continue
-        document = read_kustomization(root, kfile)
+
+    def collect(current: Path, kfile: Path, document: dict[str, Any]) -> list[Path]:
+        follow = []
         for field, entry in references(document):
             if entry.startswith("file:") or is_remote(entry, current):
                 continue
@@ -188,7 +196,10 @@ def decryptable_files(root: Path, directory: Path) -> list[Path]:
             if not target.is_relative_to(root):
                 continue
             if field in _DIRECTORY_FIELDS and target.is_dir():
-                pending.append(target)
+                follow.append(target)
             elif field in _DECRYPTED_FIELDS and target.is_file():
                 files.append(target)
+        return follow
+
+    walk(root, directory, collect)
     return files

@@ -10,6 +10,7 @@ import yaml
 from helm_controller import releases
 from helm_controller.contexts import HelmReleaseContext
 from sluice_api.helm import HelmReleaseReason
+from sluice_runtime.helming import merge_values
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import CONFIG_MAP
 from sluice_runtime.kube.secrets import SecretError, secret_data
@@ -48,12 +49,12 @@ async def reconcile_values(ctx: HelmReleaseContext) -> Result | None:
                 loaded = yaml.safe_load(data[key]) or {}
                 if not isinstance(loaded, dict):
                     raise _values_error(f"{where} key '{key}' is not a YAML map")
-                values = releases.merge(values, loaded)
+                values = merge_values(values, loaded)
         except yaml.YAMLError as error:
             raise _values_error(f"{where} key '{key}' is not valid YAML: {error}") from None
         except releases.ValuesError as error:
             raise _values_error(f"{where}: {error}") from None
-    ctx.values = releases.merge(values, spec.values or {})
+    ctx.values = merge_values(values, spec.values or {})
     ctx.config_digest = releases.config_digest(ctx.values)
     return None
 

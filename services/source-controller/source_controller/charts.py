@@ -12,7 +12,7 @@ import yaml
 
 from sluice_api.source import HelmChart, SourceCondition, SourceReason
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
-from sluice_runtime.helming import HelmError, run_helm
+from sluice_runtime.helming import HelmError, merge_values, run_helm
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.versions import parse_range, parse_version
@@ -54,17 +54,6 @@ def select_version(entries: list[dict[str, Any]], constraint: str) -> dict[str, 
     if best is None:
         raise LookupError(f"no chart version matches '{constraint}'")
     return best[1]
-
-
-def merge_values(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Helm's coalescing of values files: maps merge, everything else is replaced."""
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge_values(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def pull_error(message: str) -> StepError:

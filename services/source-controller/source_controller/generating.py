@@ -34,11 +34,11 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
+from sluice_runtime.helming import merge_values
 from source_controller.globbing import CopyError as CopyError
 from source_controller.globbing import (
     Excluder,
@@ -267,17 +267,7 @@ def merge_yaml(base: bytes, override: bytes, *, what: str) -> bytes:
         raise CopyError(f"cannot merge '{what}': not YAML ({error})") from None
     if not isinstance(old, dict) or not isinstance(new, dict):
         raise CopyError(f"cannot merge '{what}': both files must hold a YAML map")
-    return yaml.safe_dump(_merge(old, new), sort_keys=True).encode()
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+    return yaml.safe_dump(merge_values(old, new), sort_keys=True).encode()
 
 
 def content_hash(root: Path, prefix: str) -> str:

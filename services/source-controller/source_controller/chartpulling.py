@@ -30,11 +30,11 @@ from sluice_runtime.versions import InvalidRange, parse_version
 from source_controller.charts import (
     SOURCE_WAIT,
     HelmChartContext,
+    already_stored,
     pull_error,
     repackage_with_values,
     select_version,
     source_of,
-    up_to_date,
 )
 from source_controller.helmrepository import (
     INDEX_CACHE,
@@ -86,11 +86,7 @@ async def from_repository(ctx: HelmChartContext) -> None:
     except LookupError as error:
         raise pull_error(f"chart '{spec.chart}': {error}") from None
     version = str(entry["version"])
-    ctx.version = version
-    ctx.source_revision = artifact.revision
-    ctx.event_metadata["revision"] = version
-    if up_to_date(ctx):
-        ctx.noop = True
+    if already_stored(ctx, version, source_revision=artifact.revision):
         return
     mark_outdated(ctx, version)
     urls = entry.get("urls") or []
@@ -154,11 +150,7 @@ async def from_oci(ctx: HelmChartContext, repo: HelmRepository) -> None:
             # helm push writes `+` (build metadata) as `_`: tags cannot hold `+`.
             entries = [{"version": t.replace("_", "+")} for t in tags]
             version = str(select_version(entries, spec.version)["version"])
-        ctx.version = version
-        ctx.source_revision = version
-        ctx.event_metadata["revision"] = version
-        if up_to_date(ctx):
-            ctx.noop = True
+        if already_stored(ctx, version, source_revision=version):
             return
         manifest = await run_bounded(registry.manifest, version.replace("+", "_"), timeout=timeout)
         layers = [m for m in manifest.layers() if m.get("mediaType") == HELM_CHART_LAYER]

@@ -114,6 +114,16 @@ def single_chart_dir(root: Path) -> Path:
     return dirs[0]
 
 
+def already_stored(ctx: HelmChartContext, version: str, *, source_revision: str) -> bool:
+    """Record the chart version this reconcile resolved; True (a no-op) when the
+    artifact stored is that version, of the same chart and values files."""
+    ctx.version = version
+    ctx.source_revision = source_revision
+    ctx.event_metadata["revision"] = version
+    ctx.noop = up_to_date(ctx)
+    return ctx.noop
+
+
 def up_to_date(ctx: HelmChartContext) -> bool:
     status = ctx.obj.status
     artifact = status.artifact

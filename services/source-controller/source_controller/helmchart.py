@@ -57,12 +57,12 @@ from source_controller.charts import (
     SOURCE_WAIT,
     ChartStores,
     HelmChartContext,
+    already_stored,
     merge_values_files,
     package_chart,
     package_error,
     pull_error,
     source_of,
-    up_to_date,
     values_files,
 )
 from source_controller.helmrepository import DEFAULT_CHART_MAX_SIZE
@@ -140,11 +140,7 @@ async def from_artifact(ctx: HelmChartContext, store: Store) -> None:
         hexes = HEX.findall(artifact.revision)
         suffix = hexes[-1] if hexes else hashlib.sha256(artifact.revision.encode()).hexdigest()
         version = f"{version}+{suffix[:12]}"
-    ctx.version = version
-    ctx.source_revision = artifact.revision
-    ctx.event_metadata["revision"] = version
-    if up_to_date(ctx):
-        ctx.noop = True
+    if already_stored(ctx, version, source_revision=artifact.revision):
         return
     mark_outdated(ctx, version)
     await merge_values_files(ctx, source, chart_dir)

@@ -33,6 +33,8 @@ VERSION = "v1"
 CATEGORIES = ("all", "fluxcd", "fluxcd-sources")
 
 URL_COLUMN = PrinterColumn(name="URL", type="string", json_path=".spec.url")
+URL_SOURCE_COLUMNS = (URL_COLUMN, AGE_COLUMN, READY_COLUMN, STATUS_COLUMN, ARTIFACT_REVISION_COLUMN)
+"""What `kubectl get` shows of a source fetched from a URL (Flux's printer columns)."""
 
 GitURL = Annotated[str, StringConstraints(pattern=r"^(http|https|ssh)://.*$")]
 OCIURL = Annotated[str, StringConstraints(pattern=r"^oci://.*$")]
@@ -287,13 +289,7 @@ class GitRepository(Resource[GitRepositorySpec, GitRepositoryStatus]):
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("gitrepo",)
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
     EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
-    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
-        URL_COLUMN,
-        AGE_COLUMN,
-        READY_COLUMN,
-        STATUS_COLUMN,
-        ARTIFACT_REVISION_COLUMN,
-    )
+    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = URL_SOURCE_COLUMNS
 
     spec: GitRepositorySpec
     status: GitRepositoryStatus = Field(default_factory=GitRepositoryStatus)
@@ -473,13 +469,7 @@ class HelmRepository(Resource[HelmRepositorySpec, HelmRepositoryStatus]):
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("helmrepo",)
     CATEGORIES: ClassVar[tuple[str, ...]] = CATEGORIES
     EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
-    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
-        URL_COLUMN,
-        AGE_COLUMN,
-        READY_COLUMN,
-        STATUS_COLUMN,
-        ARTIFACT_REVISION_COLUMN,
-    )
+    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = URL_SOURCE_COLUMNS
 
     spec: HelmRepositorySpec
     status: HelmRepositoryStatus = Field(default_factory=HelmRepositoryStatus)

@@ -429,7 +429,7 @@ def test_unknown_fields_are_ignored() -> None:
 
 
 def test_all_kinds_are_distinct() -> None:
-    assert len({(m.GROUP, m.KIND) for m in ALL_KINDS}) == len(ALL_KINDS) == 13
+    assert len({(m.GROUP, m.KIND) for m in ALL_KINDS}) == len(ALL_KINDS) == 14
     assert len({m.PLURAL for m in ALL_KINDS}) == len(ALL_KINDS)
 
 

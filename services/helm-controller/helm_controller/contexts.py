@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -100,6 +100,25 @@ class HelmReleaseContext(ReconcileContext[HelmRelease]):
 def duration(text: str | None, default: float) -> float:
     """A Go duration in seconds, or `default` when unset."""
     return parse_duration(text).total_seconds() if text else default
+
+
+class Waits(Protocol):
+    """The wait switches of an action's options (install, upgrade, rollback)."""
+
+    @property
+    def disable_wait(self) -> bool: ...
+
+    @property
+    def disable_wait_for_jobs(self) -> bool: ...
+
+
+def wait_args(options: Waits | None) -> list[str]:
+    """`--wait --wait-for-jobs`, as Flux waits by default, less what `options` disable."""
+    if options is not None and options.disable_wait:
+        return []
+    if options is not None and options.disable_wait_for_jobs:
+        return ["--wait"]
+    return ["--wait", "--wait-for-jobs"]
 
 
 def account(ctx: HelmReleaseContext) -> str | None:

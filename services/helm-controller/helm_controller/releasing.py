@@ -19,7 +19,14 @@ from typing import Any
 import yaml
 
 from helm_controller import correcting, postrendering, releases
-from helm_controller.contexts import HelmReleaseContext, duration, helm, history, record_history
+from helm_controller.contexts import (
+    HelmReleaseContext,
+    duration,
+    helm,
+    history,
+    record_history,
+    wait_args,
+)
 from helm_controller.crds import apply_crds
 from helm_controller.remediating import (
     count_failure,
@@ -260,10 +267,7 @@ def _release_args(
         else:
             args.append("--reset-values")
     opts_any: Any = spec.install if action == "install" else spec.upgrade
-    if opts_any is None or not opts_any.disable_wait:
-        args.append("--wait")
-        if opts_any is None or not opts_any.disable_wait_for_jobs:
-            args.append("--wait-for-jobs")
+    args += wait_args(opts_any)
     if opts_any is not None:
         if opts_any.disable_hooks:
             args.append("--no-hooks")

@@ -16,6 +16,7 @@ from helm_controller.contexts import (
     helm,
     history,
     record_history,
+    wait_args,
 )
 from sluice_api.helm import HelmReleaseCondition, HelmReleaseReason, Snapshot
 from sluice_runtime.helming import HelmError
@@ -96,10 +97,7 @@ async def remediate(ctx: HelmReleaseContext, action: str, *, chart: str) -> None
                 "--timeout",
                 f"{int(timeout)}s",
             ]
-            if rb is None or not rb.disable_wait:
-                args.append("--wait")
-                if rb is None or not rb.disable_wait_for_jobs:
-                    args.append("--wait-for-jobs")
+            args += wait_args(rb)
             if rb is not None:
                 args += [
                     f

@@ -125,6 +125,37 @@ def switch(parser: argparse.ArgumentParser, name: str, *, help: str) -> None:
     parser.add_argument(name, type=_bool, nargs="?", const=True, default=False, help=help)
 
 
+def add_tenant_arguments(parser: argparse.ArgumentParser, *, kind: str, remote: str) -> None:
+    """The flags of a controller that applies a tenant's objects (Flux's names and defaults).
+
+    `kind` names what it reconciles (in the help of `--default-service-account`),
+    `remote` what a kubeConfig reference is given for ("remote apply").
+    """
+    parser.add_argument(
+        "--requeue-dependency",
+        type=duration,
+        default=30.0,
+        help="how long to wait before looking again at a dependency or source that is not ready",
+    )
+    switch(parser, "--no-cross-namespace-refs", help="refuse sources in other namespaces")
+    parser.add_argument(
+        "--default-service-account",
+        default="",
+        help=f"service account to impersonate when a {kind} names none",
+    )
+    switch(
+        parser,
+        "--insecure-kubeconfig-exec",
+        help=f"allow the user.exec section of kubeconfigs given for {remote} (the plugin runs "
+        "in the controller's container)",
+    )
+    switch(
+        parser,
+        "--insecure-kubeconfig-tls",
+        help=f"allow kubeconfigs given for {remote} to disable TLS verification",
+    )
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -328,6 +359,34 @@ async def run(
     finally:
         stopping.cancel()
         tracing.shutdown()
+
+
+def entry_point(
+    *,
+    service: str,
+    doc: str | None,
+    kinds: Sequence[Any],
+    setup: Setup,
+    concurrency: int = 4,
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    forward_events: bool = True,
+) -> Callable[[], None]:
+    """A service's console-script `main`: `main(...)` with the first line of the
+    service's module docstring (`doc`) as the description `--help` shows."""
+    description = doc.splitlines()[0] if doc else service
+
+    def entry() -> None:
+        main(
+            service=service,
+            description=description,
+            kinds=kinds,
+            setup=setup,
+            concurrency=concurrency,
+            add_arguments=add_arguments,
+            forward_events=forward_events,
+        )
+
+    return entry
 
 
 def main(

@@ -327,19 +327,7 @@ class Lexer:
         return self.lex_inside_action
 
     def lex_char(self) -> object:
-        while True:
-            r = self.next()
-            if r == "\\":
-                r = self.next()
-                if r not in ("", "\n"):
-                    continue
-            if r in ("", "\n"):
-                self.fail("unterminated character constant")
-                return None
-            if r == "'":
-                break
-        self.emit(T.CHAR_CONSTANT)
-        return self.lex_inside_action
+        return self.lex_escaped("'", T.CHAR_CONSTANT, "unterminated character constant")
 
     def lex_number(self) -> object:
         if not self.scan_number():
@@ -386,6 +374,11 @@ class Lexer:
         return True
 
     def lex_quote(self) -> object:
+        return self.lex_escaped('"', T.STRING, "unterminated quoted string")
+
+    def lex_escaped(self, close: str, token: T, problem: str) -> object:
+        """A constant up to `close` on one line, backslash escapes skipped: Go's
+        lexChar and lexQuote, which differ only in these three."""
         while True:
             r = self.next()
             if r == "\\":
@@ -393,11 +386,11 @@ class Lexer:
                 if r not in ("", "\n"):
                     continue
             if r in ("", "\n"):
-                self.fail("unterminated quoted string")
+                self.fail(problem)
                 return None
-            if r == '"':
+            if r == close:
                 break
-        self.emit(T.STRING)
+        self.emit(token)
         return self.lex_inside_action
 
     def lex_raw_quote(self) -> object:

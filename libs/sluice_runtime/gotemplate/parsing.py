@@ -123,6 +123,11 @@ class Parser:
             raise self.unexpected(item, context)
         name = self.unquote(item)
         self.expect(T.RIGHT_DELIM, context)
+        self.definition_body(name, context)
+
+    def definition_body(self, name: str, context: str) -> None:
+        """The body of a `define` or `block` up to its `end`, added as template `name`
+        (Go's parseDefinition); only `$` is in scope inside it."""
         saved_vars, self.vars = self.vars, ["$"]
         body, end = self.item_list()
         self.vars = saved_vars
@@ -242,12 +247,7 @@ class Parser:
         item = self.next_non_space()
         name = self.template_name(item, context)
         pipe = self.pipeline(context, T.RIGHT_DELIM)
-        saved_vars, self.vars = self.vars, ["$"]
-        body, end = self.item_list()
-        self.vars = saved_vars
-        if not isinstance(end, _End):
-            raise self.errorf(f"unexpected {end} in {context}")
-        self.add(n.Tree(name, self.name, self.text, body))
+        self.definition_body(name, context)
         return n.TemplateNode(item.pos, line=item.line, name=name, pipe=pipe)
 
     def template_name(self, item: Item, context: str) -> str:

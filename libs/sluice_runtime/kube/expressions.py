@@ -24,7 +24,7 @@ from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
-from sluice_runtime.kube.health import Health, compute_status, current, failed, in_progress
+from sluice_runtime.kube.kstatus import Health, compute_status, current, failed, in_progress
 
 
 class InvalidExpression(ValueError):

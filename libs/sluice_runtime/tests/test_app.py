@@ -429,3 +429,83 @@ def test_version_prints_the_distributions_version(capsys: pytest.CaptureFixture[
         parser.parse_args(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out == f"source-controller {importlib.metadata.version('sluice')}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        pytest.param(
+            [],
+            {
+                "requeue_dependency": 30.0,
+                "no_cross_namespace_refs": False,
+                "default_service_account": "",
+                "insecure_kubeconfig_exec": False,
+                "insecure_kubeconfig_tls": False,
+            },
+            id="flux-defaults",
+        ),
+        pytest.param(
+            [
+                "--requeue-dependency=1m",
+                "--no-cross-namespace-refs=true",
+                "--default-service-account=tenant",
+                "--insecure-kubeconfig-exec",
+                "--insecure-kubeconfig-tls=true",
+            ],
+            {
+                "requeue_dependency": 60.0,
+                "no_cross_namespace_refs": True,
+                "default_service_account": "tenant",
+                "insecure_kubeconfig_exec": True,
+                "insecure_kubeconfig_tls": True,
+            },
+            id="all-set",
+        ),
+    ],
+)
+def test_tenant_arguments_are_the_flags_both_appliers_take(
+    argv: list[str], expected: dict[str, Any]
+) -> None:
+    parser = app.parser(service="test", description="test", concurrency=1)
+    app.add_tenant_arguments(parser, kind="HelmRelease", remote="remote releases")
+    options = vars(parser.parse_args(argv))
+    assert {key: options[key] for key in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("doc", "shown"),
+    [
+        pytest.param(
+            "gating-controller: opens Gates.\n\nWiring only.",
+            "gating-controller: opens Gates.",
+            id="first-line",
+        ),
+        pytest.param(None, "test-controller", id="no-docstring-names-the-service"),
+    ],
+)
+def test_an_entry_point_describes_the_service_and_takes_its_flags(
+    doc: str | None,
+    shown: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async def setup(runtime: app.Runtime) -> None:
+        raise AssertionError("--help must not start the service")
+
+    main = app.entry_point(
+        service="test-controller",
+        doc=doc,
+        kinds=(Gate,),
+        setup=setup,
+        add_arguments=lambda parser: app.add_tenant_arguments(
+            parser, kind="Kustomization", remote="remote apply"
+        ),
+    )
+    monkeypatch.setattr(sys, "argv", ["test-controller", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert shown in help_text
+    assert "when a Kustomization names none" in help_text

@@ -43,15 +43,15 @@ async def setup(runtime: app.Runtime) -> None:
     controller.watch(ResourceType.of_model(HelmChart), applications.template_watchers(apps))
 
 
-def main() -> None:
-    app.main(
-        service=SERVICE,
-        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
-        kinds=KINDS,
-        setup=setup,
-        concurrency=4,
-        add_arguments=add_arguments,
-    )
+main = app.entry_point(
+    service=SERVICE,
+    doc=__doc__,
+    kinds=KINDS,
+    setup=setup,
+    concurrency=4,
+    add_arguments=add_arguments,
+)
+"""The console script (`[project.scripts]`)."""
 
 
 if __name__ == "__main__":

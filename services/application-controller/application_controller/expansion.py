@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from sluice_api.gitops import (
     DESTINATION_ANNOTATION,
     GROUP,
@@ -140,6 +142,18 @@ def _metadata(app: Application, name: str, destination: str) -> JSON:
     }
 
 
+def _deploy_fields(entry: BaseModel) -> JSON:
+    """An entry's own spec fields, as set in the Application (its destination and
+    interval are written separately)."""
+    return entry.model_dump(
+        mode="json",
+        by_alias=True,
+        exclude_none=True,
+        exclude_unset=True,
+        exclude={"destination", "interval"},
+    )
+
+
 def _destination_fields(destination: Destination) -> JSON:
     out: JSON = {}
     if destination.kube_config is not None:
@@ -251,13 +265,7 @@ def expand(app: Application, *, template: JSON | None = None) -> list[Child]:
             raise Invalid(f"{CONFIG}.helmRelease.deploy: at least one destination is needed")
         for index, deploy in enumerate(helm.deploy):
             destination = destination_name(deploy.destination)
-            fields = deploy.model_dump(
-                mode="json",
-                by_alias=True,
-                exclude_none=True,
-                exclude_unset=True,
-                exclude={"destination", "interval"},
-            )
+            fields = _deploy_fields(deploy)
             spec: JSON = {
                 "chart": {"spec": chart},
                 "interval": deploy.interval or DEFAULT_INTERVAL,
@@ -286,13 +294,7 @@ def expand(app: Application, *, template: JSON | None = None) -> list[Child]:
             raise Invalid(f"{CONFIG}.kustomization: at least one destination is needed")
         for index, entry in enumerate(entries):
             destination = destination_name(entry.destination)
-            fields = entry.model_dump(
-                mode="json",
-                by_alias=True,
-                exclude_none=True,
-                exclude_unset=True,
-                exclude={"destination", "interval"},
-            )
+            fields = _deploy_fields(entry)
             spec = {
                 "sourceRef": source,
                 "interval": entry.interval or DEFAULT_INTERVAL,

@@ -27,14 +27,8 @@ def setup_with(clock: gate.Clock) -> app.Setup:
 setup = setup_with(gate.system_clock)
 
 
-def main() -> None:
-    app.main(
-        service=SERVICE,
-        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
-        kinds=KINDS,
-        setup=setup,
-        concurrency=2,
-    )
+main = app.entry_point(service=SERVICE, doc=__doc__, kinds=KINDS, setup=setup, concurrency=2)
+"""The console script (`[project.scripts]`)."""
 
 
 if __name__ == "__main__":

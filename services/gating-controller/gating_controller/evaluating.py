@@ -81,39 +81,23 @@ the gate's last state.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import UTC, datetime
 
-from cronsim import CronSim, CronSimError
-
+from gating_controller.gate_events import Action, Event, Ticks, requests_of, window_of
 from sluice_api.gating import (
-    CLOSE_REQUESTED_AT_ANNOTATION,
-    CLOSE_REQUESTED_BY_ANNOTATION,
-    OPEN_REQUESTED_AT_ANNOTATION,
-    OPEN_REQUESTED_BY_ANNOTATION,
     Gate,
     GateHistoryEntry,
     GateReason,
-    GateSchedule,
 )
-from sluice_api.meta import format_time, parse_duration, parse_time
+from sluice_api.meta import format_time, parse_time
 
 HISTORY_LIMIT = 20
 """How many open and close entries status.history keeps."""
 
 LOOKAHEAD_STEPS = 1000
 """How many future changes (event starts and ends) the look-ahead examines."""
-
-# cronsim shifts some ticks by up to the DST offset near a transition; start
-# the search for the tick in effect this much earlier so none is missed.
-_DST_MARGIN = timedelta(hours=3)
-_MAX_TIME = datetime.max.replace(tzinfo=UTC)
-
-Action = Literal["open", "close"]
 
 
 class InvalidGate(Exception):
@@ -151,19 +135,6 @@ class GateState:
     """The status.history to write: the old entries plus the new ones, trimmed."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Event:
-    start: datetime
-    end: datetime
-    action: Action
-    source: str
-    user: str | None = None
-    scheduled: bool = False
-
-    def precedence(self) -> tuple[datetime, bool, bool]:
-        return (self.start, self.action == "close", not self.scheduled)
-
-
 def evaluate(gate: Gate, *, now: datetime, history_limit: int = HISTORY_LIMIT) -> GateState:
     """The gate's state at `now` (an aware datetime); raises InvalidGate."""
     if now.tzinfo is None:
@@ -171,10 +142,10 @@ def evaluate(gate: Gate, *, now: datetime, history_limit: int = HISTORY_LIMIT) -
     now = now.astimezone(UTC)
     default: Action = "open" if gate.spec.default == "opened" else "close"
     problems: list[str] = []
-    window = _window(gate.spec.window, "spec.window", problems)
-    requests = _requests(gate.metadata.annotations or {}, window, problems)
+    window = window_of(gate.spec.window, "spec.window", problems)
+    requests = requests_of(gate.metadata.annotations or {}, window, problems)
     schedules = [
-        _Ticks.build(entry, f"spec.schedule[{index}]", now=now, problems=problems)
+        Ticks.build(entry, f"spec.schedule[{index}]", now=now, problems=problems)
         for index, entry in enumerate(gate.spec.schedule or [])
     ]
     if problems:
@@ -213,18 +184,6 @@ def evaluate(gate: Gate, *, now: datetime, history_limit: int = HISTORY_LIMIT) -
     )
 
 
-def parse_requester(value: str | None) -> tuple[str, str | None]:
-    """(source, user) of a `requestedBy` annotation value."""
-    if not value:
-        return "annotation", None
-    kind, sep, who = value.partition(":")
-    if sep and who and kind == "cli":
-        return "cli", who
-    if sep and who and kind == "receiver":
-        return f"Receiver/{who}", None
-    return "annotation", value
-
-
 def merge_history(
     existing: Sequence[GateHistoryEntry],
     observed: Iterable[GateHistoryEntry],
@@ -250,153 +209,20 @@ def merge_history(
     return kept, [e for e in added if id(e) in kept_ids]
 
 
-# -- inputs ----------------------------------------------------------------
-
-
-def _quote(value: str) -> str:
-    shown = value if len(value) <= 100 else value[:100] + "…"
-    return json.dumps(shown, ensure_ascii=False)
-
-
-def _window(text: str, where: str, problems: list[str]) -> timedelta:
-    try:
-        window = parse_duration(text)
-    except ValueError:
-        problems.append(f"{where}: {_quote(text)} is not a duration")
-        return timedelta(0)
-    if window <= timedelta(0):
-        problems.append(f"{where}: {_quote(text)} must be longer than 0s")
-    return window
-
-
-def _requests(
-    annotations: Mapping[str, str], window: timedelta, problems: list[str]
-) -> list[_Event]:
-    events: list[_Event] = []
-    keys: tuple[tuple[Action, str, str], ...] = (
-        ("open", OPEN_REQUESTED_AT_ANNOTATION, OPEN_REQUESTED_BY_ANNOTATION),
-        ("close", CLOSE_REQUESTED_AT_ANNOTATION, CLOSE_REQUESTED_BY_ANNOTATION),
-    )
-    for action, at_key, by_key in keys:
-        raw = annotations.get(at_key)
-        if raw is None:
-            continue
-        try:
-            start = parse_time(raw)
-        except ValueError:
-            problems.append(f"annotation {at_key}: {_quote(raw)} is not an RFC3339 time")
-            continue
-        source, user = parse_requester(annotations.get(by_key))
-        end = _add(start, window)
-        events.append(_Event(start=start, end=end, action=action, source=source, user=user))
-    return events
-
-
-def _add(start: datetime, window: timedelta) -> datetime:
-    try:
-        return start + window
-    except OverflowError:
-        return _MAX_TIME
-
-
-class _Ticks:
-    """One schedule's ticks in UTC, strictly increasing, walked forward in time.
-
-    `last` is the latest tick at or before the instant walked to, `upcoming`
-    the first one after it.
-    """
-
-    def __init__(self, cron: str, zone: ZoneInfo, window: timedelta, now: datetime) -> None:
-        self.window = window
-        try:
-            start = now - window
-        except OverflowError:
-            start = datetime(1, 1, 2, tzinfo=UTC)
-        hint = _latest_tick(cron, zone, now)
-        if hint is not None and hint - _DST_MARGIN > start:
-            start = hint - _DST_MARGIN
-        # cronsim yields ticks strictly after the second it starts from.
-        first = (start - timedelta(seconds=1)).replace(microsecond=0)
-        self._iterator = CronSim(cron, first.astimezone(zone))
-        self._latest: datetime | None = None
-        self.last: datetime | None = None
-        self.upcoming = self._next()
-        self.advance_to(now)
-
-    @classmethod
-    def build(
-        cls, entry: GateSchedule, where: str, *, now: datetime, problems: list[str]
-    ) -> _Ticks | None:
-        found = len(problems)
-        zone: ZoneInfo | None = None
-        try:
-            zone = ZoneInfo(entry.time_zone)
-        except (ZoneInfoNotFoundError, ValueError, OSError):
-            problems.append(f"{where}.timeZone: {_quote(entry.time_zone)} is not an IANA time zone")
-        if len(entry.cron.split()) != 5:
-            problems.append(f"{where}.cron: {_quote(entry.cron)} does not have five fields")
-        else:
-            try:
-                CronSim(entry.cron, now)
-            except CronSimError as error:
-                reason = str(error)
-                reason = reason[:1].lower() + reason[1:]
-                problems.append(
-                    f"{where}.cron: {_quote(entry.cron)} is not a valid cron expression ({reason})"
-                )
-        window = _window(entry.window, f"{where}.window", problems)
-        if len(problems) > found or zone is None:
-            return None
-        return cls(entry.cron, zone, window, now)
-
-    def _next(self) -> datetime | None:
-        # Near a fall-back change cronsim can yield a tick again; skip repeats.
-        while True:
-            try:
-                tick = next(self._iterator).astimezone(UTC)
-            except StopIteration:  # no tick within cronsim's 50-year search
-                return None
-            if self._latest is None or tick > self._latest:
-                self._latest = tick
-                return tick
-
-    def advance_to(self, instant: datetime) -> None:
-        while self.upcoming is not None and self.upcoming <= instant:
-            self.last = self.upcoming
-            self.upcoming = self._next()
-
-    def end(self) -> datetime | None:
-        return None if self.last is None else _add(self.last, self.window)
-
-    def in_effect(self, instant: datetime, action: Action) -> _Event | None:
-        end = self.end()
-        if self.last is None or end is None or instant >= end:
-            return None
-        return _Event(start=self.last, end=end, action=action, source="schedule", scheduled=True)
-
-
-def _latest_tick(cron: str, zone: ZoneInfo, now: datetime) -> datetime | None:
-    after = (now + timedelta(seconds=1)).replace(microsecond=0)
-    try:
-        return next(CronSim(cron, after.astimezone(zone), reverse=True)).astimezone(UTC)
-    except StopIteration:
-        return None
-
-
 # -- deciding ----------------------------------------------------------------
 
 
 def _winner(
-    instant: datetime, requests: Sequence[_Event], ticks: Sequence[_Ticks], away: Action
-) -> _Event | None:
+    instant: datetime, requests: Sequence[Event], ticks: Sequence[Ticks], away: Action
+) -> Event | None:
     candidates = [e for e in requests if e.start <= instant < e.end]
     candidates += [e for t in ticks if (e := t.in_effect(instant, away)) is not None]
-    return max(candidates, key=_Event.precedence, default=None)
+    return max(candidates, key=Event.precedence, default=None)
 
 
 def _look_ahead(
-    now: datetime, *, default: Action, requests: Sequence[_Event], ticks: Sequence[_Ticks]
-) -> tuple[_Event | None, datetime | None, datetime | None]:
+    now: datetime, *, default: Action, requests: Sequence[Event], ticks: Sequence[Ticks]
+) -> tuple[Event | None, datetime | None, datetime | None]:
     """(winner now, first instant the winner changes, first instant back at the default).
 
     The winner can only change where an event starts or ends, so the walk
@@ -426,7 +252,7 @@ def _look_ahead(
 
 
 def _next_boundary(
-    instant: datetime, requests: Sequence[_Event], ticks: Sequence[_Ticks]
+    instant: datetime, requests: Sequence[Event], ticks: Sequence[Ticks]
 ) -> datetime | None:
     candidates = [b for e in requests for b in (e.start, e.end) if b > instant]
     for t in ticks:
@@ -438,7 +264,7 @@ def _next_boundary(
 # -- history ---------------------------------------------------------------
 
 
-def _entry(event: _Event) -> GateHistoryEntry:
+def _entry(event: Event) -> GateHistoryEntry:
     return GateHistoryEntry(
         time=format_time(event.start), action=event.action, source=event.source, user=event.user
     )

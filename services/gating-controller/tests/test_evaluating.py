@@ -11,18 +11,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gating_controller.evaluating import (
-    CLOSE_REQUESTED_BY_ANNOTATION,
-    OPEN_REQUESTED_BY_ANNOTATION,
-    GateState,
-    InvalidGate,
-    evaluate,
-    merge_history,
-    parse_requester,
-)
+from gating_controller.evaluating import GateState, InvalidGate, evaluate, merge_history
+from gating_controller.gate_events import parse_requester
 from sluice_api.gating import (
     CLOSE_REQUESTED_AT_ANNOTATION,
+    CLOSE_REQUESTED_BY_ANNOTATION,
     OPEN_REQUESTED_AT_ANNOTATION,
+    OPEN_REQUESTED_BY_ANNOTATION,
     Gate,
     GateHistoryEntry,
     GateSpec,

@@ -13,7 +13,7 @@ import argparse
 import aiohttp
 import structlog
 
-from helm_controller import helmrelease
+from helm_controller import contexts, helmrelease, watching
 from sluice_api import Gate, HelmChart, HelmRelease, OCIRepository
 from sluice_runtime import app, gatekeeping
 from sluice_runtime.helming import HelmMissing, helm_binary
@@ -28,29 +28,7 @@ KINDS = (HelmRelease, HelmChart, OCIRepository, Gate)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--requeue-dependency",
-        type=app.duration,
-        default=30.0,
-        help="how long to wait before looking again at a dependency or chart that is not ready",
-    )
-    app.switch(parser, "--no-cross-namespace-refs", help="refuse chart sources in other namespaces")
-    parser.add_argument(
-        "--default-service-account",
-        default="",
-        help="service account to impersonate when a HelmRelease names none",
-    )
-    app.switch(
-        parser,
-        "--insecure-kubeconfig-exec",
-        help="allow the user.exec section of kubeconfigs given for remote releases (the plugin "
-        "runs in the controller and in helm)",
-    )
-    app.switch(
-        parser,
-        "--insecure-kubeconfig-tls",
-        help="allow kubeconfigs given for remote releases to disable TLS verification",
-    )
+    app.add_tenant_arguments(parser, kind="HelmRelease", remote="remote releases")
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -77,7 +55,7 @@ async def setup(runtime: app.Runtime) -> None:
     gate_rt = ResourceType.of_model(Gate)
     oci_rt = ResourceType.of_model(OCIRepository)
     hrs = runtime.informers.get(hr_rt, selected=True).store
-    services = helmrelease.Services(
+    services = contexts.Services(
         session=session,
         releases=hrs,
         charts=runtime.informers.get(chart_rt).store,
@@ -90,21 +68,21 @@ async def setup(runtime: app.Runtime) -> None:
         targets=targets,
     )
     controller = runtime.controller(helmrelease.reconciler(services))
-    controller.watch(chart_rt, helmrelease.chart_watchers(hrs))
-    controller.watch(oci_rt, helmrelease.chart_watchers(hrs, "OCIRepository"))
-    controller.watch(hr_rt, helmrelease.dependent_watchers(hrs), selected=True)
+    controller.watch(chart_rt, watching.chart_watchers(hrs))
+    controller.watch(oci_rt, watching.chart_watchers(hrs, "OCIRepository"))
+    controller.watch(hr_rt, watching.dependent_watchers(hrs), selected=True)
     controller.watch(gate_rt, gatekeeping.consumers_of(hrs))
 
 
-def main() -> None:
-    app.main(
-        service=SERVICE,
-        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
-        kinds=KINDS,
-        setup=setup,
-        concurrency=4,
-        add_arguments=add_arguments,
-    )
+main = app.entry_point(
+    service=SERVICE,
+    doc=__doc__,
+    kinds=KINDS,
+    setup=setup,
+    concurrency=4,
+    add_arguments=add_arguments,
+)
+"""The console script (`[project.scripts]`)."""
 
 
 if __name__ == "__main__":

@@ -188,17 +188,6 @@ def set_path(values: dict[str, Any], path: str, value: Any) -> None:
                 node = node[key]
 
 
-def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Helm's merge of values: maps merge recursively, anything else replaces."""
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 class ChartCRDsError(Exception):
     """The chart's CRD files cannot be read; the message names the file."""
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from helm_controller import releases
-from helm_controller.helmrelease import unsupported_fields
+from helm_controller.validating import unsupported_fields
 from sluice_api.helm import HelmRelease, Snapshot
 
 

@@ -36,29 +36,7 @@ KINDS = (Kustomization, *SOURCE_KINDS, Gate)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--requeue-dependency",
-        type=app.duration,
-        default=30.0,
-        help="how long to wait before looking again at a dependency that is not ready",
-    )
-    app.switch(parser, "--no-cross-namespace-refs", help="refuse sourceRefs to other namespaces")
-    parser.add_argument(
-        "--default-service-account",
-        default="",
-        help="service account to impersonate when a Kustomization names none",
-    )
-    app.switch(
-        parser,
-        "--insecure-kubeconfig-exec",
-        help="allow the user.exec section of kubeconfigs given for remote apply (the plugin "
-        "runs in the controller)",
-    )
-    app.switch(
-        parser,
-        "--insecure-kubeconfig-tls",
-        help="allow kubeconfigs given for remote apply to disable TLS verification",
-    )
+    app.add_tenant_arguments(parser, kind="Kustomization", remote="remote apply")
     app.switch(
         parser,
         "--allow-remote-bases",
@@ -147,15 +125,15 @@ async def setup(runtime: app.Runtime) -> None:
     controller.watch(ResourceType.of_model(Gate), gatekeeping.consumers_of(kustomizations))
 
 
-def main() -> None:
-    app.main(
-        service=SERVICE,
-        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
-        kinds=KINDS,
-        setup=setup,
-        concurrency=4,
-        add_arguments=add_arguments,
-    )
+main = app.entry_point(
+    service=SERVICE,
+    doc=__doc__,
+    kinds=KINDS,
+    setup=setup,
+    concurrency=4,
+    add_arguments=add_arguments,
+)
+"""The console script (`[project.scripts]`)."""
 
 
 if __name__ == "__main__":

@@ -8,8 +8,7 @@ from __future__ import annotations
 from sluice_api.kustomize import KUBECONFIG_ONE_OF, Kustomization
 from sluice_api.meta import parse_duration
 from sluice_runtime.kube.expressions import HealthCheckExpr, HealthRules
-from sluice_runtime.kube.ignoring import IgnoreRule
-from sluice_runtime.kube.ignoring import Target as IgnoreTarget
+from sluice_runtime.kube.ignoring import IgnoreRule, rules_of
 
 
 def unsupported(ks: Kustomization) -> str | None:
@@ -37,26 +36,7 @@ def unsupported(ks: Kustomization) -> str | None:
 
 def ignore_rules(ks: Kustomization) -> list[IgnoreRule]:
     """`driftIgnoreRules` in the apply's terms."""
-    rules = []
-    for rule in ks.spec.drift_ignore_rules or []:
-        target = rule.target
-        rules.append(
-            IgnoreRule(
-                paths=tuple(rule.paths),
-                target=None
-                if target is None
-                else IgnoreTarget(
-                    group=target.group,
-                    version=target.version,
-                    kind=target.kind,
-                    namespace=target.namespace,
-                    name=target.name,
-                    label_selector=target.label_selector,
-                    annotation_selector=target.annotation_selector,
-                ),
-            )
-        )
-    return rules
+    return rules_of(ks.spec.drift_ignore_rules or [])
 
 
 def health_rules(ks: Kustomization) -> HealthRules:

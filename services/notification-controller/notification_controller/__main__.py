@@ -191,16 +191,16 @@ async def setup(runtime: app.Runtime) -> None:
     await Wiring().setup(runtime)
 
 
-def main() -> None:
-    app.main(
-        service=SERVICE,
-        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
-        kinds=KINDS,
-        setup=setup,
-        concurrency=4,
-        add_arguments=add_arguments,
-        forward_events=FORWARD_EVENTS,
-    )
+main = app.entry_point(
+    service=SERVICE,
+    doc=__doc__,
+    kinds=KINDS,
+    setup=setup,
+    concurrency=4,
+    add_arguments=add_arguments,
+    forward_events=FORWARD_EVENTS,
+)
+"""The console script (`[project.scripts]`)."""
 
 
 if __name__ == "__main__":

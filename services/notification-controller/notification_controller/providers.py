@@ -49,17 +49,24 @@ types only, as in Flux.
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from notification_controller.commitstatuses import COMMIT_STATUS_TYPES, github, gitlab
 from notification_controller.connecting import Transport
+from notification_controller.outbound import (
+    DeliveryError,
+    OutboundRequest,
+    Target,
+    http_url,
+    involved_of,
+    json_body,
+    metadata_of,
+)
 from notification_controller.signatures import (
     TIMESTAMP_HEADER,
     TIMESTAMPED_SIGNATURE_HEADER,
@@ -68,35 +75,13 @@ from notification_controller.signatures import (
 )
 from sluice_api.notification import Provider
 
+__all__ = ["SUPPORTED_TYPES", "DeliveryError", "OutboundRequest", "build_request", "deliver"]
+
 COMPONENT_HEADER = "gotk-component"
 """Names the controller that reported the event, as Flux's forwarder does."""
 
-COMMIT_STATUS_TYPES = frozenset({"github", "gitlab"})
-PROGRESSING_REASON = "Progressing"
-GITHUB_DESCRIPTION_LIMIT = 140
-"""GitHub rejects commit status descriptions longer than this."""
-
 _MAX_RETRY_AFTER = 30.0
 _RETRIABLE_STATUSES = frozenset({429})
-
-
-class DeliveryError(Exception):
-    """An event could not be delivered; the message is safe to log."""
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class OutboundRequest:
-    """One HTTP request to a Provider, built before it is sent."""
-
-    method: str
-    url: str
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 async def deliver(
@@ -174,39 +159,29 @@ def build_request(
     kind = provider.spec.type
     if not address:
         raise DeliveryError(f"{kind} provider has no address")
-    metadata = _metadata(event)
+    metadata = metadata_of(event)
     if kind not in COMMIT_STATUS_TYPES and metadata.get("commit_status") == "update":
         return None
     builder = _BUILDERS.get(kind)
     if builder is None:
         raise DeliveryError(f"provider type {kind!r} is not supported")
-    return builder(_Target(provider, event, address, token or "", dict(headers), now))
+    return builder(Target(provider, event, address, token or "", dict(headers), now))
 
 
 # Builders ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
-    provider: Provider
-    event: Mapping[str, Any]
-    address: str
-    token: str
-    headers: dict[str, str]
-    now: float
-
-
-def _generic(target: _Target) -> OutboundRequest:
-    body = _json(target.event)
+def _generic(target: Target) -> OutboundRequest:
+    body = json_body(target.event)
     headers = {
         "Content-Type": "application/json",
         COMPONENT_HEADER: str(target.event.get("reportingController", "")),
         **target.headers,
     }
-    return OutboundRequest("POST", _http_url(target.address), body, headers)
+    return OutboundRequest("POST", http_url(target.address), body, headers)
 
 
-def _generic_hmac(target: _Target) -> OutboundRequest:
+def _generic_hmac(target: Target) -> OutboundRequest:
     if not target.token:
         raise DeliveryError("generic-hmac provider needs a token")
     request = _generic(target)
@@ -220,29 +195,29 @@ def _generic_hmac(target: _Target) -> OutboundRequest:
     return request
 
 
-def _slack(target: _Target) -> OutboundRequest:
+def _slack(target: Target) -> OutboundRequest:
     payload = _slack_payload(target, channel=target.provider.spec.channel)
     headers = {"Content-Type": "application/json"}
     if target.token:
         headers["Authorization"] = f"Bearer {target.token}"
-    return OutboundRequest("POST", _http_url(target.address), _json(payload), headers)
+    return OutboundRequest("POST", http_url(target.address), json_body(payload), headers)
 
 
-def _discord(target: _Target) -> OutboundRequest:
-    parts = urlsplit(_http_url(target.address))
+def _discord(target: Target) -> OutboundRequest:
+    parts = urlsplit(http_url(target.address))
     path = parts.path.rstrip("/")
     if not path.endswith("/slack"):
         path += "/slack"
     url = urlunsplit(parts._replace(path=path))
     payload = _slack_payload(target, channel=None)
-    return OutboundRequest("POST", url, _json(payload), {"Content-Type": "application/json"})
+    return OutboundRequest("POST", url, json_body(payload), {"Content-Type": "application/json"})
 
 
-def _msteams(target: _Target) -> OutboundRequest:
-    url = _http_url(target.address)
+def _msteams(target: Target) -> OutboundRequest:
+    url = http_url(target.address)
     event = target.event
     subject = _subject(event)
-    facts = sorted(_metadata(event).items())
+    facts = sorted(metadata_of(event).items())
     error = event.get("severity") == "error"
     payload: dict[str, Any]
     if (urlsplit(url).hostname or "").endswith("webhook.office.com"):
@@ -286,135 +261,27 @@ def _msteams(target: _Target) -> OutboundRequest:
                 {"contentType": "application/vnd.microsoft.card.adaptive", "content": card}
             ],
         }
-    return OutboundRequest("POST", url, _json(payload), {"Content-Type": "application/json"})
+    return OutboundRequest("POST", url, json_body(payload), {"Content-Type": "application/json"})
 
 
-def _github(target: _Target) -> OutboundRequest | None:
-    status = _commit_status(target)
-    if status is None:
-        return None
-    sha, state, context, description = status
-    scheme, host, path = _repository(target.address)
-    owner_repo = path.split("/")
-    if len(owner_repo) != 2:
-        raise DeliveryError(f"github provider address must be <host>/<owner>/<repo>, at {host}")
-    api = "https://api.github.com" if host == "github.com" else f"{scheme}://{host}/api/v3"
-    owner, repo = (quote(part, safe="") for part in owner_repo)
-    body = {
-        "state": "success" if state == "success" else "failure",
-        "context": context,
-        "description": description[:GITHUB_DESCRIPTION_LIMIT],
-    }
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/vnd.github+json",
-        "X-GitHub-Api-Version": "2022-11-28",
-        "Authorization": f"Bearer {target.token}",
-    }
-    url = f"{api}/repos/{owner}/{repo}/statuses/{sha}"
-    return OutboundRequest("POST", url, _json(body), headers)
-
-
-def _gitlab(target: _Target) -> OutboundRequest | None:
-    status = _commit_status(target)
-    if status is None:
-        return None
-    sha, state, context, description = status
-    scheme, host, path = _repository(target.address)
-    project = quote(path, safe="")
-    body = {
-        "state": "success" if state == "success" else "failed",
-        "name": context,
-        "description": description,
-    }
-    headers = {"Content-Type": "application/json", "PRIVATE-TOKEN": target.token}
-    url = f"{scheme}://{host}/api/v4/projects/{project}/statuses/{sha}"
-    return OutboundRequest("POST", url, _json(body), headers)
-
-
-_BUILDERS: dict[str, Callable[[_Target], OutboundRequest | None]] = {
+_BUILDERS: dict[str, Callable[[Target], OutboundRequest | None]] = {
     "generic": _generic,
     "generic-hmac": _generic_hmac,
     "slack": _slack,
     "discord": _discord,
     "msteams": _msteams,
-    "github": _github,
-    "gitlab": _gitlab,
+    "github": github,
+    "gitlab": gitlab,
 }
 
 SUPPORTED_TYPES = frozenset(_BUILDERS)
 """Provider types this hub delivers to; other types are refused on the Provider."""
 
 
-# Commit status -------------------------------------------------------------------
-
-
-def commit_status_context(provider: Provider, event: Mapping[str, Any]) -> str:
-    """`<kind>/<name>/<first segment of the Provider UID>`, lowercased, as Flux."""
-    uid = provider.metadata.uid
-    if not uid:
-        raise DeliveryError(f"{provider.spec.type} provider has no uid for the status context")
-    involved = _involved(event)
-    kind, name = involved.get("kind", ""), involved.get("name", "")
-    return f"{kind}/{name}/{uid.split('-')[0]}".lower()
-
-
-def commit_state(severity: str, reason: str) -> str | None:
-    """`success`, `failure`, or None to skip (Progressing), as Flux maps them."""
-    if reason == PROGRESSING_REASON:
-        return None
-    if severity == "info":
-        return "success"
-    if severity == "error":
-        return "failure"
-    raise DeliveryError(f"cannot map severity {severity!r} to a commit status")
-
-
-def commit_sha(revision: str) -> str:
-    """The commit hash in a Flux revision (`main@sha1:<sha>`, `sha1:<sha>`, `main/<sha>`)."""
-    candidate = revision.strip()
-    if "@" in candidate:
-        candidate = candidate.rpartition("@")[2]
-    elif ":" not in candidate and "/" in candidate:
-        candidate = candidate.rpartition("/")[2]  # the legacy `<branch>/<sha>`
-    algorithm, _, digest = candidate.rpartition(":")
-    if algorithm not in ("", "sha1", "sha256") or not _HEX_COMMIT.fullmatch(digest):
-        raise DeliveryError("cannot find a commit hash in the event's revision")
-    return digest.lower()
-
-
-def describe_reason(reason: str) -> str:
-    """`ReconciliationSucceeded` → `reconciliation succeeded`, as Flux splits camel case."""
-    words = _CAMEL_WORDS.findall(reason)
-    return " ".join(words).lower() if words else reason.lower()
-
-
-def _commit_status(target: _Target) -> tuple[str, str, str, str] | None:
-    if target.provider.spec.commit_status_expr:
-        raise DeliveryError("commitStatusExpr is not supported")
-    if not target.token:
-        raise DeliveryError(f"{target.provider.spec.type} provider needs a token")
-    event = target.event
-    metadata = _metadata(event)
-    revision = metadata.get("originRevision") or metadata.get("revision")
-    if not revision:
-        return None
-    reason = str(event.get("reason", ""))
-    state = commit_state(str(event.get("severity", "")), reason)
-    if state is None:
-        return None
-    context = commit_status_context(target.provider, event)
-    return commit_sha(revision), state, context, describe_reason(reason)
-
-
-_HEX_COMMIT = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
-_CAMEL_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-
-
 # Helpers ------------------------------------------------------------------------
 
 
-def _slack_payload(target: _Target, *, channel: str | None) -> dict[str, Any]:
+def _slack_payload(target: Target, *, channel: str | None) -> dict[str, Any]:
     event = target.event
     payload: dict[str, Any] = {
         "username": target.provider.spec.username or str(event.get("reportingController", "")),
@@ -426,7 +293,7 @@ def _slack_payload(target: _Target, *, channel: str | None) -> dict[str, Any]:
                 "mrkdwn_in": ["text"],
                 "fields": [
                     {"title": key, "value": value, "short": False}
-                    for key, value in sorted(_metadata(event).items())
+                    for key, value in sorted(metadata_of(event).items())
                 ],
             }
         ],
@@ -438,61 +305,15 @@ def _slack_payload(target: _Target, *, channel: str | None) -> dict[str, Any]:
 
 def _subject(event: Mapping[str, Any]) -> str:
     """`kustomization/apps.flux-system`, how Flux names the object in chat."""
-    involved = _involved(event)
+    involved = involved_of(event)
     kind = str(involved.get("kind", "")).lower()
     return f"{kind}/{involved.get('name', '')}.{involved.get('namespace', '')}"
-
-
-def _repository(address: str) -> tuple[str, str, str]:
-    """(scheme, host, `owner/repo` path without `.git`) of a Git repository address."""
-    text = address.strip()
-    scp = re.fullmatch(r"(?:[^@/]+@)?([^:/]+):(?!//)(.+)", text)
-    if scp and "://" not in text:
-        scheme, host, path = "https", scp.group(1), scp.group(2)
-    else:
-        parts = urlsplit(text)
-        scheme = "https" if parts.scheme in ("ssh", "git", "") else parts.scheme
-        host = parts.hostname or ""
-        try:
-            port = parts.port
-        except ValueError:
-            raise DeliveryError("the provider address has an invalid port") from None
-        if port and parts.scheme in ("http", "https"):
-            host = f"{host}:{port}"
-        path = parts.path
-    path = path.strip("/").removesuffix(".git")
-    if not host or not path:
-        raise DeliveryError("the provider address is not a Git repository URL")
-    return scheme, host, path
-
-
-def _http_url(address: str) -> str:
-    parts = urlsplit(address.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise DeliveryError("the provider address is not an http(s) URL")
-    return address.strip()
 
 
 def _host(url: str) -> str:
     """`host[:port]` of `url`, never its userinfo (`user:token@` is a credential)."""
     netloc = urlsplit(url).netloc.rpartition("@")[2]
     return netloc or "?"
-
-
-def _metadata(event: Mapping[str, Any]) -> dict[str, str]:
-    metadata = event.get("metadata")
-    if not isinstance(metadata, Mapping):
-        return {}
-    return {str(key): str(value) for key, value in metadata.items()}
-
-
-def _involved(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    involved = event.get("involvedObject")
-    return involved if isinstance(involved, Mapping) else {}
-
-
-def _json(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _retry_after(value: str | None) -> float:

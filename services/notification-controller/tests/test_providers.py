@@ -15,15 +15,9 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from notification_controller.commitstatuses import commit_sha, commit_state, describe_reason
 from notification_controller.hub import provider_timeout
-from notification_controller.providers import (
-    DeliveryError,
-    build_request,
-    commit_sha,
-    commit_state,
-    deliver,
-    describe_reason,
-)
+from notification_controller.providers import DeliveryError, build_request, deliver
 from notification_controller.signatures import verify
 from sluice_api.notification import Provider
 

@@ -33,6 +33,8 @@ from sluice_runtime.kube.resources import ResourceType
 from source_controller import (
     artifactgenerator,
     bucket,
+    charts,
+    gitcontexts,
     gitrepository,
     helmchart,
     helmrepository,
@@ -134,7 +136,7 @@ async def setup(runtime: app.Runtime) -> None:
     repositories = runtime.informers.get(git_rt, selected=True).store
     git = runtime.controller(
         gitrepository.reconciler(
-            gitrepository.GitServices(
+            gitcontexts.GitServices(
                 storage=storage, repositories=repositories, gates=gate_store, limits=limits
             )
         )
@@ -171,11 +173,11 @@ async def setup(runtime: app.Runtime) -> None:
     bucket_controller.watch(gate_rt, gatekeeping.consumers_of(buckets))
 
     chart_rt = ResourceType.of_model(HelmChart)
-    charts = runtime.informers.get(chart_rt, selected=True).store
+    chart_store = runtime.informers.get(chart_rt, selected=True).store
     chart = runtime.controller(
         helmchart.reconciler(
             storage,
-            stores=helmchart.ChartStores(
+            stores=charts.ChartStores(
                 helm_repositories=helm_repos, git_repositories=repositories, buckets=buckets
             ),
             gates=gate_store,
@@ -183,10 +185,10 @@ async def setup(runtime: app.Runtime) -> None:
             chart_max_size=options.helm_chart_max_size,
         )
     )
-    chart.watch(gate_rt, gatekeeping.consumers_of(charts))
-    chart.watch(helm_repo_rt, helmchart.charts_of(charts, "HelmRepository"), selected=True)
-    chart.watch(git_rt, helmchart.charts_of(charts, "GitRepository"), selected=True)
-    chart.watch(bucket_rt, helmchart.charts_of(charts, "Bucket"), selected=True)
+    chart.watch(gate_rt, gatekeeping.consumers_of(chart_store))
+    chart.watch(helm_repo_rt, helmchart.charts_of(chart_store, "HelmRepository"), selected=True)
+    chart.watch(git_rt, helmchart.charts_of(chart_store, "GitRepository"), selected=True)
+    chart.watch(bucket_rt, helmchart.charts_of(chart_store, "Bucket"), selected=True)
 
     external_rt = ResourceType.of_model(ExternalArtifact)
     source_types = {
@@ -217,15 +219,15 @@ async def setup(runtime: app.Runtime) -> None:
     generator.watch(external_rt, artifactgenerator.owners_of, selected=False)
 
 
-def main() -> None:
-    app.main(
-        service=SERVICE,
-        description=__doc__.splitlines()[0] if __doc__ else SERVICE,
-        kinds=KINDS,
-        setup=setup,
-        concurrency=2,
-        add_arguments=add_arguments,
-    )
+main = app.entry_point(
+    service=SERVICE,
+    doc=__doc__,
+    kinds=KINDS,
+    setup=setup,
+    concurrency=2,
+    add_arguments=add_arguments,
+)
+"""The console script (`[project.scripts]`)."""
 
 
 if __name__ == "__main__":

@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import json
-import posixpath
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -46,15 +43,24 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sluice_api.meta import parse_duration
 from sluice_api.source import Bucket, SourceCondition, SourceReason
-from sluice_runtime.artifacts.ignoring import IGNORE_FILE, IgnoreRules, InvalidIgnorePattern
+from sluice_runtime.artifacts.ignoring import IGNORE_FILE, InvalidIgnorePattern
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
+from source_controller.bucketindex import (
+    ObjectInfo,
+    build_index,
+    describe_error,
+    index_revision,
+    read_state,
+    remove_file,
+    safe_key,
+    write_state,
+)
 from source_controller.sources import (
-    NEGATIVE_CONDITIONS,
     Limits,
     SourceContext,
     mark_outdated,
@@ -63,6 +69,7 @@ from source_controller.sources import (
     reconcile_storage,
     reconcile_unsupported,
     record_artifact,
+    source_reconciler,
     write_archive,
 )
 from source_controller.sources import finalize as finalize_storage
@@ -70,52 +77,7 @@ from source_controller.sources import finalize as finalize_storage
 DEFAULT_REGION = "us-east-1"
 DOWNLOADS_AT_ONCE = 4
 _CHUNK = 1 << 16
-_STATE = "index.json"
 _FILES = "files"
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    etag: str
-    size: int
-
-
-def index_revision(index: dict[str, str]) -> str:
-    """Flux's Bucket revision: sha256 over `key etag\\n` lines, keys sorted bytewise."""
-    digest = hashlib.sha256()
-    for key in sorted(index, key=lambda k: k.encode()):
-        digest.update(f"{key} {index[key]}\n".encode())
-    return "sha256:" + digest.hexdigest()
-
-
-def safe_key(key: str) -> bool:
-    """Whether `key` names a file inside the artifact's tree (no '..', no absolute paths)."""
-    if key.startswith("/") or "\\" in key or "\x00" in key:
-        return False
-    parts = key.split("/")
-    return all(part not in ("", ".", "..") for part in parts)
-
-
-def build_index(
-    objects: dict[str, ObjectInfo], *, spec_ignore: str | None, sourceignore: str | None
-) -> dict[str, str]:
-    """Flux's index of a listing: what the revision is computed over and what is fetched.
-
-    The rules are Flux's for buckets: the root `.sourceignore` and then
-    `spec.ignore` (which wins), without the default exclusions, which the
-    archive applies later as it does for every source.
-    """
-    rules = IgnoreRules(spec_ignore=spec_ignore if spec_ignore is not None else "")
-    if sourceignore is not None:
-        rules.add_sourceignore("", sourceignore)
-    index = {}
-    for key, info in objects.items():
-        if key.endswith("/") or key == IGNORE_FILE:
-            continue
-        if rules.ignored(key, is_dir=False):
-            continue
-        index[key] = info.etag
-    return index
 
 
 @dataclass(kw_only=True)
@@ -285,7 +247,7 @@ async def _list(client: Any, ctx: BucketContext) -> dict[str, ObjectInfo]:
                     "bytes (--artifact-max-size)",
                 )
     except (ClientError, BotoCoreError) as error:
-        raise _bucket_error(ctx, f"listing objects failed: {_describe(error)}") from None
+        raise _bucket_error(ctx, f"listing objects failed: {describe_error(error)}") from None
     return objects
 
 
@@ -296,29 +258,14 @@ async def _sourceignore(
     info = objects.get(IGNORE_FILE)
     if info is None:
         return None
-    state = await asyncio.to_thread(_read_state, ctx.cache_dir)
+    state = await asyncio.to_thread(read_state, ctx.cache_dir)
     cached = ctx.cache_dir / IGNORE_FILE
     if state.get("sourceignore") == info.etag and cached.is_file():
         return cached.read_text(errors="replace")
     await _download(client, ctx, key=IGNORE_FILE, info=info, dest=cached)
     state["sourceignore"] = info.etag
-    await asyncio.to_thread(_write_state, ctx.cache_dir, state)
+    await asyncio.to_thread(write_state, ctx.cache_dir, state)
     return cached.read_text(errors="replace")
-
-
-def _read_state(cache_dir: Path) -> dict[str, Any]:
-    try:
-        state = json.loads((cache_dir / _STATE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
-
-
-def _write_state(cache_dir: Path, state: dict[str, Any]) -> None:
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    temp = cache_dir / (_STATE + ".tmp")
-    temp.write_text(json.dumps(state, sort_keys=True))
-    temp.replace(cache_dir / _STATE)
 
 
 async def _download(
@@ -346,28 +293,11 @@ async def _download(
                     out.write(chunk)
         temp.replace(dest)
     except (ClientError, BotoCoreError) as error:
-        raise _bucket_error(ctx, f"fetching object '{key}' failed: {_describe(error)}") from None
+        raise _bucket_error(
+            ctx, f"fetching object '{key}' failed: {describe_error(error)}"
+        ) from None
     finally:
         temp.unlink(missing_ok=True)
-
-
-def _describe(error: Exception) -> str:
-    """The service's own words (its error code and message), never a library repr."""
-    if isinstance(error, ClientError):
-        details = error.response.get("Error") or {}
-        code = str(details.get("Code") or "")
-        message = str(details.get("Message") or "").strip()
-        if code == "NoSuchBucket":
-            return "the bucket does not exist"
-        if code == "PreconditionFailed":
-            return "the object changed while it was fetched; retrying"
-        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
-            hint = "check the credentials in spec.secretRef"
-            return f"access refused ({code}: {message}); {hint}" if message else f"{code}; {hint}"
-        if message:
-            return f"{message} ({code})" if code else message
-        return code or "the service refused the request"
-    return str(error)
 
 
 def _bucket_error(ctx: BucketContext, message: str) -> StepError:
@@ -406,12 +336,12 @@ async def reconcile_artifact(ctx: BucketContext) -> Result | None:
 async def _sync(ctx: BucketContext, files: Path) -> None:
     """Make `files` hold exactly the index's objects, downloading only changed ones."""
     assert ctx.index is not None and ctx.objects is not None and ctx.client_options is not None
-    state = await asyncio.to_thread(_read_state, ctx.cache_dir)
+    state = await asyncio.to_thread(read_state, ctx.cache_dir)
     held: dict[str, str] = dict(state.get("index") or {})
     stale = [k for k in held if k not in ctx.index or not (files / k).is_file()]
     for key in stale:
         held.pop(key, None)
-        await asyncio.to_thread(_remove, files, key)
+        await asyncio.to_thread(remove_file, files, key)
     wanted = [k for k, etag in ctx.index.items() if held.get(k) != etag]
     limit = asyncio.Semaphore(DOWNLOADS_AT_ONCE)
     timeout = parse_duration(ctx.obj.spec.timeout).total_seconds()
@@ -438,19 +368,8 @@ async def _sync(ctx: BucketContext, files: Path) -> None:
         ) from None
     finally:
         state["index"] = held
-        await asyncio.to_thread(_write_state, ctx.cache_dir, state)
+        await asyncio.to_thread(write_state, ctx.cache_dir, state)
     ctx.log.debug("bucket objects fetched", fetched=len(wanted), removed=len(stale))
-
-
-def _remove(files: Path, key: str) -> None:
-    (files / key).unlink(missing_ok=True)
-    parent = posixpath.dirname(key)
-    while parent:
-        try:
-            (files / parent).rmdir()
-        except OSError:
-            break
-        parent = posixpath.dirname(parent)
 
 
 async def finalize(ctx: BucketContext) -> None:
@@ -482,11 +401,4 @@ def reconciler(
         gates=gates,
         limits=limits or Limits(),
     )
-
-    return Reconciler(
-        model=Bucket,
-        steps=STEPS,
-        context=context,
-        negative_conditions=NEGATIVE_CONDITIONS,
-        finalize=finalize,
-    )
+    return source_reconciler(Bucket, context, STEPS, finalize=finalize)

@@ -17,7 +17,6 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,7 +29,6 @@ from sluice_api.source import (
     SourceReason,
 )
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
-from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.git import client as gitclient
 from sluice_runtime.informing.watching import Change, Index, Store
 from sluice_runtime.kube.secrets import SecretError, secret_data
@@ -38,12 +36,10 @@ from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
 from sluice_runtime.redacting import redact_url
-from source_controller import verifying
-from source_controller.refs import InvalidRef, RefNotFound, ResolvedRef, resolve
+from source_controller.gitcontexts import GitRepositoryContext, GitServices
+from source_controller.gitverification import reconcile_verify, tag_name
+from source_controller.refs import InvalidRef, RefNotFound, resolve
 from source_controller.sources import (
-    NEGATIVE_CONDITIONS,
-    Limits,
-    SourceContext,
     finalize,
     mark_outdated,
     mark_stored,
@@ -51,34 +47,9 @@ from source_controller.sources import (
     reconcile_storage,
     reconcile_unsupported,
     record_artifact,
+    source_reconciler,
     write_archive,
 )
-
-
-@dataclass
-class GitServices:
-    """What GitRepository steps share across reconciles."""
-
-    storage: Storage
-    repositories: Store
-    """The GitRepository cache, for includes."""
-    gates: Store | None = None
-    include_requeue: float = 10.0
-    limits: Limits = field(default_factory=Limits)
-
-
-@dataclass(kw_only=True)
-class GitRepositoryContext(SourceContext[GitRepository]):
-    services: GitServices
-    workdir: Path | None = None
-    resolved: ResolvedRef | None = None
-    checkout_message: str = ""
-    checkout: gitclient.Checkout | None = None
-    """The commit checked out, with its signatures (None after a no-op fetch)."""
-    noop: bool = False
-    includes: list[tuple[GitRepositoryInclude, Artifact]] = field(default_factory=list)
-    content_checksum: str = ""
-
 
 # -- step 2 ------------------------------------------------------------------
 
@@ -133,7 +104,7 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
             timeout=timeout,
             max_size=ctx.limits.checkout_max_size,
             max_files=ctx.limits.artifact_max_files,
-            tag=_tag_name(ctx) if spec.verify is not None else None,
+            tag=tag_name(ctx) if spec.verify is not None else None,
         )
     except gitclient.GitError as error:
         raise _git_failure(error, spec.url) from None
@@ -232,87 +203,6 @@ def _content_checksum(ctx: GitRepositoryContext) -> str:
         config["verify"] = spec.verify.model_dump(by_alias=True, exclude_none=True)
     encoded = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(encoded).hexdigest()
-
-
-# -- step 3: verify -------------------------------------------------------------
-
-
-@step()
-async def reconcile_verify(ctx: GitRepositoryContext) -> Result | None:
-    """Check the signatures `spec.verify` asks for; a failure keeps the last artifact.
-
-    SourceVerified is set here rather than owned by the step, so that a
-    no-op fetch (the stored commit was verified when it was stored) keeps it.
-    """
-    verify = ctx.obj.spec.verify
-    if verify is None:
-        ctx.conditions.delete(SourceCondition.SOURCE_VERIFIED)
-        return None
-    if ctx.noop:
-        return None
-    assert ctx.checkout is not None and ctx.resolved is not None
-    mode = "HEAD" if verify.mode.lower() == "head" else verify.mode
-    tag = _tag_name(ctx)
-    if mode != "HEAD" and tag is None:
-        raise Stalling(
-            SourceReason.VERIFICATION_ERROR,
-            f"spec.verify.mode '{mode}' verifies a tag, but spec.ref names no tag "
-            "(use spec.ref.tag or spec.ref.semver, or mode HEAD)",
-            condition=SourceCondition.SOURCE_VERIFIED,
-        )
-    namespace = ctx.obj.namespace
-    try:
-        data = await secret_data(ctx.client, namespace, verify.secret_ref.name)
-        keys = verifying.trusted_keys(data)
-    except (SecretError, verifying.VerificationError) as error:
-        raise _unverified(f"verification keys: {error}") from None
-    if not keys:
-        raise _unverified(
-            f"verification keys: secret '{namespace}/{verify.secret_ref.name}' holds no "
-            "OpenPGP (armored) or SSH public keys"
-        )
-    checkout = ctx.checkout
-    checks: list[tuple[str, str, bytes | None, bytes]] = []
-    if mode in ("Tag", "TagAndHEAD"):
-        assert tag is not None
-        # A lightweight tag is only a name for a commit: nothing signed it.
-        payload, signature = verifying.split_signed_tag(checkout.tag_object or b"")
-        checks.append(("tag", tag, signature, payload))
-    if mode in ("HEAD", "TagAndHEAD"):
-        checks.append(("commit", checkout.commit, checkout.signature, checkout.signed_payload))
-    verified = []
-    for what, name, signature, payload in checks:
-        failed = f"signature verification of {what} '{name}' failed"
-        if signature is None:
-            raise _unverified(f"{failed}: {what} is not signed")
-        try:
-            key = await asyncio.to_thread(verifying.verify, signature, payload, keys)
-        except verifying.VerificationError as error:
-            raise _unverified(f"{failed}: {error}") from None
-        verified.append(f"{what} '{name}' with key '{key}'")
-    ctx.conditions.mark_true(
-        SourceCondition.SOURCE_VERIFIED,
-        SourceReason.SUCCEEDED,
-        "verified signature of\n" + "\n".join(f"\t- {v}" for v in verified),
-    )
-    return None
-
-
-def _unverified(message: str) -> StepError:
-    return StepError(
-        SourceReason.VERIFICATION_ERROR, message, condition=SourceCondition.SOURCE_VERIFIED
-    )
-
-
-def _tag_name(ctx: GitRepositoryContext) -> str | None:
-    ref = ctx.obj.spec.ref
-    if ref is None or ref.commit or ref.name:
-        return None
-    if ref.tag:
-        return ref.tag
-    if ref.semver and ctx.resolved is not None:
-        return ctx.resolved.revision.split("@sha1:", 1)[0]
-    return None
 
 
 # -- step 4 ------------------------------------------------------------------
@@ -471,10 +361,4 @@ def reconciler(services: GitServices) -> Reconciler[GitRepositoryContext]:
         gates=services.gates,
         limits=services.limits,
     )
-    return Reconciler(
-        model=GitRepository,
-        steps=STEPS,
-        context=context,
-        negative_conditions=NEGATIVE_CONDITIONS,
-        finalize=finalize,
-    )
+    return source_reconciler(GitRepository, context, STEPS, finalize=finalize)

@@ -40,7 +40,6 @@ from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
 from sluice_runtime.redacting import redact_url
 from source_controller.sources import (
-    NEGATIVE_CONDITIONS,
     Limits,
     SourceContext,
     finalize,
@@ -49,6 +48,7 @@ from source_controller.sources import (
     reconcile_gates,
     reconcile_storage,
     record_artifact,
+    source_reconciler,
     write_file,
 )
 
@@ -392,10 +392,4 @@ def reconciler(
         index_max_size=index_max_size,
         etags=etags,
     )
-    return Reconciler(
-        model=HelmRepository,
-        steps=STEPS,
-        context=context,
-        negative_conditions=NEGATIVE_CONDITIONS,
-        finalize=finalize,
-    )
+    return source_reconciler(HelmRepository, context, STEPS, finalize=finalize)

@@ -37,7 +37,6 @@ from sluice_runtime.reconciling.steps import Result, done, step
 from source_controller import cosigning
 from source_controller.refs import InvalidRef, RefNotFound, highest_matching_tag
 from source_controller.sources import (
-    NEGATIVE_CONDITIONS,
     Limits,
     SourceContext,
     finalize,
@@ -47,6 +46,7 @@ from source_controller.sources import (
     reconcile_storage,
     reconcile_unsupported,
     record_artifact,
+    source_reconciler,
     write_archive,
     write_file,
 )
@@ -394,10 +394,4 @@ def reconciler(
         gates=gates,
         limits=limits or Limits(),
     )
-    return Reconciler(
-        model=OCIRepository,
-        steps=STEPS,
-        context=context,
-        negative_conditions=NEGATIVE_CONDITIONS,
-        finalize=finalize,
-    )
+    return source_reconciler(OCIRepository, context, STEPS, finalize=finalize)

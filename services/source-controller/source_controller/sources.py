@@ -10,6 +10,7 @@ everything when the source is deleted.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,15 @@ from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
 from sluice_runtime.artifacts.storage import ArtifactFile, ArtifactTooLarge, Storage
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
-from sluice_runtime.reconciling.steps import ReconcileContext, Result, done, step
+from sluice_runtime.reconciling.running import Reconciler
+from sluice_runtime.reconciling.steps import (
+    ContextFactory,
+    ReconcileContext,
+    Result,
+    Step,
+    done,
+    step,
+)
 
 LATEST = "latest.tar.gz"
 MiB = 1 << 20
@@ -254,3 +263,24 @@ NEGATIVE_CONDITIONS = (
     SourceCondition.BUILD_FAILED,
     SourceCondition.ARTIFACT_OUTDATED,
 )
+
+
+SC = TypeVar("SC", bound=SourceContext[Any])
+
+
+def source_reconciler(
+    model: type[Resource[Any, Any]],
+    context: ContextFactory[SC],
+    steps: Sequence[Step[SC]],
+    *,
+    finalize: Callable[[SC], Awaitable[None]] = finalize,
+) -> Reconciler[SC]:
+    """A source kind's Reconciler: every source kind shares the negative conditions
+    (FetchFailed, ...) and, unless it keeps more than its artifacts, the finalizer."""
+    return Reconciler(
+        model=model,
+        steps=steps,
+        context=context,
+        negative_conditions=NEGATIVE_CONDITIONS,
+        finalize=finalize,
+    )

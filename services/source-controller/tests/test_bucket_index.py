@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from source_controller.bucket import ObjectInfo, build_index, index_revision, safe_key
+from source_controller.bucketindex import ObjectInfo, build_index, index_revision, safe_key
 
 
 @pytest.mark.parametrize(

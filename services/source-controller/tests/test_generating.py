@@ -9,15 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from source_controller.generating import (
-    Budget,
-    Copier,
-    CopyError,
-    Operation,
-    content_hash,
-    doublestar_regex,
-    parse_destination,
-)
+from source_controller.generating import Budget, Copier, Operation, content_hash, parse_destination
+from source_controller.globbing import CopyError, doublestar_regex
 
 TREE = {
     "infrastructure/controllers/ingress.yaml": "ingress",

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from source_controller.helmchart import merge_values, select_version
+from sluice_runtime.helming import merge_values
+from source_controller.charts import select_version
 from source_controller.helmrepository import IndexCache, InvalidIndex, chart_url, parse_index
 
 ENTRIES = [{"version": v} for v in ("1.0.0", "1.2.0", "1.10.0", "2.0.0-rc.1", "2.0.0", "junk")]

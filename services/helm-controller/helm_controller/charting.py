@@ -1,0 +1,167 @@
+"""The chart step: the chart artifact a HelmRelease releases, fetched and checked.
+
+`spec.chart` makes the controller create and own a HelmChart
+`<namespace>-<name>` in the source's namespace; `spec.chartRef` names an
+existing HelmChart or an OCIRepository holding a chart (pushed with
+`helm push`). Either way the release waits for its artifact, which is
+downloaded and checked against its digest. A chart from an OCIRepository
+gets the version `<version>+<first 12 hex of the artifact digest>`, as in
+Flux, so a chart pushed again under the same version is a new release.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from helm_controller.contexts import FIELD_MANAGER, HelmReleaseContext
+from sluice_api.helm import NAME_LABEL, NAMESPACE_LABEL, HelmRelease, HelmReleaseReason
+from sluice_api.meta import Artifact
+from sluice_api.source import HelmChart, OCIRepository
+from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
+from sluice_runtime.conditions import condition_of
+from sluice_runtime.kube.errors import KubeError
+from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
+from sluice_runtime.reconciling.steps import Result, step
+
+Reason = HelmReleaseReason
+HELMCHART = ResourceType.of_model(HelmChart)
+OCIREPOSITORY = ResourceType.of_model(OCIRepository)
+MAX_CHART_SIZE = 64 << 20
+
+
+def chart_name(hr: HelmRelease) -> str:
+    """The HelmChart a `spec.chart` HelmRelease owns: `<namespace>-<name>`."""
+    return f"{hr.metadata.namespace or 'default'}-{hr.metadata.name}"
+
+
+def desired_chart(hr: HelmRelease) -> dict[str, Any]:
+    """The HelmChart a `spec.chart` HelmRelease owns, as it applies it."""
+    assert hr.spec.chart is not None
+    template = hr.spec.chart
+    spec = template.spec
+    source_ns = spec.source_ref.namespace or hr.metadata.namespace or "default"
+    labels = {**((template.metadata.labels if template.metadata else None) or {})}
+    labels.update({NAME_LABEL: hr.metadata.name, NAMESPACE_LABEL: hr.metadata.namespace or ""})
+    chart_spec: dict[str, Any] = {
+        "chart": spec.chart,
+        "version": spec.version,
+        "sourceRef": {"kind": spec.source_ref.kind, "name": spec.source_ref.name},
+        "interval": spec.interval or hr.spec.interval,
+        "reconcileStrategy": spec.reconcile_strategy,
+    }
+    if spec.values_files:
+        chart_spec["valuesFiles"] = spec.values_files
+    if spec.ignore_missing_values_files:
+        chart_spec["ignoreMissingValuesFiles"] = True
+    metadata: dict[str, Any] = {"name": chart_name(hr), "namespace": source_ns, "labels": labels}
+    annotations = template.metadata.annotations if template.metadata else None
+    if annotations:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": HelmChart.api_version_str(),
+        "kind": "HelmChart",
+        "metadata": metadata,
+        "spec": chart_spec,
+    }
+
+
+@step()
+async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
+    hr = ctx.obj
+    if hr.spec.chart is not None:
+        wanted = desired_chart(hr)
+        namespace = wanted["metadata"]["namespace"]
+        if ctx.services.no_cross_namespace_refs and namespace != ctx.obj.namespace:
+            raise Stalling(
+                Reason.ARTIFACT_FAILED,
+                f"cannot access HelmRepository/{namespace}: cross-namespace references are "
+                "not allowed",
+            )
+        key = f"{namespace}/{wanted['metadata']['name']}"
+        try:
+            await ctx.client.apply(HELMCHART, wanted, field_manager=FIELD_MANAGER, force=True)
+        except KubeError as error:
+            raise StepError(
+                Reason.ARTIFACT_FAILED, f"cannot create HelmChart '{key}': {error}"
+            ) from None
+        hr.status.helm_chart = key
+        kind = "HelmChart"
+    else:
+        assert hr.spec.chart_ref is not None
+        ref = hr.spec.chart_ref
+        kind = ref.kind
+        key = f"{ref.namespace or ctx.obj.namespace}/{ref.name}"
+        if (
+            ctx.services.no_cross_namespace_refs
+            and (ref.namespace or ctx.obj.namespace) != ctx.obj.namespace
+        ):
+            raise Stalling(
+                Reason.ARTIFACT_FAILED,
+                f"cannot access {kind}/{key}: cross-namespace references are not allowed",
+            )
+    store = ctx.services.oci_repositories if kind == "OCIRepository" else ctx.services.charts
+    chart = store.get(key)
+    artifact = ((chart or {}).get("status") or {}).get("artifact")
+    if chart is None or not artifact:
+        raise Waiting(
+            Reason.ARTIFACT_FAILED,
+            f"{kind} '{key}' is not ready"
+            + (f": {_ready_message(chart)}" if chart is not None and _ready_message(chart) else ""),
+            requeue_after=ctx.services.requeue_dependency,
+        )
+    ctx.artifact = Artifact.model_validate(artifact)
+    ctx.event_metadata["revision"] = ctx.artifact.revision
+    work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="hr-")))
+    try:
+        await fetch_artifact(
+            ctx.services.session,
+            url=ctx.artifact.url,
+            digest=ctx.artifact.digest or "",
+            dest=work / "chart",
+            max_size=MAX_CHART_SIZE,
+        )
+    except (ArtifactError, ValueError) as error:
+        raise StepError(
+            Reason.ARTIFACT_FAILED,
+            f"chart artifact '{ctx.artifact.revision}' of {kind} '{key}': {error}",
+        ) from None
+    dirs = [p for p in (work / "chart").iterdir() if (p / "Chart.yaml").is_file()]
+    if len(dirs) != 1:
+        raise StepError(Reason.ARTIFACT_FAILED, f"{kind} '{key}' artifact holds no chart")
+    ctx.chart_dir = dirs[0]
+    ctx.revision = ctx.artifact.revision
+    if kind == "OCIRepository":
+        ctx.revision = version_with_digest(ctx.chart_dir, ctx.artifact, where=f"{kind} '{key}'")
+    return None
+
+
+def version_with_digest(chart_dir: Path, artifact: Artifact, *, where: str) -> str:
+    """Write `<version>+<12 hex of the digest>` into Chart.yaml and return it.
+
+    An OCI tag can be pushed again with other content under the same chart
+    version; the digest in the version makes that a new release, as in Flux.
+    """
+    meta_file = chart_dir / "Chart.yaml"
+    try:
+        meta = yaml.safe_load(meta_file.read_text())
+        version = str(meta["version"])
+    except (yaml.YAMLError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise StepError(
+            Reason.ARTIFACT_FAILED, f"{where}: the chart's Chart.yaml is invalid: {error}"
+        ) from None
+    digest = (artifact.digest or artifact.revision).rpartition(":")[2][:12]
+    meta["version"] = f"{version.split('+', 1)[0]}+{digest}"
+    meta_file.write_text(yaml.safe_dump(meta, sort_keys=False))
+    return str(meta["version"])
+
+
+def _ready_message(chart: dict[str, Any]) -> str:
+    ready = condition_of(chart)
+    if ready is None or ready.get("status") == "True":
+        return ""
+    return str(ready.get("message") or "")

@@ -1,0 +1,187 @@
+"""Counting failed actions and undoing them: remediation, uninstall and `helm test`.
+
+A failed install is uninstalled; a failed upgrade is rolled back (or
+uninstalled, as `upgrade.remediation.strategy` says) until the action's
+retries are exhausted, which stalls the HelmRelease.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from helm_controller import releases
+from helm_controller.contexts import (
+    HelmReleaseContext,
+    duration,
+    helm,
+    history,
+    record_history,
+    wait_args,
+)
+from sluice_api.helm import HelmReleaseCondition, HelmReleaseReason, Snapshot
+from sluice_runtime.helming import HelmError
+from sluice_runtime.reconciling.errors import Stalling, StepError
+
+Condition = HelmReleaseCondition
+Reason = HelmReleaseReason
+
+
+def retries_of(ctx: HelmReleaseContext, action: str) -> tuple[int, bool]:
+    """(retries, remediate the last failure) of the action's remediation."""
+    spec = ctx.obj.spec
+    remediation: Any = (
+        (spec.install.remediation if spec.install else None)
+        if action == "install"
+        else (spec.upgrade.remediation if spec.upgrade else None)
+    )
+    retries = remediation.retries if remediation is not None else 0
+    last = remediation.remediate_last_failure if remediation is not None else None
+    return retries, (retries > 0 if last is None else last)
+
+
+def retries_exhausted(failures: int, retries: int) -> bool:
+    return retries >= 0 and failures > retries
+
+
+async def count_failure(
+    ctx: HelmReleaseContext, action: str, reason: str, message: str, *, chart: str
+) -> NoReturn:
+    """Count a failed action (or test), remediate it as configured, and raise:
+    Stalling once the retries are exhausted, else a retried StepError."""
+    status = ctx.obj.status
+    retries, remediate_last = retries_of(ctx, action)
+    status.failures = (status.failures or 0) + 1
+    if action == "install":
+        status.install_failures = failures = (status.install_failures or 0) + 1
+    else:
+        status.upgrade_failures = failures = (status.upgrade_failures or 0) + 1
+    exhausted = retries_exhausted(failures, retries)
+    if not exhausted or remediate_last:
+        await remediate(ctx, action, chart=chart)
+    record_history(ctx, await history(ctx))
+    if exhausted:
+        raise Stalling(
+            Reason.RETRIES_EXHAUSTED, f"Failed to {action} after {failures} attempt(s): {message}"
+        )
+    raise StepError(reason, message)
+
+
+async def remediate(ctx: HelmReleaseContext, action: str, *, chart: str) -> None:
+    """Undo a failed action: uninstall a failed install, roll back (or uninstall) an upgrade."""
+    spec = ctx.obj.spec
+    strategy = (
+        "uninstall"
+        if action == "install"
+        else (
+            (
+                spec.upgrade.remediation.strategy
+                if spec.upgrade and spec.upgrade.remediation
+                else None
+            )
+            or "rollback"
+        )
+    )
+    target = f"{ctx.release_namespace}/{ctx.release_name}"
+    try:
+        if strategy == "rollback":
+            found = await history(ctx)
+            previous = releases.last_successful(found[1:])
+            if previous is None:
+                return
+            rb = spec.rollback
+            timeout = duration(rb.timeout if rb else None, ctx.timeout)
+            args = [
+                "rollback",
+                ctx.release_name,
+                str(previous.version),
+                "--timeout",
+                f"{int(timeout)}s",
+            ]
+            args += wait_args(rb)
+            if rb is not None:
+                args += [
+                    f
+                    for f, on in (
+                        ("--no-hooks", rb.disable_hooks),
+                        ("--recreate-pods", rb.recreate),
+                        ("--force", rb.force),
+                        ("--cleanup-on-fail", rb.cleanup_on_fail),
+                    )
+                    if on
+                ]
+            args += [
+                "--history-max",
+                str(ctx.max_history),
+            ]
+            await helm(ctx, args, timeout=timeout)
+            message = (
+                f"Helm rollback to previous release {target}.v{previous.version} with chart "
+                f"{previous.chart_name}@{previous.chart_version} succeeded"
+            )
+            reason = Reason.ROLLBACK_SUCCEEDED
+        else:
+            await uninstall(ctx)
+            message = f"Helm uninstall succeeded for release {target} with chart {chart}"
+            reason = Reason.UNINSTALL_SUCCEEDED
+    except HelmError as error:
+        failed = Reason.ROLLBACK_FAILED if strategy == "rollback" else Reason.UNINSTALL_FAILED
+        message = f"Helm {strategy} failed for release {target}: {error}"
+        ctx.events.warning(failed, message, metadata=ctx.event_metadata)
+        ctx.conditions.mark_false(Condition.REMEDIATED, failed, message)
+        return
+    ctx.events.normal(reason, message, metadata=ctx.event_metadata)
+    ctx.conditions.mark_true(Condition.REMEDIATED, reason, message)
+
+
+async def uninstall(ctx: HelmReleaseContext) -> None:
+    un = ctx.obj.spec.uninstall
+    timeout = duration(un.timeout if un else None, ctx.timeout)
+    args = ["uninstall", ctx.release_name, "--timeout", f"{int(timeout)}s", "--ignore-not-found"]
+    if un is None or not un.disable_wait:
+        args.append("--wait")
+    if un is not None:
+        if un.disable_hooks:
+            args.append("--no-hooks")
+        if un.keep_history:
+            args.append("--keep-history")
+        args += ["--cascade", un.deletion_propagation]
+    await helm(ctx, args, timeout=timeout)
+
+
+async def run_tests(ctx: HelmReleaseContext, current: Snapshot, *, chart: str) -> str | None:
+    """Run `helm test` when enabled; the failure message when it failed and counts."""
+    test = ctx.obj.spec.test
+    if test is None or not test.enable:
+        return None
+    timeout = duration(test.timeout, ctx.timeout)
+    args = ["test", ctx.release_name, "--timeout", f"{int(timeout)}s"]
+    for flt in test.filters or []:
+        args += ["--filter", f"{'!' if flt.exclude else ''}name={flt.name}"]
+    target = f"{current.namespace}/{current.name}.v{current.version}"
+    try:
+        await helm(ctx, args, timeout=timeout)
+    except HelmError as error:
+        message = f"Helm test failed for release {target} with chart {chart}: {error}"
+        ctx.events.warning(Reason.TEST_FAILED, message, metadata=ctx.event_metadata)
+        ctx.conditions.mark_false(Condition.TEST_SUCCESS, Reason.TEST_FAILED, message)
+        record_history(ctx, await history(ctx))
+        return None if ignore_test_failures(ctx) else message
+    message = f"Helm test succeeded for release {target} with chart {chart}"
+    ctx.events.normal(Reason.TEST_SUCCEEDED, message, metadata=ctx.event_metadata)
+    ctx.conditions.mark_true(Condition.TEST_SUCCESS, Reason.TEST_SUCCEEDED, message)
+    record_history(ctx, await history(ctx))
+    return None
+
+
+def ignore_test_failures(ctx: HelmReleaseContext) -> bool:
+    """The action's remediation.ignoreTestFailures, else test.ignoreFailures."""
+    spec = ctx.obj.spec
+    action = ctx.obj.status.last_attempted_release_action
+    remediation: Any = (
+        (spec.install.remediation if spec.install else None)
+        if action == "install"
+        else (spec.upgrade.remediation if spec.upgrade else None)
+    )
+    if remediation is not None and remediation.ignore_test_failures is not None:
+        return bool(remediation.ignore_test_failures)
+    return bool(spec.test and spec.test.ignore_failures)

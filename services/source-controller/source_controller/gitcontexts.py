@@ -8,8 +8,8 @@ from pathlib import Path
 from sluice_api.meta import Artifact
 from sluice_api.source import GitRepository, GitRepositoryInclude
 from sluice_runtime.artifacts.storage import Storage
-from sluice_runtime.informing.watching import Store
 from sluice_runtime.git import client as gitclient
+from sluice_runtime.informing.watching import Store
 from source_controller.refs import ResolvedRef
 from source_controller.sources import Limits, SourceContext
 

@@ -14,5 +14,5 @@ async def test_a_registry_call_past_its_deadline_names_the_registry() -> None:
     """A call queued behind hung ones (every pool thread held) times out before it
     could say where it went; the message must still name the registry."""
     with pytest.raises(oci.RegistryError) as raised:
-        await ocirepository._bounded(time.sleep, 6, timeout=0.5, host="registry.example:5000")
+        await ocirepository.run_bounded(time.sleep, 6, timeout=0.5, host="registry.example:5000")
     assert str(raised.value) == "registry registry.example:5000: operation timed out after 0.5s"

@@ -10,7 +10,9 @@ from source_controller import ocirepository
 
 
 async def test_registry_calls_run_in_their_own_pool() -> None:
-    name = await ocirepository.run_bounded(lambda: threading.current_thread().name, timeout=1)
+    name = await ocirepository.run_bounded(
+        lambda: threading.current_thread().name, timeout=1, host="registry.example"
+    )
     assert name.startswith("oci-registry")
 
 
@@ -20,7 +22,7 @@ async def test_stuck_registry_calls_leave_the_default_executor_free() -> None:
         # More stuck calls than the pool has threads; each gives up (timeout
         # 0.1 s: the bound adds 5 s of grace) but its thread stays blocked.
         stuck = [
-            ocirepository.run_bounded(release.wait, 30, timeout=-4.9)
+            ocirepository.run_bounded(release.wait, 30, timeout=-4.9, host="registry.example")
             for _ in range(ocirepository._REGISTRY_THREADS._max_workers + 2)
         ]
         for outcome in await asyncio.gather(*stuck, return_exceptions=True):

@@ -14,15 +14,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import contextlib
 import json
 import os
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import aiohttp
 
@@ -57,6 +59,55 @@ class WatchEvent:
     object: JSON
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request as an observer sees it: what it did and on whose behalf."""
+
+    verb: str
+    """get, list, watch, create, update, patch, apply, dry-run or delete."""
+    path: str
+    key: str
+    """The `namespace/name` of the object being reconciled ("" outside a reconcile)."""
+    phase: str
+    """The step of that reconcile ("" outside a reconcile)."""
+
+
+class RequestObserver(Protocol):
+    """Told of every request sent (metrics, the benchmark's per-phase counts)."""
+
+    def requested(self, request: Request) -> None: ...
+
+
+_attribution: ContextVar[tuple[str, str]] = ContextVar(
+    "sluice_request_attribution", default=("", "")
+)
+
+
+@contextlib.contextmanager
+def attributed(*, key: str | None = None, phase: str | None = None) -> Iterator[None]:
+    """Requests sent inside this block are counted for `key` (the reconciled object)
+    and `phase` (its step); either left out keeps the enclosing one."""
+    outer_key, outer_phase = _attribution.get()
+    token = _attribution.set(
+        (outer_key if key is None else key, outer_phase if phase is None else phase)
+    )
+    try:
+        yield
+    finally:
+        _attribution.reset(token)
+
+
+def _verb(method: str, query: Sequence[tuple[str, str]], content_type: str) -> str:
+    names = {name for name, _ in query}
+    if method == "GET":
+        return "watch" if "watch" in names else "list" if "limit" in names else "get"
+    if method == "PATCH" and content_type == APPLY_PATCH:
+        return "dry-run" if "dryRun" in names else "apply"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+        method, method.lower()
+    )
+
+
 class _TokenBucket:
     """Client-side rate limit (like client-go's QPS/burst) so a busy controller
     never floods a shared API server."""
@@ -88,6 +139,7 @@ class _Shared:
     api: Any  # kubernetes_asyncio.client.ApiClient (untyped)
     limiter: _TokenBucket
     requests: int = 0
+    observers: list[RequestObserver] = field(default_factory=list)
 
 
 def _private_file(directory: str, name: str, data: bytes | None) -> str | None:
@@ -264,6 +316,12 @@ class KubeClient:
         """Requests sent so far by every client sharing this connection pool."""
         return self._shared.requests
 
+    def observe(self, observer: RequestObserver) -> Callable[[], None]:
+        """Tell `observer` of every request of this connection pool (impersonated
+        clients included); returns the function that stops it."""
+        self._shared.observers.append(observer)
+        return lambda: self._shared.observers.remove(observer)
+
     def impersonate(self, user: str) -> KubeClient:
         """A client acting as `user`, so RBAC decides what a tenant may touch.
 
@@ -291,6 +349,11 @@ class KubeClient:
         if throttle:
             await self._shared.limiter.take()
         self._shared.requests += 1
+        if self._shared.observers:
+            key, phase = _attribution.get()
+            request = Request(_verb(method, query, content_type), path, key, phase)
+            for observer in self._shared.observers:
+                observer.requested(request)
         headers = {"Accept": "application/json", "Content-Type": content_type, **self._headers}
         try:
             response: aiohttp.ClientResponse = await self._shared.api.call_api(

@@ -111,6 +111,17 @@ def primary_change_matters(change: Change, trigger_annotations: Sequence[str] = 
     )
 
 
+def requested(change: Change, trigger_annotations: Sequence[str] = ()) -> bool:
+    """Whether someone asked for this reconcile (a webhook, the CLI, a gate's
+    request): such keys go ahead of the queue."""
+    if change.kind != "updated":
+        return False
+    return any(
+        _annotation(change.old, name) != _annotation(change.new, name)
+        for name in (RECONCILE_REQUESTED_AT_ANNOTATION, *trigger_annotations)
+    )
+
+
 class ReconcileObserver(Protocol):
     """A hook on every finished reconcile, for tests and benchmarks (metrics
     are recorded by the runner); the controller itself keeps no counters."""
@@ -180,7 +191,9 @@ class Controller(Generic[C]):
             self.queue.forget(change.key)
             return
         if primary_change_matters(change, self.reconciler.trigger_annotations):
-            self.queue.add(change.key)
+            self.queue.add(
+                change.key, urgent=requested(change, self.reconciler.trigger_annotations)
+            )
 
     async def start(self) -> None:
         self.queue.start()

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import builtins
 import contextlib
+import itertools
 import json
 import os
 import ssl
@@ -45,6 +46,7 @@ DEFAULT_TIMEOUT = 30.0
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +72,14 @@ class Request:
     """The `namespace/name` of the object being reconciled ("" outside a reconcile)."""
     phase: str
     """The step of that reconcile ("" outside a reconcile)."""
+    seconds: float = 0.0
+    """From sending to the answer's headers (a throttled wait excluded)."""
+    status: int = 0
+    """The HTTP status; 0 when no answer came."""
 
 
 class RequestObserver(Protocol):
-    """Told of every request sent (metrics, the benchmark's per-phase counts)."""
+    """Told of every request once answered (metrics, the benchmark's per-phase counts)."""
 
     def requested(self, request: Request) -> None: ...
 
@@ -106,6 +112,25 @@ def _verb(method: str, query: Sequence[tuple[str, str]], content_type: str) -> s
     return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
         method, method.lower()
     )
+
+
+MAX_RETRIES_ON_429 = 10
+"""client-go's default: a request refused with 429 is sent again up to ten times."""
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds to wait before sending again, from a Retry-After header (1 s when
+    missing or unreadable, capped so a confused server cannot park us for long)."""
+    try:
+        seconds = float(value) if value is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.0), 30.0)
+
+
+FLOWCONTROL_VERSIONS = ("v1", "v1beta3", "v1beta2", "v1beta1")
+"""flowcontrol.apiserver.k8s.io versions that mean API Priority and Fairness is on
+(v1.20 serves v1beta1; current servers v1 and v1beta3)."""
 
 
 class _TokenBucket:
@@ -305,7 +330,27 @@ class KubeClient:
             except ApiUnavailable:
                 await client.close()
                 raise
+            if qps > 0 and await client._has_priority_and_fairness():
+                # As Flux (fluxcd/pkg runtime/client): the server's own fairness
+                # protects it, and a client-side limit would only slow every
+                # reconcile down; --kube-api-qps/--kube-api-burst apply to
+                # servers without it.
+                client._shared.limiter = _TokenBucket(0, burst)
         return client
+
+    async def _has_priority_and_fairness(self) -> bool:
+        """Whether the server serves API Priority and Fairness (any known version)."""
+        try:
+            group = await self.request("GET", "/apis/flowcontrol.apiserver.k8s.io", timeout=10.0)
+        except (ApiError, ApiUnavailable):
+            return False
+        served = {str(v.get("version")) for v in (group or {}).get("versions") or []}
+        return any(version in served for version in FLOWCONTROL_VERSIONS)
+
+    @property
+    def throttled(self) -> bool:
+        """Whether requests wait for a client-side rate limit (no APF on the server)."""
+        return self._shared.limiter.qps > 0
 
     @property
     def host(self) -> str:
@@ -345,32 +390,52 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | aiohttp.ClientTimeout | None = DEFAULT_TIMEOUT,
         throttle: bool = True,
+        accept: str = "application/json",
     ) -> aiohttp.ClientResponse:
-        if throttle:
-            await self._shared.limiter.take()
-        self._shared.requests += 1
-        if self._shared.observers:
-            key, phase = _attribution.get()
-            request = Request(_verb(method, query, content_type), path, key, phase)
-            for observer in self._shared.observers:
-                observer.requested(request)
-        headers = {"Accept": "application/json", "Content-Type": content_type, **self._headers}
-        try:
-            response: aiohttp.ClientResponse = await self._shared.api.call_api(
-                path,
-                method,
-                query_params=list(query),
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout,
-            )
-        except (TimeoutError, aiohttp.ClientError, ssl.SSLError, OSError) as error:
-            raise ApiUnavailable(
-                f"cannot reach API server {self.host}: {error or type(error).__name__}"
-            ) from None
-        return response
+        headers = {"Accept": accept, "Content-Type": content_type, **self._headers}
+        for attempt in itertools.count():
+            if throttle:
+                await self._shared.limiter.take()
+            self._shared.requests += 1
+            started = time.monotonic()
+            status = 0
+            try:
+                response: aiohttp.ClientResponse = await self._shared.api.call_api(
+                    path,
+                    method,
+                    query_params=list(query),
+                    header_params=headers,
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=timeout,
+                )
+                status = response.status
+            except (TimeoutError, aiohttp.ClientError, ssl.SSLError, OSError) as error:
+                raise ApiUnavailable(
+                    f"cannot reach API server {self.host}: {error or type(error).__name__}"
+                ) from None
+            finally:
+                if self._shared.observers:
+                    key, phase = _attribution.get()
+                    request = Request(
+                        _verb(method, query, content_type),
+                        path,
+                        key,
+                        phase,
+                        time.monotonic() - started,
+                        status,
+                    )
+                    for observer in self._shared.observers:
+                        observer.requested(request)
+            # API Priority and Fairness sheds load with 429 and says when to come
+            # back; as client-go, wait that long and send again, a few times.
+            if status != 429 or attempt >= MAX_RETRIES_ON_429:
+                return response
+            delay = _retry_after(response.headers.get("Retry-After"))
+            response.release()
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     async def request(
         self,
@@ -381,9 +446,16 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float = DEFAULT_TIMEOUT,
+        accept: str = "application/json",
     ) -> Any:
         response = await self._send(
-            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
+            accept=accept,
         )
         try:
             text = await response.text()
@@ -429,8 +501,14 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int = 500,
+        metadata_only: bool = False,
     ) -> ObjectList:
-        """All objects, fetched in pages so a big list never needs one huge answer."""
+        """All objects, fetched in pages so a big list never needs one huge answer.
+
+        `metadata_only` asks for PartialObjectMetadata (names, labels,
+        resourceVersions...) instead of whole objects: a fraction of the bytes.
+        """
+        accept = METADATA_LIST if metadata_only else "application/json"
         items: list[JSON] = []
         token: str | None = None
         resource_version = ""
@@ -442,7 +520,9 @@ class KubeClient:
                 query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
-            page = await self.request("GET", rt.path(namespace=namespace), query=query)
+            page = await self.request(
+                "GET", rt.path(namespace=namespace), query=query, accept=accept
+            )
             for item in page.get("items") or []:
                 # List items omit apiVersion/kind; the cache wants whole objects.
                 item.setdefault("apiVersion", rt.api_version)

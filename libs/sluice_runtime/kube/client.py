@@ -663,14 +663,22 @@ class KubeClient:
         namespace: str | None = None,
         propagation: Literal["Background", "Foreground", "Orphan"] = "Background",
         precondition_uid: str | None = None,
+        precondition_resource_version: str | None = None,
     ) -> JSON | None:
+        """Delete; with preconditions, only that object (uid) as it was then
+        (resourceVersion): otherwise the server answers 409 Conflict."""
         body: JSON = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
             "propagationPolicy": propagation,
         }
+        preconditions = {}
         if precondition_uid:
-            body["preconditions"] = {"uid": precondition_uid}
+            preconditions["uid"] = precondition_uid
+        if precondition_resource_version:
+            preconditions["resourceVersion"] = precondition_resource_version
+        if preconditions:
+            body["preconditions"] = preconditions
         result: JSON | None = await self.request(
             "DELETE", rt.path(namespace=namespace, name=name), body=body
         )

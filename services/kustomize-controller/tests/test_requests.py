@@ -133,6 +133,20 @@ async def test_a_first_reconcile_and_a_no_change_one_cost_few_requests(delivery:
         await d.observe.poke(KUSTOMIZATION, "app", "now")
         await reconciled(d, key, 2)
         again, again_by_phase = counted.total(), dict(counted.counts)
+        counted.counts.clear()
+
+        # Two objects leave the set.
+        kept = "---".join(APP.split("---")[:2])
+        commit = repo.commit("only two", files={"app.yaml": kept})
+        repo.push()
+        await d.observe.poke(GITREPO, "app", "fetch")
+        await d.observe.wait(
+            KUSTOMIZATION,
+            "app",
+            lambda o: commit in str((o.get("status") or {}).get("lastAppliedRevision")),
+            what="the new revision applied",
+        )
+        pruned = dict(counted.counts)
     finally:
         stop()
     # First: the finalizer, a dry-run and an apply of each object (no GET: the
@@ -147,6 +161,10 @@ async def test_a_first_reconcile_and_a_no_change_one_cost_few_requests(delivery:
     # Today's: 9 (a GET and a dry-run per object).
     assert again <= 5, again_by_phase
     assert ("reconcile_apply", "dry-run") not in again_by_phase, again_by_phase
+    # Pruning what the last apply left as it was is one DELETE each, with the uid
+    # and resourceVersion as preconditions instead of a read first.
+    assert pruned.get(("reconcile_prune", "delete")) == 2, pruned
+    assert ("reconcile_prune", "get") not in pruned, pruned
 
 
 async def test_drift_is_still_corrected_after_a_no_change_reconcile(delivery: Delivery) -> None:

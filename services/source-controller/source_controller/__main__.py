@@ -220,7 +220,9 @@ def main() -> None:
         description=__doc__.splitlines()[0] if __doc__ else SERVICE,
         kinds=KINDS,
         setup=setup,
-        concurrency=2,
+        # Fetches wait on registries, Git servers and the API, not on the CPU:
+        # on two cores, 10 workers fetched 300 OCI sources 3x faster than 2 (e2e.bench mttp).
+        concurrency=10,
         add_arguments=add_arguments,
     )
 

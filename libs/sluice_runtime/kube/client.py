@@ -46,6 +46,7 @@ DEFAULT_TIMEOUT = 30.0
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+METADATA = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 
 
@@ -542,8 +543,10 @@ class KubeClient:
         namespace: str | None = None,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        metadata_only: bool = False,
     ) -> AsyncIterator[WatchEvent]:
-        """Stream changes after `resource_version` until the server ends the watch.
+        """Stream changes after `resource_version` until the server ends the watch
+        (`metadata_only`: each object as PartialObjectMetadata).
 
         Raises Gone when the version is too old (the caller relists), and
         ApiUnavailable when the connection drops (the caller resumes).
@@ -560,7 +563,12 @@ class KubeClient:
             total=None, connect=DEFAULT_TIMEOUT, sock_read=timeout_seconds + 30
         )
         response = await self._send(
-            "GET", rt.path(namespace=namespace), query=query, timeout=timeout, throttle=False
+            "GET",
+            rt.path(namespace=namespace),
+            query=query,
+            timeout=timeout,
+            throttle=False,
+            accept=METADATA if metadata_only else "application/json",
         )
         try:
             if response.status >= 400:

@@ -88,7 +88,7 @@ class Applier(Checker):
         not change if applied (see `remembering`). Anything the LIST cannot
         tell (refused, an unknown kind) is left to the dry-run.
         """
-        if self.memory is None:
+        if self.memory is None and self.live is None:
             return {}
         candidates: dict[tuple[ResourceType, str], list[tuple[Plan, Remembered]]] = {}
         for obj in objects:
@@ -96,6 +96,9 @@ class Applier(Checker):
                 plan = await self._plan(obj, defined=defined, wait=0)
             except ApplyFailed:
                 continue
+            if self.live is not None:
+                # Asked for every kind applied, so that its watch is up by the next reconcile.
+                self.live.versions(plan.ref.rt, plan.ref.namespace or "")
             remembered = self._remembered(plan, force=force)
             if remembered is not None:
                 candidates.setdefault((plan.ref.rt, plan.ref.namespace or ""), []).append(
@@ -105,8 +108,11 @@ class Applier(Checker):
             return {}
         selector = ",".join(f"{k}={v}" for k, v in sorted(self.owner_labels.items()))
 
-        async def versions(group: tuple[ResourceType, str]) -> dict[str, str]:
+        async def versions(group: tuple[ResourceType, str]) -> Mapping[str, str]:
             rt, namespace = group
+            known = self.live.versions(rt, namespace) if self.live is not None else None
+            if known is not None:
+                return known
             try:
                 listed = await self.client.list(
                     rt,

@@ -25,7 +25,7 @@ from sluice_runtime.kube.resources import ObjectRef, ResourceType
 from sluice_runtime.ssa import normalizing, policy
 from sluice_runtime.ssa.changeset import ChangeSet, Deferred, Preview
 from sluice_runtime.ssa.errors import ApplyFailed, gather, is_immutable_error
-from sluice_runtime.ssa.remembering import AppliedObjects, Remembered, digest_of
+from sluice_runtime.ssa.remembering import AppliedObjects, LiveVersions, Remembered, digest_of
 
 
 @dataclass
@@ -74,9 +74,12 @@ class Checker:
         wait_interval: float = 2.0,
         ignore_rules: Sequence[IgnoreRule] = (),
         memory: AppliedObjects | None = None,
+        live: LiveVersions | None = None,
     ) -> None:
         self.client = client
         self.memory = memory
+        self.live = live
+        """Where live resourceVersions are known without a LIST (a watch)."""
         """What earlier applies left, shared across reconciles (see `remembering`)."""
         self.target = f"{client.host}|{client.user or ''}"
         self.mapper = mapper

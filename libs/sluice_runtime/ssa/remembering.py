@@ -22,10 +22,11 @@ import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sluice_api.meta import ObjectId
 from sluice_runtime.kube.health import Health
+from sluice_runtime.kube.resources import ResourceType
 
 DEFAULT_CAPACITY = 200_000
 
@@ -45,6 +46,13 @@ def digest_of(desired: Mapping[str, Any], *, force: bool, context: Sequence[str]
     """Whatever decides what an apply of `desired` would do, as one digest."""
     text = json.dumps([desired, force, list(context)], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+class LiveVersions(Protocol):
+    """Live resourceVersions already known without a request (a watch), or None
+    when not known yet for that kind: the caller then LISTs."""
+
+    def versions(self, rt: ResourceType, namespace: str) -> Mapping[str, str] | None: ...
 
 
 class AppliedObjects:

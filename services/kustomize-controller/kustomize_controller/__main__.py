@@ -15,6 +15,7 @@ import structlog
 
 from kustomize_controller import decrypting, kustomization
 from kustomize_controller.context import Services
+from kustomize_controller.watching_applied import AppliedWatch
 from sluice_api import (
     Bucket,
     ExternalArtifact,
@@ -125,7 +126,10 @@ async def setup(runtime: app.Runtime) -> None:
     sources = {
         kind.KIND: runtime.informers.get(ResourceType.of_model(kind)).store for kind in SOURCE_KINDS
     }
+    live = AppliedWatch(runtime.client)
+    runtime.stack.push_async_callback(live.close)
     services = Services(
+        live=live,
         session=session,
         kustomize=kustomize,
         sources=sources,

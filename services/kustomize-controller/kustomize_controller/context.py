@@ -30,7 +30,7 @@ from sluice_runtime.reconciling.errors import StepError
 from sluice_runtime.reconciling.steps import ReconcileContext
 from sluice_runtime.ssa.changeset import ChangeSet
 from sluice_runtime.ssa.manager import ResourceManager
-from sluice_runtime.ssa.remembering import AppliedObjects
+from sluice_runtime.ssa.remembering import AppliedObjects, LiveVersions
 
 FIELD_MANAGER = "kustomize-controller"
 ORIGIN_REVISION = "org.opencontainers.image.revision"
@@ -63,6 +63,8 @@ class Services:
     """The controller's own SOPS keys (`--sops-keys-dir`)."""
     builds: reusing.Builds = field(default_factory=reusing.Builds)
     """Builds by artifact digest and spec, reused instead of building again."""
+    live: LiveVersions | None = None
+    """Live resourceVersions of applied objects in the local cluster, from watches."""
     applied: AppliedObjects = field(default_factory=AppliedObjects)
     """What earlier applies left, so unchanged objects are not dry-run again."""
 

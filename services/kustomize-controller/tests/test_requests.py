@@ -156,10 +156,10 @@ async def test_a_first_reconcile_and_a_no_change_one_cost_few_requests(delivery:
     assert first <= 12, by_phase
     assert not {p for p, verb in by_phase if verb == "get"} - {"discovery"}, by_phase
     # Nothing changed (same artifact, spec and inventory; no object written
-    # since it was applied): one metadata LIST per kind and namespace says so,
-    # without a dry-run, and the status patch records the handled request.
-    # Today's: 9 (a GET and a dry-run per object).
-    assert again <= 5, again_by_phase
+    # since it was applied, as the controller's metadata watches of applied
+    # kinds show): no dry-run, no read; the status patch records the handled
+    # request. Today's: 9 (a GET and a dry-run per object).
+    assert again <= 2, again_by_phase
     assert ("reconcile_apply", "dry-run") not in again_by_phase, again_by_phase
     # Pruning what the last apply left as it was is one DELETE each, with the uid
     # and resourceVersion as preconditions instead of a read first.

@@ -70,7 +70,7 @@ class Checker:
         *,
         field_manager: str,
         owner_labels: Mapping[str, str],
-        concurrency: int = 8,
+        concurrency: int = 16,
         wait_interval: float = 2.0,
         ignore_rules: Sequence[IgnoreRule] = (),
         memory: AppliedObjects | None = None,
@@ -78,13 +78,16 @@ class Checker:
     ) -> None:
         self.client = client
         self.memory = memory
+        """What earlier applies left, shared across reconciles (see `remembering`)."""
         self.live = live
         """Where live resourceVersions are known without a LIST (a watch)."""
-        """What earlier applies left, shared across reconciles (see `remembering`)."""
         self.target = f"{client.host}|{client.user or ''}"
         self.mapper = mapper
         self.field_manager = field_manager
         self.owner_labels = dict(owner_labels)
+        # Requests of one set in flight at once. On two cores (e2e.bench scale,
+        # 2,000 ConfigMaps) 8 applied in 10.5 s, 16 in 9.4 s, 32 in 8.6 s for
+        # more memory; the API server's fairness queues the rest.
         self.concurrency = max(concurrency, 1)
         self.wait_interval = wait_interval
         self.ignore_rules = tuple(ignore_rules)

@@ -46,7 +46,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from e2e.bench import profiling
 from e2e.bench.common import table, write
+from e2e.bench.profiling import raw_ssa_rate, render
 from e2e.fleet import (
     APP,
     KUSTOMIZATION,
@@ -271,7 +273,14 @@ async def run_resourceset(apps: int, workdir: Path) -> dict[str, Any]:
             await client.close()
 
 
-async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
+async def run_one(
+    apps: int,
+    kind: str,
+    workdir: Path,
+    *,
+    source_concurrency: int = 10,
+    kustomize_concurrency: int = 20,
+) -> dict[str, Any]:
     if kind == "helm":
         return await run_helm(apps, workdir)
     if kind == "resourceset":
@@ -282,8 +291,14 @@ async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
         ns = "benchmark"
         await prepare_namespace(client, ns)
         kubeconfig = str(plane.kubeconfig)
-        source = source_controller(kubeconfig, workdir)
-        kustomize = kustomize_controller(kubeconfig, workdir)
+        # The ceiling first, on the fresh server: SSA of the same objects, no controller.
+        raw_rate = await raw_ssa_rate(client, render(APP, apps), namespace="raw-ssa")
+        source = source_controller(
+            kubeconfig, workdir, concurrent=source_concurrency, extra=["--profile-phases"]
+        )
+        kustomize = kustomize_controller(
+            kubeconfig, workdir, concurrent=kustomize_concurrency, extra=["--profile-phases"]
+        )
         servers: list[Any] = []
         try:
             source.wait_ready()
@@ -306,9 +321,13 @@ async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
                 start = time.monotonic()
                 await create_apps(client, origin, ns, apps)
                 created = time.monotonic() - start
+                # Both from the start of creation: waiting for the sources first
+                # must not take their time out of the Kustomizations' figure.
                 sources_ready = await all_ready(client, origin.rt, ns, apps) + created
-                ks_ready = await all_ready(client, KUSTOMIZATION, ns, apps) + created
+                ks_ready = await all_ready(client, KUSTOMIZATION, ns, apps) + sources_ready
             requests = kustomize.api_requests() - requests_before
+            phases = profiling.profile({"source": source, "kustomize": kustomize})
+            rate = 4 * apps / ks_ready
             return {
                 "apps": apps,
                 "source_kind": origin.kind,
@@ -318,8 +337,18 @@ async def run_one(apps: int, kind: str, workdir: Path) -> dict[str, Any]:
                 "source_controller_peak_mib": source.peak_mib(),
                 "kustomize_controller_peak_mib": kustomize.peak_mib(),
                 "objects_applied": 4 * apps,
-                "apply_objects_per_second": 4 * apps / ks_ready,
+                "apply_objects_per_second": rate,
+                "raw_ssa_objects_per_second": raw_rate,
+                "ratio_to_raw": rate / raw_rate,
                 "api_requests_per_kustomization": requests / apps,
+                "requests_per_kustomization_by_verb": {
+                    verb: count / apps
+                    for verb, count in phases.requests_by_verb("kustomize").items()
+                },
+                "profile": phases.as_json(),
+                "profile_table": profiling.profile_table(phases, apps),
+                "concurrency": {"source": source_concurrency, "kustomize": kustomize_concurrency},
+                "load_average": os.getloadavg(),
             }
         finally:
             source.stop()
@@ -334,6 +363,23 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{minutes}m{rest}s" if minutes else f"{rest}s"
 
 
+def _print_run(r: dict[str, Any]) -> None:
+    """One run's per-phase profile and requests per Kustomization, as it finishes."""
+    apps = r["apps"]
+    print(f"\nN={apps} {r['source_kind']}: raw SSA {r['raw_ssa_objects_per_second']:.0f} obj/s, "
+          f"Sluice {r['apply_objects_per_second']:.1f} obj/s ({r['ratio_to_raw']:.0%}); "
+          f"Kustomizations Ready in {_fmt_seconds(r['kustomizations_ready_seconds'])}, "
+          f"sources in {_fmt_seconds(r['sources_ready_seconds'])}; peak "
+          f"source {r['source_controller_peak_mib']:.0f}Mi, "
+          f"kustomize {r['kustomize_controller_peak_mib']:.0f}Mi")  # fmt: skip
+    verbs = ", ".join(
+        f"{verb} {n:.2f}" for verb, n in sorted(r["requests_per_kustomization_by_verb"].items())
+    )
+    print(f"requests per Kustomization: {r['api_requests_per_kustomization']:.2f} ({verbs})")
+    headers, rows = r["profile_table"]
+    print(table(headers, rows))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="e2e.bench mttp", description=__doc__)
     parser.add_argument("--apps", type=int, nargs="+", default=[100])
@@ -344,13 +390,29 @@ def main(argv: list[str] | None = None) -> None:
         default=["oci", "git"],
     )
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--concurrent",
+        type=int,
+        nargs=2,
+        metavar=("SOURCE", "KUSTOMIZE"),
+        default=None,
+        help="workers of the source- and kustomize-controller (default: their own defaults)",
+    )
     args = parser.parse_args(argv)
+    concurrency = (
+        {"source_concurrency": args.concurrent[0], "kustomize_concurrency": args.concurrent[1]}
+        if args.concurrent
+        else {}
+    )
     results = []
     for apps in args.apps:
         for kind in args.sources:
             print(f"running MTTP with {apps} apps from {kind} sources ...", flush=True)
             with tempfile.TemporaryDirectory(prefix="sluice-mttp-") as tmp:
-                results.append(asyncio.run(run_one(apps, kind, Path(tmp))))
+                result = asyncio.run(run_one(apps, kind, Path(tmp), **concurrency))
+            results.append(result)
+            if kind != "helm":
+                _print_run(result)
     helm_rows = [
         [r["apps"], _fmt_seconds(r["helmreleases_ready_seconds"]),
          FLUX_V2_6_HELM.get(r["apps"], "-"), f"{r['helm_controller_peak_mib']:.0f}Mi",
@@ -375,14 +437,16 @@ def main(argv: list[str] | None = None) -> None:
             _fmt_seconds(r["kustomizations_ready_seconds"]), flux.get("kustomization", "-"),
             f"{r['source_controller_peak_mib']:.0f}Mi", flux.get("source_mem", "-"),
             f"{r['kustomize_controller_peak_mib']:.0f}Mi", flux.get("ks_mem", "-"),
-            f"{r['apply_objects_per_second']:.1f}", f"{r['api_requests_per_kustomization']:.1f}",
+            f"{r['raw_ssa_objects_per_second']:.0f}", f"{r['apply_objects_per_second']:.1f}",
+            f"{r['ratio_to_raw']:.0%}", f"{r['api_requests_per_kustomization']:.1f}",
+            "{:.1f}/{:.1f}/{:.1f}".format(*r["load_average"]),
         ])  # fmt: skip
     if rows:
         print()
         print(table(
             ["N", "source", "sources ready", "Flux 2.6", "Kustomizations ready", "Flux 2.6",
-             "source-ctrl peak", "Flux 2.6", "kustomize-ctrl peak", "Flux 2.6", "objects/s",
-             "API req/ks"],
+             "source-ctrl peak", "Flux 2.6", "kustomize-ctrl peak", "Flux 2.6",
+             "raw SSA obj/s", "Sluice obj/s", "ratio", "API req/ks", "load avg at end"],
             rows,
         ))  # fmt: skip
     if helm_rows:

@@ -20,16 +20,27 @@ wired as in a cluster (events go to the notification-controller):
   Kustomization is Ready with the pending revision applied. The gate is
   closed again (`close.gate.fluxcd.io/requestedAt`) between trials.
 
-Usage: python -m e2e.bench reaction [--trials 30] [--receiver-debounce 2s] [--out FILE]
+With `--load-apps N`, the webhook series runs under load: as its first
+trial starts, N MTTP-shaped apps (e2e.fleet: an OCIRepository and a
+Kustomization each, four objects, `wait`) are created in namespace `load`,
+and each trial records whether the load was still being delivered (not every
+load Kustomization Ready yet) when it ended; the figure under load is over
+those trials. The receiver's push must not wait behind the load's queue.
+
+Usage: python -m e2e.bench reaction [--trials 30] [--receiver-debounce 2s]
+       [--load-apps 1000] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import secrets
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +66,20 @@ from e2e.bench.cluster import (
     ready,
 )
 from e2e.bench.common import median, percentile, table, write
+from e2e.fleet import APP, all_ready, create_apps, oci_origin, prepare_namespace
 from sluice_cli.crds_command import all_crds
 from sluice_cli.dev import events_token_file
 from sluice_envtest.controlplane import ControlPlane, free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import github_headers, push_payload
+from sluice_envtest.registry import OciRegistry
+from sluice_envtest.workloads import simulated_rollouts
 from sluice_runtime.app import duration
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.installing import install_crds
 
 NS = "bench"
+LOAD_NS = "load"
 TOKEN = "reaction-benchmark-token"
 
 
@@ -113,6 +128,7 @@ async def _webhook_series(
     kss: Watching,
     receiver_port: int,
     args: argparse.Namespace,
+    load: Callable[[asyncio.Event], Awaitable[None]] | None = None,
 ) -> list[dict[str, float]]:
     repo = git.create_repo("app")
     revision = _commit(repo, "app", 0)
@@ -125,6 +141,11 @@ async def _webhook_series(
     spacing = args.receiver_debounce + 0.25
     trials = []
     last_post = 0.0
+    load_done = asyncio.Event()
+    if load is None:
+        load_done.set()
+    else:
+        asyncio.get_running_loop().create_task(load(load_done), name="load")
     async with aiohttp.ClientSession() as session:
         for trial in range(1, args.trials + 1):
             revision = _commit(repo, "app", trial)
@@ -147,9 +168,11 @@ async def _webhook_series(
                     "answered": answered - start,
                     "source_artifact": source_at - start,
                     "applied": applied_at - start,
+                    "under_load": float(not load_done.is_set()),
                 }
             )
-            print(f"  webhook trial {trial}: {applied_at - start:.3f}s", flush=True)
+            under = " (under load)" if not load_done.is_set() else ""
+            print(f"  webhook trial {trial}: {applied_at - start:.3f}s{under}", flush=True)
     return trials
 
 
@@ -227,6 +250,7 @@ async def _gate_series(
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    load_seconds: list[float] = []
     with (
         ControlPlane(workdir=workdir / "cp") as plane,
         GitHttpServer(workdir=workdir / "git") as git,
@@ -272,19 +296,39 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             for controller in controllers:
                 controller.wait_ready()
             async with (
+                contextlib.AsyncExitStack() as stack,
                 Watching(client, GITREPO, NS).running() as repos,
                 Watching(client, KUSTOMIZATION, NS).running() as kss,
                 Watching(client, GATE, NS).running() as gates,
             ):
                 print(f"webhook series: {args.trials} trials", flush=True)
-                webhook = await _webhook_series(client, git, repos, kss, receiver_port, args)
+                load = None
+                if args.load_apps:
+                    registry = OciRegistry(workdir=workdir / "registry")
+                    registry.start()
+                    stack.callback(registry.stop)
+                    origin = oci_origin(registry)
+                    origin.publish({"podinfo.yaml": APP})
+                    await prepare_namespace(client, LOAD_NS)
+                    await stack.enter_async_context(
+                        simulated_rollouts(client, namespace=LOAD_NS, interval=0.5)
+                    )
+
+                    async def load(done: asyncio.Event) -> None:
+                        started = time.monotonic()
+                        await create_apps(client, origin, LOAD_NS, args.load_apps)
+                        await all_ready(client, KUSTOMIZATION, LOAD_NS, args.load_apps)
+                        load_seconds.append(time.monotonic() - started)
+                        done.set()
+
+                webhook = await _webhook_series(client, git, repos, kss, receiver_port, args, load)
                 print(f"gate series: {args.trials} trials", flush=True)
                 gate = await _gate_series(client, git, repos, kss, gates, args)
         finally:
             for controller in controllers:
                 controller.stop()
             await client.close()
-    return {"webhook": webhook, "gate": gate}
+    return {"webhook": webhook, "gate": gate, "load_seconds": load_seconds}
 
 
 def _summary(trials: list[dict[str, float]]) -> dict[str, Any]:
@@ -315,6 +359,12 @@ def main(argv: list[str] | None = None) -> None:
         default=1.0,
         help="seconds between the held revision's artifact and opening the gate",
     )
+    parser.add_argument(
+        "--load-apps",
+        type=int,
+        default=0,
+        help="deliver this many MTTP apps (OCI) while the webhook series runs",
+    )
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sluice-reaction-") as tmp:
@@ -327,6 +377,12 @@ def main(argv: list[str] | None = None) -> None:
         ("gate", "applied"): "gate opened → Kustomization applied (the figure)",
     }
     summaries = {series: _summary(trials[series]) for series in ("webhook", "gate")}
+    loaded = [t for t in trials["webhook"] if t["under_load"]]
+    if loaded:
+        summaries["webhook_under_load"] = _summary(loaded)
+        labels[("webhook_under_load", "applied")] = (
+            f"webhook → applied, {len(loaded)} trials while {args.load_apps} apps were delivered"
+        )
     rows = []
     for (series, key), label in labels.items():
         s = summaries[series][key]
@@ -338,6 +394,11 @@ def main(argv: list[str] | None = None) -> None:
         f"\nwebhook trials spaced > --receiver-debounce ({args.receiver_debounce:g}s): "
         "each POST is acted on at once (leading edge)"
     )
+    if args.load_apps:
+        took = trials["load_seconds"]
+        print(f"load: {args.load_apps} apps, all Ready after {took[0]:.0f}s" if took else
+              f"load: {args.load_apps} apps, not all Ready when the series ended")  # fmt: skip
+    print("load average at end: {:.1f}/{:.1f}/{:.1f}".format(*os.getloadavg()))
     write(
         args.out,
         "reaction",

@@ -26,8 +26,8 @@ peak memory (VmHWM, over every run). Kustomizations of finished runs are
 deleted with `deletionPolicy: Orphan`, so they do not stay in its cache.
 
 The kustomize-controller's client-side rate limit (`--kube-api-qps`, 50 by
-default) bounds every phase that sends more requests than its burst; pass
-a higher `--kube-api-qps` to see what the controller itself costs.
+default) applies only to API servers without API Priority and Fairness; this
+one (v1.20) has it, so the controller sends as fast as the server answers.
 
 Usage: python -m e2e.bench scale [--objects 5000] [--files 10] [--runs 3]
        [--kube-api-qps 50] [--kube-api-burst 300] [--out FILE]

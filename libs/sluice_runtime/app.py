@@ -34,7 +34,12 @@ from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_lin
 from sluice_runtime.leading import LeaderElector
 from sluice_runtime.observing import logging as sluice_logging
 from sluice_runtime.observing import tracing
-from sluice_runtime.observing.metrics import observe_api_requests, observe_asyncio_tasks
+from sluice_runtime.observing.metrics import (
+    RequestMetrics,
+    observe_api_requests,
+    observe_asyncio_tasks,
+)
+from sluice_runtime.observing.profiling import PhaseSampler
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import C
 from sluice_runtime.recording import EventRecorder
@@ -114,6 +119,11 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
     p.add_argument("--kube-api-qps", type=float, default=50.0)
     p.add_argument("--kube-api-burst", type=int, default=300)
     p.add_argument("--shutdown-timeout", type=duration, default=30.0)
+    switch(
+        p,
+        "--profile-phases",
+        help="sample CPU by reconcile phase into sluice_phase_cpu_seconds_total (benchmarks)",
+    )
     return p
 
 
@@ -256,6 +266,7 @@ async def running(
         stack.push_async_callback(client.close)
         observe_api_requests(service, lambda: client.request_count)
         observe_asyncio_tasks(service, asyncio.get_running_loop())
+        client.observe(RequestMetrics(service))
         await require_kinds(client, kinds)
         recorder = EventRecorder(
             client,
@@ -271,6 +282,12 @@ async def running(
         )
         runtime = Runtime(service, options, client, informers, recorder, stack, observer=observer)
         await setup(runtime)
+        if getattr(options, "profile_phases", False):
+            sampler = PhaseSampler(
+                {step.name for made in runtime.controllers for step in made.reconciler.steps}
+            )
+            sampler.start(service)
+            stack.callback(sampler.stop)
 
         same_addr = options.metrics_addr == options.health_addr
 

@@ -111,6 +111,17 @@ def primary_change_matters(change: Change, trigger_annotations: Sequence[str] = 
     )
 
 
+def requested(change: Change, trigger_annotations: Sequence[str] = ()) -> bool:
+    """Whether someone asked for this reconcile (a webhook, the CLI, a gate's
+    request): such keys go ahead of the queue."""
+    if change.kind != "updated":
+        return False
+    return any(
+        _annotation(change.old, name) != _annotation(change.new, name)
+        for name in (RECONCILE_REQUESTED_AT_ANNOTATION, *trigger_annotations)
+    )
+
+
 class ReconcileObserver(Protocol):
     """A hook on every finished reconcile, for tests and benchmarks (metrics
     are recorded by the runner); the controller itself keeps no counters."""
@@ -160,13 +171,26 @@ class Controller(Generic[C]):
         self._observer = observer
         self.informer.add_handler(self._on_primary)
 
-    def watch(self, rt: ResourceType, mapper: Mapper, *, selected: bool = False) -> Informer:
-        """Also reconcile the keys `mapper` names whenever an object of `rt` changes."""
+    def watch(
+        self,
+        rt: ResourceType,
+        mapper: Mapper,
+        *,
+        selected: bool = False,
+        urgent: Callable[[Change], bool] | None = None,
+    ) -> Informer:
+        """Also reconcile the keys `mapper` names whenever an object of `rt` changes;
+        ahead of the queue when `urgent` says the change answers someone's request
+        (a source fetched because a webhook asked)."""
         informer = self.informers.get(rt, selected=selected)
 
         def handler(change: Change) -> None:
-            for key in mapper(change):
-                self.queue.add(key)
+            keys = list(mapper(change))
+            if not keys:
+                return
+            ahead = urgent is not None and urgent(change)
+            for key in keys:
+                self.queue.add(key, urgent=ahead)
 
         informer.add_handler(handler)
         return informer
@@ -180,7 +204,9 @@ class Controller(Generic[C]):
             self.queue.forget(change.key)
             return
         if primary_change_matters(change, self.reconciler.trigger_annotations):
-            self.queue.add(change.key)
+            self.queue.add(
+                change.key, urgent=requested(change, self.reconciler.trigger_annotations)
+            )
 
     async def start(self) -> None:
         self.queue.start()

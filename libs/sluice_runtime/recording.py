@@ -29,7 +29,7 @@ import aiohttp
 import structlog
 
 from sluice_api.meta import format_time
-from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.client import JSON, KubeClient, attributed
 from sluice_runtime.kube.errors import KubeError, NotFound
 from sluice_runtime.kube.resources import EVENT
 from sluice_runtime.tokens import TokenFile, TokenFileError
@@ -146,6 +146,10 @@ class EventRecorder:
             self.dropped += 1
             log.warning("event dropped, queue full", reason=event.reason)
 
+    async def flushed(self) -> None:
+        """Returns once every event recorded so far has been written (or given up)."""
+        await self._pending.join()
+
     @contextlib.asynccontextmanager
     async def running(self, *, drain_timeout: float = 5.0) -> AsyncIterator[EventRecorder]:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
@@ -163,8 +167,11 @@ class EventRecorder:
     async def _send_loop(self) -> None:
         while True:
             event = await self._pending.get()
+            involved = event.involved
+            key = f"{involved.namespace}/{involved.name}".lstrip("/")
             try:
-                await self._write_kubernetes_event(event)
+                with attributed(key=key, phase="events"):
+                    await self._write_kubernetes_event(event)
                 if self.events_addr and event.severity != "trace":
                     await self._post(event)
             except Exception:  # never let one event stop the others

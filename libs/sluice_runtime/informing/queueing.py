@@ -12,7 +12,13 @@ controller both prompt and calm:
   reconcile's outcome says when the next one is due, and a timer left by an
   earlier outcome (a 30 s dependency wait) must not cut a `retryInterval` short;
 - `add_rate_limited` backs a failing key off exponentially, per key, so one
-  broken object never slows the others; `forget` resets its backoff.
+  broken object never slows the others; `forget` resets its backoff;
+- `add(key, urgent=True)` is for reconciles someone asked for
+  (`reconcile.fluxcd.io/requestedAt` from a webhook or the CLI): they are
+  handed out before every key queued by an interval, a watch or a retry, so
+  a receiver's push does not wait behind a thousand queued reconciles. A
+  waiting key asked for urgently moves to the front; urgent keys keep their
+  order among themselves.
 """
 
 from __future__ import annotations
@@ -90,6 +96,9 @@ class WorkQueue:
         self._clock = clock
         self._observer = observer or _NoObserver()
         self._queue: deque[str] = deque()
+        self._urgent: deque[str] = deque()
+        self._urgent_keys: set[str] = set()
+        """Keys asked for urgently and not handed out yet (waiting or to requeue)."""
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
         self._added_at: dict[str, float] = {}
@@ -102,7 +111,7 @@ class WorkQueue:
         self._timer: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + len(self._urgent)
 
     @property
     def processing(self) -> frozenset[str]:
@@ -114,16 +123,28 @@ class WorkQueue:
                 self._run_timer(), name="workqueue-delays"
             )
 
-    def add(self, key: str) -> None:
-        if self._shutdown or key in self._dirty:
+    def add(self, key: str, *, urgent: bool = False) -> None:
+        if self._shutdown:
+            return
+        if key in self._dirty:
+            if urgent and key not in self._urgent_keys:
+                self._urgent_keys.add(key)
+                if key not in self._processing:
+                    self._queue.remove(key)
+                    self._urgent.append(key)
             return
         self._observer.added()
         self._dirty.add(key)
         self._added_at.setdefault(key, self._clock())
+        if urgent:
+            self._urgent_keys.add(key)
         if key in self._processing:
             return  # done() queues it again
-        self._queue.append(key)
-        self._observer.depth(len(self._queue))
+        self._push(key)
+
+    def _push(self, key: str) -> None:
+        (self._urgent if key in self._urgent_keys else self._queue).append(key)
+        self._observer.depth(len(self))
         self._notify()
 
     def add_after(self, key: str, delay: float) -> None:
@@ -168,7 +189,7 @@ class WorkQueue:
         self._delayed_at.pop(key, None)
 
     async def get(self) -> str:
-        while not self._queue:
+        while not self._queue and not self._urgent:
             if self._shutdown:
                 raise QueueShutDown
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -178,8 +199,9 @@ class WorkQueue:
             finally:
                 if not waiter.done():
                     waiter.cancel()
-        key = self._queue.popleft()
-        self._observer.depth(len(self._queue))
+        key = self._urgent.popleft() if self._urgent else self._queue.popleft()
+        self._urgent_keys.discard(key)
+        self._observer.depth(len(self))
         self._processing.add(key)
         self._dirty.discard(key)
         added = self._added_at.pop(key, None)
@@ -190,9 +212,7 @@ class WorkQueue:
     def done(self, key: str) -> None:
         self._processing.discard(key)
         if key in self._dirty and not self._shutdown:
-            self._queue.append(key)
-            self._observer.depth(len(self._queue))
-            self._notify()
+            self._push(key)
 
     def shutdown(self) -> None:
         self._shutdown = True

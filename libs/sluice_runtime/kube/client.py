@@ -14,15 +14,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import contextlib
+import itertools
 import json
 import os
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import aiohttp
 
@@ -43,6 +46,8 @@ DEFAULT_TIMEOUT = 30.0
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+METADATA = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,78 @@ class ObjectList:
 class WatchEvent:
     type: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
     object: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request as an observer sees it: what it did and on whose behalf."""
+
+    verb: str
+    """get, list, watch, create, update, patch, apply, dry-run or delete."""
+    path: str
+    key: str
+    """The `namespace/name` of the object being reconciled ("" outside a reconcile)."""
+    phase: str
+    """The step of that reconcile ("" outside a reconcile)."""
+    seconds: float = 0.0
+    """From sending to the answer's headers (a throttled wait excluded)."""
+    status: int = 0
+    """The HTTP status; 0 when no answer came."""
+
+
+class RequestObserver(Protocol):
+    """Told of every request once answered (metrics, the benchmark's per-phase counts)."""
+
+    def requested(self, request: Request) -> None: ...
+
+
+_attribution: ContextVar[tuple[str, str]] = ContextVar(
+    "sluice_request_attribution", default=("", "")
+)
+
+
+@contextlib.contextmanager
+def attributed(*, key: str | None = None, phase: str | None = None) -> Iterator[None]:
+    """Requests sent inside this block are counted for `key` (the reconciled object)
+    and `phase` (its step); either left out keeps the enclosing one."""
+    outer_key, outer_phase = _attribution.get()
+    token = _attribution.set(
+        (outer_key if key is None else key, outer_phase if phase is None else phase)
+    )
+    try:
+        yield
+    finally:
+        _attribution.reset(token)
+
+
+def _verb(method: str, query: Sequence[tuple[str, str]], content_type: str) -> str:
+    names = {name for name, _ in query}
+    if method == "GET":
+        return "watch" if "watch" in names else "list" if "limit" in names else "get"
+    if method == "PATCH" and content_type == APPLY_PATCH:
+        return "dry-run" if "dryRun" in names else "apply"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+        method, method.lower()
+    )
+
+
+MAX_RETRIES_ON_429 = 10
+"""client-go's default: a request refused with 429 is sent again up to ten times."""
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds to wait before sending again, from a Retry-After header (1 s when
+    missing or unreadable, capped so a confused server cannot park us for long)."""
+    try:
+        seconds = float(value) if value is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.0), 30.0)
+
+
+FLOWCONTROL_VERSIONS = ("v1", "v1beta3", "v1beta2", "v1beta1")
+"""flowcontrol.apiserver.k8s.io versions that mean API Priority and Fairness is on
+(v1.20 serves v1beta1; current servers v1 and v1beta3)."""
 
 
 class _TokenBucket:
@@ -88,6 +165,7 @@ class _Shared:
     api: Any  # kubernetes_asyncio.client.ApiClient (untyped)
     limiter: _TokenBucket
     requests: int = 0
+    observers: list[RequestObserver] = field(default_factory=list)
 
 
 def _private_file(directory: str, name: str, data: bytes | None) -> str | None:
@@ -253,7 +331,27 @@ class KubeClient:
             except ApiUnavailable:
                 await client.close()
                 raise
+            if qps > 0 and await client._has_priority_and_fairness():
+                # As Flux (fluxcd/pkg runtime/client): the server's own fairness
+                # protects it, and a client-side limit would only slow every
+                # reconcile down; --kube-api-qps/--kube-api-burst apply to
+                # servers without it.
+                client._shared.limiter = _TokenBucket(0, burst)
         return client
+
+    async def _has_priority_and_fairness(self) -> bool:
+        """Whether the server serves API Priority and Fairness (any known version)."""
+        try:
+            group = await self.request("GET", "/apis/flowcontrol.apiserver.k8s.io", timeout=10.0)
+        except (ApiError, ApiUnavailable):
+            return False
+        served = {str(v.get("version")) for v in (group or {}).get("versions") or []}
+        return any(version in served for version in FLOWCONTROL_VERSIONS)
+
+    @property
+    def throttled(self) -> bool:
+        """Whether requests wait for a client-side rate limit (no APF on the server)."""
+        return self._shared.limiter.qps > 0
 
     @property
     def host(self) -> str:
@@ -263,6 +361,12 @@ class KubeClient:
     def request_count(self) -> int:
         """Requests sent so far by every client sharing this connection pool."""
         return self._shared.requests
+
+    def observe(self, observer: RequestObserver) -> Callable[[], None]:
+        """Tell `observer` of every request of this connection pool (impersonated
+        clients included); returns the function that stops it."""
+        self._shared.observers.append(observer)
+        return lambda: self._shared.observers.remove(observer)
 
     def impersonate(self, user: str) -> KubeClient:
         """A client acting as `user`, so RBAC decides what a tenant may touch.
@@ -287,27 +391,52 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | aiohttp.ClientTimeout | None = DEFAULT_TIMEOUT,
         throttle: bool = True,
+        accept: str = "application/json",
     ) -> aiohttp.ClientResponse:
-        if throttle:
-            await self._shared.limiter.take()
-        self._shared.requests += 1
-        headers = {"Accept": "application/json", "Content-Type": content_type, **self._headers}
-        try:
-            response: aiohttp.ClientResponse = await self._shared.api.call_api(
-                path,
-                method,
-                query_params=list(query),
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout,
-            )
-        except (TimeoutError, aiohttp.ClientError, ssl.SSLError, OSError) as error:
-            raise ApiUnavailable(
-                f"cannot reach API server {self.host}: {error or type(error).__name__}"
-            ) from None
-        return response
+        headers = {"Accept": accept, "Content-Type": content_type, **self._headers}
+        for attempt in itertools.count():
+            if throttle:
+                await self._shared.limiter.take()
+            self._shared.requests += 1
+            started = time.monotonic()
+            status = 0
+            try:
+                response: aiohttp.ClientResponse = await self._shared.api.call_api(
+                    path,
+                    method,
+                    query_params=list(query),
+                    header_params=headers,
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=timeout,
+                )
+                status = response.status
+            except (TimeoutError, aiohttp.ClientError, ssl.SSLError, OSError) as error:
+                raise ApiUnavailable(
+                    f"cannot reach API server {self.host}: {error or type(error).__name__}"
+                ) from None
+            finally:
+                if self._shared.observers:
+                    key, phase = _attribution.get()
+                    request = Request(
+                        _verb(method, query, content_type),
+                        path,
+                        key,
+                        phase,
+                        time.monotonic() - started,
+                        status,
+                    )
+                    for observer in self._shared.observers:
+                        observer.requested(request)
+            # API Priority and Fairness sheds load with 429 and says when to come
+            # back; as client-go, wait that long and send again, a few times.
+            if status != 429 or attempt >= MAX_RETRIES_ON_429:
+                return response
+            delay = _retry_after(response.headers.get("Retry-After"))
+            response.release()
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     async def request(
         self,
@@ -318,9 +447,16 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float = DEFAULT_TIMEOUT,
+        accept: str = "application/json",
     ) -> Any:
         response = await self._send(
-            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
+            accept=accept,
         )
         try:
             text = await response.text()
@@ -366,8 +502,14 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int = 500,
+        metadata_only: bool = False,
     ) -> ObjectList:
-        """All objects, fetched in pages so a big list never needs one huge answer."""
+        """All objects, fetched in pages so a big list never needs one huge answer.
+
+        `metadata_only` asks for PartialObjectMetadata (names, labels,
+        resourceVersions...) instead of whole objects: a fraction of the bytes.
+        """
+        accept = METADATA_LIST if metadata_only else "application/json"
         items: list[JSON] = []
         token: str | None = None
         resource_version = ""
@@ -379,7 +521,9 @@ class KubeClient:
                 query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
-            page = await self.request("GET", rt.path(namespace=namespace), query=query)
+            page = await self.request(
+                "GET", rt.path(namespace=namespace), query=query, accept=accept
+            )
             for item in page.get("items") or []:
                 # List items omit apiVersion/kind; the cache wants whole objects.
                 item.setdefault("apiVersion", rt.api_version)
@@ -399,8 +543,10 @@ class KubeClient:
         namespace: str | None = None,
         label_selector: str | None = None,
         timeout_seconds: int = 300,
+        metadata_only: bool = False,
     ) -> AsyncIterator[WatchEvent]:
-        """Stream changes after `resource_version` until the server ends the watch.
+        """Stream changes after `resource_version` until the server ends the watch
+        (`metadata_only`: each object as PartialObjectMetadata).
 
         Raises Gone when the version is too old (the caller relists), and
         ApiUnavailable when the connection drops (the caller resumes).
@@ -417,7 +563,12 @@ class KubeClient:
             total=None, connect=DEFAULT_TIMEOUT, sock_read=timeout_seconds + 30
         )
         response = await self._send(
-            "GET", rt.path(namespace=namespace), query=query, timeout=timeout, throttle=False
+            "GET",
+            rt.path(namespace=namespace),
+            query=query,
+            timeout=timeout,
+            throttle=False,
+            accept=METADATA if metadata_only else "application/json",
         )
         try:
             if response.status >= 400:
@@ -520,14 +671,22 @@ class KubeClient:
         namespace: str | None = None,
         propagation: Literal["Background", "Foreground", "Orphan"] = "Background",
         precondition_uid: str | None = None,
+        precondition_resource_version: str | None = None,
     ) -> JSON | None:
+        """Delete; with preconditions, only that object (uid) as it was then
+        (resourceVersion): otherwise the server answers 409 Conflict."""
         body: JSON = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
             "propagationPolicy": propagation,
         }
+        preconditions = {}
         if precondition_uid:
-            body["preconditions"] = {"uid": precondition_uid}
+            preconditions["uid"] = precondition_uid
+        if precondition_resource_version:
+            preconditions["resourceVersion"] = precondition_resource_version
+        if preconditions:
+            body["preconditions"] = preconditions
         result: JSON | None = await self.request(
             "DELETE", rt.path(namespace=namespace, name=name), body=body
         )

@@ -118,6 +118,7 @@ async def wait_for_health(
     on_waiting: Callable[[], Awaitable[None]] | None = None,
     known: Mapping[ObjectRef, Health] | None = None,
     status: StatusRule = compute_status,
+    first_interval: float | None = None,
 ) -> HealthReport:
     """Poll until every object is Current, one is Failed, `timeout` passes or `cancel` is set.
 
@@ -128,6 +129,9 @@ async def wait_for_health(
     `known` holds first readings the caller already has (the API's answers to
     an apply): those objects are not read in the first round. `status` judges
     each reading (kstatus by default; custom health checks replace it).
+    `first_interval` starts the polling sooner, doubling up to `interval`: most
+    objects that are not Current in the apply's answer are a moment later,
+    and a reconcile should not hold its worker for a whole interval then.
     """
     limit = asyncio.Semaphore(max(concurrency, 1))
 
@@ -140,6 +144,7 @@ async def wait_for_health(
         t: ObjectHealth(t.display, known[t]) for t in objects if known and t in known
     }
     unread = [t for t in objects if t not in results]
+    delay = min(first_interval, interval) if first_interval else interval
     while True:
         if cancel is not None and cancel.is_set():
             return HealthReport([results.get(t) or _unread(t) for t in objects], cancelled=True)
@@ -157,7 +162,8 @@ async def wait_for_health(
         if on_waiting is not None:
             await on_waiting()
             on_waiting = None
-        await _sleep_or_cancel(min(interval, remaining), cancel)
+        await _sleep_or_cancel(min(delay, remaining), cancel)
+        delay = min(delay * 2, interval)
         unread = pending
 
 

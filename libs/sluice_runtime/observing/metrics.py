@@ -26,13 +26,15 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import REGISTRY, generate_latest
 
+from sluice_runtime.kube.client import Request
+
 _RECONCILE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _QUEUE_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 5, 10, 60, 300)
 
 _provider: MeterProvider | None = None
 
 
-def _meter(service: str) -> Meter:
+def meter(service: str) -> Meter:
     global _provider
     if _provider is None:
         _provider = MeterProvider(
@@ -63,7 +65,7 @@ def observe_api_requests(service: str, count: Callable[[], int]) -> None:
         yield Observation(sum(counter() for counter in _request_counters))
 
     if not _request_counters:
-        _meter(service).create_observable_counter(
+        meter(service).create_observable_counter(
             "rest_client_requests_total",
             callbacks=[observe],
             description="Requests sent to the Kubernetes API server.",
@@ -82,13 +84,36 @@ def observe_asyncio_tasks(service: str, loop: asyncio.AbstractEventLoop) -> None
         yield Observation(sum(len(asyncio.all_tasks(known)) for known in _task_loops))
 
     if not _task_loops:
-        _meter(service).create_observable_gauge(
+        meter(service).create_observable_gauge(
             "python_asyncio_tasks",
             callbacks=[observe],
             description="asyncio tasks not yet done, on the controller's event loop.",
         )
     if loop not in _task_loops:
         _task_loops.append(loop)
+
+
+class RequestMetrics:
+    """A client's RequestObserver: requests and their time by reconcile phase and verb
+    (`sluice_api_requests_total`, `sluice_api_request_seconds_total`), so a benchmark
+    can say where a reconcile's requests go."""
+
+    def __init__(self, service: str) -> None:
+        m = meter(service)
+        self._count = m.create_counter(
+            "sluice_api_requests_total",
+            description="API requests by reconcile phase (step) and verb.",
+        )
+        self._seconds = m.create_counter(
+            "sluice_api_request_seconds_total",
+            unit="s",
+            description="Time waiting for API answers, by reconcile phase and verb.",
+        )
+
+    def requested(self, request: Request) -> None:
+        labels = {"phase": request.phase or "none", "verb": request.verb}
+        self._count.add(1, labels)
+        self._seconds.add(request.seconds, labels)
 
 
 def exposition() -> bytes:
@@ -105,37 +130,46 @@ class ControllerMetrics:
     queue_depth_gauge: UpDownCounter
     queue_wait: Histogram
     queue_retries: Counter
+    step_seconds: Counter
     _depth: int = 0
 
     @classmethod
     def create(cls, *, service: str, kind: str) -> ControllerMetrics:
-        meter = _meter(service)
+        m = meter(service)
         return cls(
             kind=kind,
-            reconcile_duration=meter.create_histogram(
+            reconcile_duration=m.create_histogram(
                 "gotk_reconcile_duration_seconds",
                 unit="s",
                 description="The duration in seconds of a reconcile.",
             ),
-            reconcile_total=meter.create_counter(
+            reconcile_total=m.create_counter(
                 "controller_runtime_reconcile_total",
                 description="Reconciles per controller and result.",
             ),
-            queue_adds=meter.create_counter(
+            queue_adds=m.create_counter(
                 "workqueue_adds_total", description="Keys added to the work queue."
             ),
-            queue_depth_gauge=meter.create_up_down_counter(
+            queue_depth_gauge=m.create_up_down_counter(
                 "workqueue_depth", description="Keys waiting in the work queue."
             ),
-            queue_wait=meter.create_histogram(
+            queue_wait=m.create_histogram(
                 "workqueue_queue_duration_seconds",
                 unit="s",
                 description="How long a key waited in the queue before a worker took it.",
             ),
-            queue_retries=meter.create_counter(
+            queue_retries=m.create_counter(
                 "workqueue_retries_total", description="Keys requeued with backoff."
             ),
+            step_seconds=m.create_counter(
+                "sluice_step_seconds_total",
+                unit="s",
+                description="Wall time spent in each reconcile step (and the status write).",
+            ),
         )
+
+    def stepped(self, step: str, seconds: float) -> None:
+        self.step_seconds.add(seconds, {"kind": self.kind, "step": step})
 
     def reconciled(self, *, name: str, namespace: str, seconds: float, result: str) -> None:
         self.reconcile_duration.record(

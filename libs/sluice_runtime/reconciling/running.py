@@ -12,9 +12,10 @@ themselves only do their work.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal
 
@@ -31,7 +32,7 @@ from sluice_api.meta import (
     parse_duration,
 )
 from sluice_runtime.conditions import Conditions, ready_state
-from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.client import JSON, KubeClient, attributed
 from sluice_runtime.kube.errors import ApiUnavailable, Conflict, KubeError, NotFound
 from sluice_runtime.kube.patching import add_finalizer_ops, remove_finalizer_ops
 from sluice_runtime.kube.resources import ResourceType
@@ -119,7 +120,9 @@ class Runner(Generic[C]):
                 span.set_attribute("k8s.namespace.name", str(meta.get("namespace", "")))
                 span.set_attribute("sluice.object.name", str(meta.get("name", "")))
                 span.set_attribute("sluice.reconcile.id", reconcile_id)
-                outcome = await self._reconcile(raw)
+                key = f"{meta.get('namespace', '')}/{meta.get('name', '')}".lstrip("/")
+                with attributed(key=key, phase="runner"):
+                    outcome = await self._reconcile(raw)
                 span.set_attribute("sluice.reconcile.result", outcome.result)
                 if outcome.result == "error":
                     span.set_status(Status(StatusCode.ERROR))
@@ -175,7 +178,9 @@ class Runner(Generic[C]):
         # condition says so, without an event on every wait.
         if outcome.result != "waiting":
             self._announce(ctx, raw.get("status") or {}, new)
-        if not await patcher.write(new):
+        with attributed(phase="status"), self._timed("status"):
+            written = await patcher.write(new)
+        if not written:
             # The work is done but the status still tells the old story (the API
             # server restarted, say): retry with backoff rather than leave it
             # wrong until the next interval. Found by the chaos suite.
@@ -190,7 +195,8 @@ class Runner(Generic[C]):
         conditions = Conditions(obj.status.conditions, generation=generation)
 
         async def publish() -> None:
-            await patcher.write(_status_of(obj, conditions))
+            with attributed(phase="status"):
+                await patcher.write(_status_of(obj, conditions))
 
         return self.reconciler.context(
             obj=obj,
@@ -210,7 +216,11 @@ class Runner(Generic[C]):
         requeue_after: float | None = None
         try:
             for step in self.reconciler.steps:
-                with tracer.start_as_current_span(step.name) as span:
+                with (
+                    tracer.start_as_current_span(step.name) as span,
+                    attributed(phase=step.name),
+                    self._timed(step.name),
+                ):
                     conditions.delete(*step.conditions)
                     try:
                         result = await step(ctx)
@@ -245,6 +255,16 @@ class Runner(Generic[C]):
         if ending.kind == "error" and ending.requeue_after is None:
             return Outcome("error", backoff=True)
         return Outcome(ending.kind, requeue_after=ending.requeue_after)
+
+    @contextlib.contextmanager
+    def _timed(self, step: str) -> Iterator[None]:
+        """Wall time per step, for the per-phase profile (`sluice_step_seconds_total`)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.metrics is not None:
+                self.metrics.stepped(step, time.perf_counter() - started)
 
     def _interval(self, obj: Resource[Any, Any]) -> float:
         interval = getattr(obj.spec, "interval", None)

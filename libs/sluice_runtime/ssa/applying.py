@@ -19,11 +19,13 @@ from sluice_api.meta import ObjectId
 from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound
 from sluice_runtime.kube.health import compute_status, wait_for_health
+from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.ssa import normalizing, policy
 from sluice_runtime.ssa.changeset import Action, ChangeSet, ChangeSetEntry
 from sluice_runtime.ssa.checking import Checked, Checker, Plan
 from sluice_runtime.ssa.errors import ApplyFailed, gather
 from sluice_runtime.ssa.managed_fields import take_over_patch
+from sluice_runtime.ssa.remembering import Remembered
 
 
 class Applier(Checker):
@@ -40,10 +42,13 @@ class Applier(Checker):
         On ApplyFailed, `error.changeset` lists what was applied before it.
         """
         normalizing.validate(objects)
+        defined = normalizing.crd_kinds(objects)
+        unchanged = await self._unchanged_since_applied(objects, force=force, defined=defined)
+        if unchanged:
+            objects = [o for o in objects if ObjectId.of(o) not in unchanged]
         checked: dict[ObjectId, Checked] = {}
         if dry_run_first:
             checked, _ = await self._check_all(objects, force=force)
-        defined = normalizing.crd_kinds(objects)
         stages: list[list[Mapping[str, Any]]] = [[], [], []]
         for obj in objects:
             stages[normalizing.stage_of(obj)].append(obj)
@@ -65,7 +70,79 @@ class Applier(Checker):
             changeset.extend(done)
             if index == 0:
                 await self._wait_for_definitions(done, timeout=wait_timeout, so_far=changeset)
+        changeset.extend(ChangeSet.sorted(unchanged.values()))
         return changeset
+
+    async def _unchanged_since_applied(
+        self,
+        objects: Sequence[Mapping[str, Any]],
+        *,
+        force: bool,
+        defined: Mapping[tuple[str, str], str],
+    ) -> dict[ObjectId, ChangeSetEntry]:
+        """The objects exactly as the last apply left them, found without a dry-run.
+
+        One metadata-only LIST per kind and namespace (of the objects that
+        carry our owner labels) gives every live resourceVersion; an object
+        whose desired form and resourceVersion are the ones remembered would
+        not change if applied (see `remembering`). Anything the LIST cannot
+        tell (refused, an unknown kind) is left to the dry-run.
+        """
+        if self.memory is None and self.live is None:
+            return {}
+        candidates: dict[tuple[ResourceType, str], list[tuple[Plan, Remembered]]] = {}
+        for obj in objects:
+            try:
+                plan = await self._plan(obj, defined=defined, wait=0)
+            except ApplyFailed:
+                continue
+            if self.live is not None:
+                # Asked for every kind applied, so that its watch is up by the next reconcile.
+                self.live.versions(plan.ref.rt, plan.ref.namespace or "")
+            remembered = self._remembered(plan, force=force)
+            if remembered is not None:
+                candidates.setdefault((plan.ref.rt, plan.ref.namespace or ""), []).append(
+                    (plan, remembered)
+                )
+        if not candidates:
+            return {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self.owner_labels.items()))
+
+        async def versions(group: tuple[ResourceType, str]) -> Mapping[str, str]:
+            rt, namespace = group
+            known = self.live.versions(rt, namespace) if self.live is not None else None
+            if known is not None:
+                return known
+            try:
+                listed = await self.client.list(
+                    rt,
+                    namespace=namespace or None,
+                    label_selector=selector or None,
+                    page_size=5000,
+                    metadata_only=True,
+                )
+            except (ApiError, ApiUnavailable):
+                return {}  # e.g. a tenant allowed to patch but not to list: dry-run them
+            return {
+                str(policy.metadata(item).get("name")): str(
+                    policy.metadata(item).get("resourceVersion") or ""
+                )
+                for item in listed.items
+            }
+
+        found, _ = await gather(list(candidates), versions, limit=self._limit())
+        unchanged: dict[ObjectId, ChangeSetEntry] = {}
+        for group, live in found:
+            for plan, remembered in candidates[group]:
+                if live.get(plan.ref.name) == remembered.resource_version:
+                    unchanged[plan.ref.id] = ChangeSetEntry(
+                        plan.ref,
+                        Action.UNCHANGED,
+                        "",
+                        remembered.prunable,
+                        remembered.health,
+                    )
+        return unchanged
 
     async def _apply_stage(
         self,
@@ -91,7 +168,9 @@ class Applier(Checker):
         checks = {**checked, **{ObjectId.of(o): r for o, r in found}}
 
         async def apply(obj: Mapping[str, Any]) -> ChangeSetEntry:
-            return await self._apply_checked(checks[ObjectId.of(obj)], wait_timeout=wait_timeout)
+            return await self._apply_checked(
+                checks[ObjectId.of(obj)], wait_timeout=wait_timeout, force=force
+            )
 
         results, failures = await gather(objects, apply, limit=limit)
         done = ChangeSet.sorted(entry for _, entry in results)
@@ -125,13 +204,17 @@ class Applier(Checker):
             ]
             raise ApplyFailed.combine(failures, ChangeSet(list(so_far.entries)))
 
-    async def _apply_checked(self, check: Checked, *, wait_timeout: float) -> ChangeSetEntry:
+    async def _apply_checked(
+        self, check: Checked, *, wait_timeout: float, force: bool
+    ) -> ChangeSetEntry:
         plan, existing = check.plan, check.existing
         subject = plan.ref.display
         prunable = policy.prunable(plan.obj, existing)
 
         def entry(action: Action, reason: str = "", live: JSON | None = None) -> ChangeSetEntry:
             observed = compute_status(live) if live is not None else None
+            if live is not None:
+                self._remember(plan, live, force=force, health=observed, prunable=prunable)
             return ChangeSetEntry(plan.ref, action, reason, prunable, observed)
 
         if check.skip:

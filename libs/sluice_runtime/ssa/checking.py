@@ -25,6 +25,7 @@ from sluice_runtime.kube.resources import ObjectRef, ResourceType
 from sluice_runtime.ssa import normalizing, policy
 from sluice_runtime.ssa.changeset import ChangeSet, Deferred, Preview
 from sluice_runtime.ssa.errors import ApplyFailed, gather, is_immutable_error
+from sluice_runtime.ssa.remembering import AppliedObjects, LiveVersions, Remembered, digest_of
 
 
 @dataclass
@@ -69,14 +70,24 @@ class Checker:
         *,
         field_manager: str,
         owner_labels: Mapping[str, str],
-        concurrency: int = 8,
+        concurrency: int = 16,
         wait_interval: float = 2.0,
         ignore_rules: Sequence[IgnoreRule] = (),
+        memory: AppliedObjects | None = None,
+        live: LiveVersions | None = None,
     ) -> None:
         self.client = client
+        self.memory = memory
+        """What earlier applies left, shared across reconciles (see `remembering`)."""
+        self.live = live
+        """Where live resourceVersions are known without a LIST (a watch)."""
+        self.target = f"{client.host}|{client.user or ''}"
         self.mapper = mapper
         self.field_manager = field_manager
         self.owner_labels = dict(owner_labels)
+        # Requests of one set in flight at once. On two cores (e2e.bench scale,
+        # 2,000 ConfigMaps) 8 applied in 10.5 s, 16 in 9.4 s, 32 in 8.6 s for
+        # more memory; the API server's fairness queues the rest.
         self.concurrency = max(concurrency, 1)
         self.wait_interval = wait_interval
         self.ignore_rules = tuple(ignore_rules)
@@ -171,6 +182,13 @@ class Checker:
             if creates is not None and crd:
                 raise _NotYet(f"its CustomResourceDefinition {crd} is in the set") from None
             raise
+        if not self.ignore_rules and policy.ssa_policy(plan.obj, None) in (
+            policy.SSAPolicy.OVERRIDE,
+            policy.SSAPolicy.MERGE,
+        ):
+            quick = await self._check_by_dry_run(plan, force=force, creates=creates)
+            if quick is not None:
+                return quick
         existing = await self._get(plan.ref)
         skip = policy.skip_reason(plan.obj, existing)
         if skip:
@@ -195,6 +213,81 @@ class Checker:
                 return Checked(plan, existing, recreate=True)
             raise ApplyFailed.of(plan.ref.display, None, error) from None
         return Checked(plan, existing, dry_run=dry_run)
+
+    async def _check_by_dry_run(
+        self, plan: Plan, *, force: bool, creates: frozenset[str] | None
+    ) -> Checked | None:
+        """Dry-run first, and read the live object only when the answer says it exists.
+
+        A dry-run of a create answers without a resourceVersion (nothing was
+        stored), so objects that do not exist yet cost no GET. One that exists
+        is read, unless the answer's resourceVersion is the one the last apply
+        left and what we send is the same (then the answer is the live object:
+        nothing would change). None sends the caller the long way round (any
+        refusal: it may be an immutable change to force, or an object whose
+        live annotations say to skip it).
+        """
+        try:
+            dry_run = await self._dry_run(plan)
+        except NotFound as error:
+            namespace = plan.ref.id.namespace
+            if creates is not None and namespace in creates:
+                raise _NotYet(f"its Namespace {namespace} is in the set") from None
+            raise ApplyFailed.of(plan.ref.display, None, error) from None
+        except (ApiError, ApiUnavailable):
+            return None
+        version = str(policy.metadata(dry_run).get("resourceVersion") or "")
+        if not version:
+            return Checked(plan, None, dry_run=dry_run)
+        remembered = self._remembered(plan, force=force)
+        if remembered is not None and remembered.resource_version == version:
+            existing: JSON | None = dry_run
+        else:
+            existing = await self._get(plan.ref)
+            if existing is None:
+                return None  # deleted since: the long way decides
+        skip = policy.skip_reason(plan.obj, existing)
+        if skip:
+            return Checked(plan, existing, skip=skip)
+        return Checked(plan, existing, dry_run=dry_run)
+
+    # -- what the last apply left -------------------------------------------------
+
+    def _digest(self, plan: Plan, *, force: bool) -> str:
+        return digest_of(
+            plan.whole if plan.whole is not None else plan.obj,
+            force=force,
+            context=(self.field_manager, *(repr(rule) for rule in self.ignore_rules)),
+        )
+
+    def _remembered(self, plan: Plan, *, force: bool) -> Remembered | None:
+        if self.memory is None:
+            return None
+        found = self.memory.get(self.target, plan.ref.id)
+        if found is None or found.digest != self._digest(plan, force=force):
+            return None
+        return found
+
+    def _remember(
+        self, plan: Plan, live: JSON, *, force: bool, health: Any, prunable: bool
+    ) -> None:
+        if self.memory is None:
+            return
+        meta = policy.metadata(live)
+        version = str(meta.get("resourceVersion") or "")
+        if not version:
+            return
+        self.memory.put(
+            self.target,
+            plan.ref.id,
+            Remembered(
+                self._digest(plan, force=force),
+                version,
+                health,
+                prunable,
+                str(meta.get("uid") or ""),
+            ),
+        )
 
     async def _plan(
         self, obj: Mapping[str, Any], *, defined: Mapping[tuple[str, str], str], wait: float

@@ -69,6 +69,8 @@ class Deleter(Checker):
         def entry(action: Action, reason: str = "") -> ChangeSetEntry:
             return ChangeSetEntry(ref, action, reason)
 
+        if await self._delete_as_remembered(ref, owners, skip_annotations):
+            return entry(Action.DELETED)
         try:
             live = await self.client.get(ref.rt, ref.name, ref.namespace)
         except NotFound:
@@ -96,4 +98,42 @@ class Deleter(Checker):
             return entry(Action.SKIPPED, "replaced by another object before deletion")
         except (ApiError, ApiUnavailable) as error:
             raise ApplyFailed.of(ref.display, None, error) from None
+        if self.memory is not None:
+            self.memory.forget(self.target, ref.id)
         return entry(Action.DELETED)
+
+    async def _delete_as_remembered(
+        self, ref: ObjectRef, owners: Mapping[str, str], skip_annotations: Mapping[str, str]
+    ) -> bool:
+        """Delete without reading first, when the object is as our last apply left it.
+
+        The read before a delete checks the owner labels and the prune
+        annotations; an object whose resourceVersion is the one our apply
+        answered with still carries what we sent, and the server enforces
+        that with the uid and resourceVersion preconditions. Anything else
+        (a 409: it changed since; no memory of it) takes the read.
+        """
+        if (
+            self.memory is None
+            or dict(owners) != self.owner_labels
+            or skip_annotations != policy.DEFAULT_PRUNE_EXCLUSIONS
+        ):
+            return False
+        remembered = self.memory.get(self.target, ref.id)
+        if remembered is None or not remembered.uid or not remembered.prunable:
+            return False
+        try:
+            await self.client.delete(
+                ref.rt,
+                ref.name,
+                namespace=ref.namespace,
+                propagation="Background",
+                precondition_uid=remembered.uid,
+                precondition_resource_version=remembered.resource_version,
+            )
+        except (NotFound, Conflict):
+            return False  # gone or changed: the long way reports it as it is
+        except (ApiError, ApiUnavailable) as error:
+            raise ApplyFailed.of(ref.display, None, error) from None
+        self.memory.forget(self.target, ref.id)
+        return True

@@ -6,7 +6,11 @@ import asyncio
 
 import pytest
 
+from sluice_runtime.controller import requested
 from sluice_runtime.informing.queueing import ExponentialBackoff, QueueShutDown, WorkQueue
+from sluice_runtime.informing.watching import Change
+
+REQUESTED = "reconcile.fluxcd.io/requestedAt"
 
 
 async def test_a_key_added_twice_is_handed_out_once() -> None:
@@ -153,3 +157,77 @@ async def test_a_replaced_schedule_never_fires_early() -> None:
     assert await asyncio.wait_for(queue.get(), 2) == "ns/a"
     assert len(queue) == 0
     queue.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("adds", "order"),
+    [
+        pytest.param(
+            [("a", False), ("b", False), ("c", True)], ["c", "a", "b"], id="urgent-goes-first"
+        ),
+        pytest.param(
+            [("a", False), ("b", False), ("b", True)], ["b", "a"], id="waiting-key-moves-ahead"
+        ),
+        pytest.param(
+            [("u1", True), ("a", False), ("u2", True)], ["u1", "u2", "a"], id="urgent-keep-order"
+        ),
+        pytest.param([("a", True), ("a", False)], ["a"], id="urgent-then-normal-is-one-key"),
+        pytest.param(
+            [("a", False), ("b", True), ("b", True)], ["b", "a"], id="urgent-twice-is-one-key"
+        ),
+        pytest.param([("a", False), ("b", False)], ["a", "b"], id="otherwise-fifo"),
+    ],
+)
+async def test_requested_reconciles_are_served_before_queued_ones(
+    adds: list[tuple[str, bool]], order: list[str]
+) -> None:
+    queue = WorkQueue()
+    for key, urgent in adds:
+        queue.add(key, urgent=urgent)
+    assert len(queue) == len(order)
+    assert [await queue.get() for _ in order] == order
+    assert len(queue) == 0
+
+
+async def test_a_key_asked_for_while_processing_comes_back_first() -> None:
+    queue = WorkQueue()
+    queue.add("a")
+    key = await queue.get()
+    queue.add("b")
+    queue.add("a", urgent=True)  # a webhook while "a" is being reconciled
+    queue.done(key)
+    assert await queue.get() == "a"
+    assert await queue.get() == "b"
+
+
+async def test_a_thousand_interval_requeues_do_not_delay_a_requested_key() -> None:
+    queue = WorkQueue()
+    for index in range(1000):
+        queue.add(f"ns/app-{index}")
+    queue.add("ns/pushed", urgent=True)
+    assert await queue.get() == "ns/pushed"
+
+
+def _obj(annotations: dict[str, str] | None = None, generation: int = 1) -> dict[str, object]:
+    return {"metadata": {"generation": generation, "annotations": annotations or {}}}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "urgent"),
+    [
+        pytest.param(_obj(), _obj({REQUESTED: "1"}), True, id="requested-at-set"),
+        pytest.param(_obj({REQUESTED: "1"}), _obj({REQUESTED: "2"}), True, id="requested-again"),
+        pytest.param(_obj({REQUESTED: "1"}), _obj({REQUESTED: "1"}, 2), False, id="spec-change"),
+        pytest.param(_obj(), _obj({"open.gate.fluxcd.io/requestedAt": "1"}), True, id="trigger"),
+        pytest.param(_obj(), _obj({"other": "x"}), False, id="other-annotation"),
+    ],
+)
+def test_which_changes_are_requests(
+    old: dict[str, object], new: dict[str, object], urgent: bool
+) -> None:
+    change = Change("updated", "ns/a", old, new)
+    assert requested(change, ("open.gate.fluxcd.io/requestedAt",)) is urgent
+
+
+def test_a_new_object_is_not_a_request() -> None:
+    assert requested(Change("added", "ns/a", None, _obj({REQUESTED: "1"}))) is False

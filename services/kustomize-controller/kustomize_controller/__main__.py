@@ -15,6 +15,7 @@ import structlog
 
 from kustomize_controller import decrypting, kustomization
 from kustomize_controller.context import Services
+from kustomize_controller.watching_applied import AppliedWatch
 from sluice_api import (
     Bucket,
     ExternalArtifact,
@@ -103,7 +104,10 @@ async def setup(runtime: app.Runtime) -> None:
     sources = {
         kind.KIND: runtime.informers.get(ResourceType.of_model(kind)).store for kind in SOURCE_KINDS
     }
+    live = AppliedWatch(runtime.client)
+    runtime.stack.push_async_callback(live.close)
     services = Services(
+        live=live,
         session=session,
         kustomize=kustomize,
         sources=sources,
@@ -120,9 +124,18 @@ async def setup(runtime: app.Runtime) -> None:
     )
     controller = runtime.controller(kustomization.reconciler(services))
     for kind in SOURCE_KINDS:
-        controller.watch(ResourceType.of_model(kind), kustomization.source_watchers(kustomizations))
+        controller.watch(
+            ResourceType.of_model(kind),
+            kustomization.source_watchers(kustomizations),
+            urgent=kustomization.answers_a_request,
+        )
     controller.watch(ks_rt, kustomization.dependent_watchers(kustomizations), selected=True)
-    controller.watch(ResourceType.of_model(Gate), gatekeeping.consumers_of(kustomizations))
+    # A gate opens or closes because someone asked: its consumers go first.
+    controller.watch(
+        ResourceType.of_model(Gate),
+        gatekeeping.consumers_of(kustomizations),
+        urgent=lambda _: True,
+    )
 
 
 main = app.entry_point(
@@ -130,7 +143,10 @@ main = app.entry_point(
     doc=__doc__,
     kinds=KINDS,
     setup=setup,
-    concurrency=4,
+    # A reconcile mostly waits (API answers, health checks); on two cores 20
+    # workers delivered 300 apps in 26 s against 64 s with 4, and 50 only
+    # reached 18 s for 30% more memory (e2e.bench mttp --concurrent).
+    concurrency=20,
     add_arguments=add_arguments,
 )
 """The console script (`[project.scripts]`)."""

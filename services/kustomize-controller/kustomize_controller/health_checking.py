@@ -19,6 +19,12 @@ from sluice_runtime.kube.resources import ObjectRef
 from sluice_runtime.reconciling.errors import StepError, Waiting
 from sluice_runtime.reconciling.steps import Result, step
 
+FIRST_POLL = 0.25
+"""Seconds before the first read of what the apply's answer did not show Current
+(then doubling up to the health interval)."""
+PROGRESS_AFTER = 2.0
+"""A health wait longer than this shows Reconciling ("Running health checks")."""
+
 
 @step(Condition.HEALTHY)
 async def reconcile_health(ctx: KustomizationContext) -> Result | None:
@@ -29,24 +35,40 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
     timeout = ctx.timeout
     revision = ctx.artifact.revision
 
-    async def show_progress() -> None:
+    progress: list[asyncio.Task[None]] = []
+
+    async def publish_progress() -> None:
+        await asyncio.sleep(PROGRESS_AFTER)
         await ctx.progress(
             f"Running health checks for revision '{revision}' "
             f"with a timeout of {format_duration(timedelta(seconds=timeout))}"
         )
 
+    async def show_progress() -> None:
+        # Reconciling is shown only for waits that last: a rollout done a
+        # moment after the apply costs no extra status patch.
+        progress.append(asyncio.create_task(publish_progress(), name="health-progress"))
+
     cancel = asyncio.Event()
-    with _cancel_on_new_revision(ctx, cancel):
-        report = await wait_for_health(
-            ctx.manager.client,
-            targets,
-            timeout=timeout,
-            interval=ctx.services.health_interval,
-            cancel=cancel,
-            on_waiting=show_progress,
-            known=known,
-            status=ctx.health_rules.status,
-        )
+    try:
+        with _cancel_on_new_revision(ctx, cancel):
+            report = await wait_for_health(
+                ctx.manager.client,
+                targets,
+                timeout=timeout,
+                interval=ctx.services.health_interval,
+                first_interval=FIRST_POLL,
+                cancel=cancel,
+                on_waiting=show_progress,
+                known=known,
+                status=ctx.health_rules.status,
+            )
+    finally:
+        for task in progress:
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     if report.cancelled:
         raise Waiting(
             Reason.PROGRESSING,

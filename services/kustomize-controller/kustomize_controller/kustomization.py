@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kustomize_controller import decrypting
+from kustomize_controller import decrypting, reusing
 from kustomize_controller.applying import (
     finalize,
     reconcile_apply,
@@ -143,6 +143,14 @@ async def reconcile_artifact(ctx: KustomizationContext) -> Result | None:
     artifact = ctx.artifact
     if not artifact.digest:
         raise ctx.failed(Reason.ARTIFACT_FAILED, "source artifact has no digest")
+    ctx.build_key = _build_key(ctx, artifact.digest)
+    if ctx.build_key is not None:
+        # Built before from this very artifact and spec: neither the download
+        # nor the build would change a byte.
+        reused = ctx.services.builds.get(ctx.build_key)
+        if reused is not None:
+            ctx.objects, ctx.built = reused, True
+            return None
     scratch = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="ks-")))
     ctx.workdir = scratch / "artifact"
     try:
@@ -165,6 +173,8 @@ async def reconcile_artifact(ctx: KustomizationContext) -> Result | None:
 
 @step()
 async def reconcile_build(ctx: KustomizationContext) -> Result | None:
+    if ctx.built:
+        return None
     assert ctx.workdir is not None
     decryptor = await _decryptor(ctx)
     try:
@@ -183,7 +193,17 @@ async def reconcile_build(ctx: KustomizationContext) -> Result | None:
         # Nothing is applied: the build stops here, and its private copy
         # (with whatever was decrypted) goes with the work directory.
         raise ctx.failed(Reason.BUILD_FAILED, f"decryption failed: {error}") from None
+    if ctx.build_key is not None:
+        ctx.services.builds.put(ctx.build_key, ctx.objects)
     return None
+
+
+def _build_key(ctx: KustomizationContext, digest: str) -> str | None:
+    services = ctx.services
+    if services.allow_remote_bases:
+        return None  # a remote base's content is not covered by the digest
+    flags = f"{services.sandbox}|{services.max_build_output}"
+    return reusing.build_key(ctx.obj, digest=digest, flags=flags)
 
 
 async def _decryptor(ctx: KustomizationContext) -> decrypting.Decryptor | None:
@@ -282,6 +302,16 @@ def source_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
         ]
 
     return mapper
+
+
+def answers_a_request(change: Change) -> bool:
+    """A source's new artifact fetched because someone asked (a webhook's or the
+    CLI's requestedAt, handled in the same status write): its Kustomizations go
+    ahead of the queue, so the push is applied without waiting behind interval
+    reconciles."""
+    old = ((change.old or {}).get("status") or {}).get("lastHandledReconcileAt")
+    new = ((change.new or {}).get("status") or {}).get("lastHandledReconcileAt")
+    return change.kind == "updated" and new is not None and new != old
 
 
 def dependent_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:

@@ -224,7 +224,9 @@ main = app.entry_point(
     doc=__doc__,
     kinds=KINDS,
     setup=setup,
-    concurrency=2,
+    # Fetches wait on registries, Git servers and the API, not on the CPU: on two
+    # cores, 10 workers fetched 300 OCI sources 3x faster than 2 (e2e.bench mttp).
+    concurrency=10,
     add_arguments=add_arguments,
 )
 """The console script (`[project.scripts]`)."""

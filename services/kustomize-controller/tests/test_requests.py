@@ -1,0 +1,216 @@
+"""API requests per Kustomization, counted (a count, not a timing, so it can be asserted).
+
+The MTTP benchmark's app shape (four objects, `wait`, `prune`, a tenant service
+account, post-build substitution) is reconciled once from scratch and once
+with nothing changed; every request the kustomize-controller sends on behalf
+of that Kustomization (finalizer, steps, status patches, its Events) is
+counted by verb and phase through the client's request observer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+from sluice_runtime.kube.client import Request
+
+from .conftest import CONFIG_MAP, GITREPO, KUSTOMIZATION, SERVICE, Delivery, make_tenant
+
+APP = """apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app-${INDEX}
+data:
+  greeting: hello
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: app-${INDEX}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: app-${INDEX}
+spec:
+  selector:
+    app: app-${INDEX}
+  ports:
+    - name: http
+      port: 9898
+      protocol: TCP
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: app-${INDEX}
+spec:
+  rules:
+    - host: app.example.com
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend:
+              service:
+                name: app-${INDEX}
+                port:
+                  number: 9898
+"""
+
+
+class Requests:
+    """Requests sent for one Kustomization, by (phase, verb)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def requested(self, request: Request) -> None:
+        if request.key != self.key:
+            return
+        # Reading a group's discovery document is the controller's, once per
+        # process and group; a fresh controller's first reconcile pays it.
+        parts = request.path.strip("/").split("/")
+        discovery = (parts[0] == "api" and len(parts) <= 2) or (
+            parts[0] == "apis" and len(parts) <= 3
+        )
+        self.counts[("discovery" if discovery else request.phase, request.verb)] += 1
+
+    def total(self) -> int:
+        return sum(n for (phase, _), n in self.counts.items() if phase != "discovery")
+
+
+async def reconciled(d: Delivery, key: str, count: int, timeout: float = 30.0) -> None:
+    """Until `count` reconciles of `key` ran and the Events they recorded were written."""
+    deadline = time.monotonic() + timeout
+    while d.reconciles.counts[key] < count:
+        assert time.monotonic() < deadline, f"{key}: {d.reconciles.counts[key]} reconciles"
+        await asyncio.sleep(0.05)
+    await asyncio.wait_for(d.kustomize.recorder.flushed(), timeout)
+
+
+async def test_a_first_reconcile_and_a_no_change_one_cost_few_requests(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    await make_tenant(
+        d,
+        ["get", "list", "watch", "create", "update", "patch", "delete"],
+        ("configmaps", "serviceaccounts", "services"),
+    )
+    await d.kube.request(
+        "PATCH",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/tenant",
+        body=[{"op": "add", "path": "/rules/-", "value": {
+            "apiGroups": ["networking.k8s.io"], "resources": ["ingresses"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}}],
+        content_type="application/json-patch+json",
+    )  # fmt: skip
+    repo = d.repo("app")
+    repo.commit("app", files={"app.yaml": APP})
+    repo.push()
+    await d.git_repository("app")
+    await d.observe.wait_ready(GITREPO, "app")
+    key = f"{ns}/app"
+    counted = Requests(key)
+    stop = d.kustomize.client.observe(counted)
+    try:
+        await d.kustomization(
+            "app",
+            source="app",
+            wait=True,
+            timeout="1m",
+            serviceAccountName="tenant",
+            targetNamespace=ns,
+            postBuild={"substitute": {"INDEX": "1"}},
+        )
+        await d.observe.wait_ready(KUSTOMIZATION, "app")
+        await reconciled(d, key, 1)
+        first, by_phase = counted.total(), dict(counted.counts)
+        counted.counts.clear()
+
+        await d.observe.poke(KUSTOMIZATION, "app", "now")
+        await reconciled(d, key, 2)
+        again, again_by_phase = counted.total(), dict(counted.counts)
+        counted.counts.clear()
+
+        # Two objects leave the set.
+        kept = "---".join(APP.split("---")[:2])
+        commit = repo.commit("only two", files={"app.yaml": kept})
+        repo.push()
+        await d.observe.poke(GITREPO, "app", "fetch")
+        await d.observe.wait(
+            KUSTOMIZATION,
+            "app",
+            lambda o: commit in str((o.get("status") or {}).get("lastAppliedRevision")),
+            what="the new revision applied",
+        )
+        pruned = dict(counted.counts)
+    finally:
+        stop()
+    # First: the finalizer, a dry-run and an apply of each object (no GET: the
+    # dry-run's answer says whether it exists), no health GET (the apply's
+    # answers show all four Current), one status patch and two Events (what
+    # was created; Ready), as Flux records them. Today's: 18.
+    assert first <= 12, by_phase
+    assert not {p for p, verb in by_phase if verb == "get"} - {"discovery"}, by_phase
+    # Nothing changed (same artifact, spec and inventory; no object written
+    # since it was applied, as the controller's metadata watches of applied
+    # kinds show): no dry-run, no read; the status patch records the handled
+    # request. Today's: 9 (a GET and a dry-run per object).
+    assert again <= 2, again_by_phase
+    assert ("reconcile_apply", "dry-run") not in again_by_phase, again_by_phase
+    # Pruning what the last apply left as it was is one DELETE each, with the uid
+    # and resourceVersion as preconditions instead of a read first.
+    assert pruned.get(("reconcile_prune", "delete")) == 2, pruned
+    assert ("reconcile_prune", "get") not in pruned, pruned
+
+
+async def test_drift_is_still_corrected_after_a_no_change_reconcile(delivery: Delivery) -> None:
+    """Remembering what was applied must not hide a change made since by someone else."""
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("app")
+    repo.commit("app", files={"app.yaml": APP})
+    repo.push()
+    await d.git_repository("app")
+    await d.kustomization(
+        "app", source="app", targetNamespace=ns, postBuild={"substitute": {"INDEX": "1"}}
+    )
+    await d.observe.wait_ready(KUSTOMIZATION, "app")
+    await d.observe.poke(KUSTOMIZATION, "app", "idle")  # remembered now
+    await d.kube.merge_patch(CONFIG_MAP, "app-1", {"data": {"greeting": "edited"}}, namespace=ns)
+    await d.kube.delete(SERVICE, "app-1", namespace=ns)
+    await d.observe.poke(KUSTOMIZATION, "app", "after-drift")
+    assert (await d.kube.get(CONFIG_MAP, "app-1", ns))["data"] == {"greeting": "hello"}
+    assert (await d.kube.get(SERVICE, "app-1", ns))["metadata"]["labels"]
+
+
+async def test_kustomizations_of_one_artifact_reuse_its_build(delivery: Delivery) -> None:
+    """The MTTP shape: one artifact, apps told apart by post-build substitution."""
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("app")
+    repo.commit("app", files={"app.yaml": APP})
+    repo.push()
+    await d.git_repository("app")
+    await d.observe.wait_ready(GITREPO, "app")
+    builds = d.controller().runner.reconciler.context.keywords["services"].builds
+    hits = builds.hits
+    for index in ("1", "2"):
+        await d.kustomization(
+            f"app-{index}",
+            source="app",
+            targetNamespace=ns,
+            postBuild={"substitute": {"INDEX": index}},
+        )
+        await d.observe.wait_ready(KUSTOMIZATION, f"app-{index}")
+    assert builds.hits > hits
+    for index in ("1", "2"):
+        applied = await d.kube.get(CONFIG_MAP, f"app-{index}", ns)
+        labels = applied["metadata"]["labels"]
+        assert labels["kustomize.toolkit.fluxcd.io/name"] == f"app-{index}"
+        assert (await d.kube.get(SERVICE, f"app-{index}", ns))["spec"]["selector"] == {
+            "app": f"app-{index}"
+        }

@@ -29,7 +29,8 @@ import aiohttp
 import structlog
 
 from sluice_api.meta import format_time
-from sluice_runtime.kube.client import JSON, KubeClient, attributed
+from sluice_runtime.kube.attributing import attributed
+from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound
 from sluice_runtime.kube.resources import EVENT
 from sluice_runtime.tokens import TokenFile, TokenFileError

@@ -26,7 +26,7 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import REGISTRY, generate_latest
 
-from sluice_runtime.kube.client import Request
+from sluice_runtime.kube.attributing import Request
 
 _RECONCILE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _QUEUE_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 5, 10, 60, 300)

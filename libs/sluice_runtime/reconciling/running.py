@@ -32,7 +32,8 @@ from sluice_api.meta import (
     parse_duration,
 )
 from sluice_runtime.conditions import Conditions, ready_state
-from sluice_runtime.kube.client import JSON, KubeClient, attributed
+from sluice_runtime.kube.attributing import attributed
+from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiUnavailable, Conflict, KubeError, NotFound
 from sluice_runtime.kube.patching import add_finalizer_ops, remove_finalizer_ops
 from sluice_runtime.kube.resources import ResourceType

@@ -15,9 +15,10 @@ from aiohttp import web
 
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_envtest.traps import Recorded, RecordingHttpsServer
-from sluice_runtime.kube.client import KubeClient, _retry_after
+from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import TooManyRequests
 from sluice_runtime.kube.kubeconfigs import Credentials
+from sluice_runtime.kube.throttling import retry_after
 
 VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0"}
 
@@ -117,7 +118,7 @@ async def test_a_server_that_keeps_shedding_is_reported() -> None:
     ],
 )
 def test_retry_after(header: str | None, seconds: float) -> None:
-    assert _retry_after(header) == seconds
+    assert retry_after(header) == seconds
 
 
 async def test_the_local_control_plane_has_apf(cluster: Cluster) -> None:

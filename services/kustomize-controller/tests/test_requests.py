@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections import Counter
 
-from sluice_runtime.kube.client import Request
+from sluice_runtime.kube.attributing import Request
 
 from .conftest import CONFIG_MAP, GITREPO, KUSTOMIZATION, SERVICE, Delivery, make_tenant
 

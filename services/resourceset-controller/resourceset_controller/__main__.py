@@ -11,7 +11,7 @@ import argparse
 
 import aiohttp
 
-from resourceset_controller import providers, resourceset
+from resourceset_controller import contexts, providers, resourceset
 from sluice_api import ResourceSet, ResourceSetInputProvider
 from sluice_runtime import app
 from sluice_runtime.kube.discovery import RestMapper
@@ -47,7 +47,7 @@ async def setup(runtime: app.Runtime) -> None:
     provider_rt = ResourceType.of_model(ResourceSetInputProvider)
     runtime.controller(providers.reconciler(providers.Services(session=session)))
     rsets = runtime.informers.get(rset_rt, selected=True).store
-    services = resourceset.Services(
+    services = contexts.Services(
         client=runtime.client,
         providers=runtime.informers.get(provider_rt).store,
         mapper=RestMapper(runtime.client),

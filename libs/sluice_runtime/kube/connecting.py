@@ -1,0 +1,130 @@
+"""The kubernetes-asyncio ApiClient behind a KubeClient, from a kubeconfig or from credentials.
+
+The controller's own kubeconfig goes through kubernetes-asyncio's loader
+(certificates, tokens, exec plugins, in-cluster service accounts);
+credentials a tenant supplies (parsed by `kubeconfigs.parse`) never do: their
+Configuration is built field by field from inline values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import ssl
+import tempfile
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sluice_runtime.kube.errors import ConfigError
+from sluice_runtime.kube.exec_plugins import run_exec_plugin
+from sluice_runtime.kube.kubeconfigs import Credentials, ExecPlugin
+from sluice_runtime.kube.transport import k8s_client, k8s_config
+
+
+async def kubeconfig_api_client(kubeconfig: str | None, context: str | None) -> Any:
+    """An ApiClient configured the way kubectl loads configuration (see `KubeClient.connect`)."""
+    configuration = k8s_client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if path:
+            if not os.path.exists(path):
+                raise ConfigError(f"kubeconfig {path} does not exist")
+            await k8s_config.load_kube_config(
+                config_file=path, context=context, client_configuration=configuration
+            )
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        elif os.path.exists(os.path.expanduser("~/.kube/config")):
+            await k8s_config.load_kube_config(context=context, client_configuration=configuration)
+        else:
+            raise ConfigError(
+                "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a cluster"
+            )
+    except ConfigError:
+        raise
+    except Exception as error:  # any failure to read a user's file is a config error
+        where = path or "~/.kube/config"
+        raise ConfigError(f"kubeconfig {where} is not usable: {error}") from None
+    # Watches hold a connection each; the default pool of 100 could be
+    # exhausted by informers plus concurrent reconciles.
+    configuration.connection_pool_maxsize = 512
+    api = k8s_client.ApiClient(configuration=configuration)
+    return api
+
+
+async def credentials_api_client(credentials: Credentials) -> Any:
+    """An ApiClient for parsed credentials (see `KubeClient.from_credentials`)."""
+    configuration = k8s_client.Configuration()
+    configuration.host = credentials.server
+    configuration.verify_ssl = not credentials.insecure_skip_tls_verify
+    configuration.tls_server_name = credentials.tls_server_name
+    configuration.proxy = credentials.proxy_url
+    configuration.connection_pool_maxsize = 64
+    cert, key = credentials.cert_data, credentials.key_data
+    if credentials.token:
+        configuration.api_key["BearerToken"] = f"Bearer {credentials.token}"
+    elif credentials.username is not None:
+        pair = f"{credentials.username}:{credentials.password or ''}".encode()
+        configuration.api_key["BearerToken"] = f"Basic {base64.b64encode(pair).decode()}"
+    elif credentials.exec is not None:
+        issued = await run_exec_plugin(credentials.exec)
+        if issued.token:
+            configuration.api_key["BearerToken"] = f"Bearer {issued.token}"
+            configuration.refresh_api_key_hook = _exec_token_refresher(
+                credentials.exec, issued.expires
+            )
+        else:
+            cert, key = issued.cert_data, issued.key_data
+    # The ssl module reads certificates and keys only from files: they live
+    # in a private directory just long enough for the client's SSLContext
+    # to load them, then are deleted.
+    with tempfile.TemporaryDirectory(prefix="sluice-tls-") as scratch:
+        configuration.ssl_ca_cert = _private_file(scratch, "ca.crt", credentials.ca_data)
+        configuration.cert_file = _private_file(scratch, "tls.crt", cert)
+        configuration.key_file = _private_file(scratch, "tls.key", key)
+        try:
+            if credentials.ca_data is not None:
+                ssl.create_default_context(cadata=credentials.ca_data.decode(errors="replace"))
+        except (ssl.SSLError, ValueError):
+            raise ConfigError(
+                "kubeconfig certificate-authority-data is not a PEM certificate"
+            ) from None
+        try:
+            api = k8s_client.ApiClient(configuration=configuration)
+        except (ssl.SSLError, ValueError):
+            raise ConfigError(
+                "kubeconfig client-certificate-data and client-key-data are not a PEM "
+                "certificate and its key"
+            ) from None
+    configuration.ssl_ca_cert = configuration.cert_file = configuration.key_file = None
+    return api
+
+
+def _private_file(directory: str, name: str, data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    path = os.path.join(directory, name)
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(handle, "wb") as out:
+        out.write(data)
+    return path
+
+
+def _exec_token_refresher(plugin: ExecPlugin, expires: datetime | None) -> Any:
+    """A kubernetes-asyncio refresh hook that reruns the plugin shortly before its
+    token expires (tokens without an expiry are kept for the client's life)."""
+    lock = asyncio.Lock()
+    state = {"expires": expires}
+
+    async def refresh(configuration: Any) -> None:
+        async with lock:
+            due = state["expires"]
+            if due is None or datetime.now(UTC) < due - timedelta(seconds=30):
+                return
+            issued = await run_exec_plugin(plugin)
+            if issued.token:
+                configuration.api_key["BearerToken"] = f"Bearer {issued.token}"
+            state["expires"] = issued.expires
+
+    return refresh

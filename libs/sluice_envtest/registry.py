@@ -252,6 +252,19 @@ class OciRegistry(ChildServer):
         if answer.status_code != 202:
             raise RuntimeError(f"deleting {repository}/{what}/{digest}: {answer.status_code}")
 
+    def blob_file(self, digest: str) -> Path:
+        """Where the registry keeps a blob (layers and manifests alike) on disk.
+
+        distribution's filesystem driver serves this file as it finds it, so a
+        test that rewrites it plays a registry, or a path to it, that hands out
+        other bytes than the digest names.
+        """
+        algorithm, _, hex_digest = digest.partition(":")
+        return (
+            self.workdir / "storage" / "docker" / "registry" / "v2" / "blobs"
+            / algorithm / hex_digest[:2] / hex_digest / "data"
+        )  # fmt: skip
+
     def blob_downloads(self, repository: str) -> int:
         """How many GETs of `repository`'s blobs the registry has answered (its access log)."""
         request = re.compile(rf'"GET /v2/{re.escape(repository)}/blobs/sha256:[0-9a-f]{{64}} HTTP/')

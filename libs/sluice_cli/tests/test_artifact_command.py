@@ -382,6 +382,48 @@ def test_a_digest_that_does_not_exist_is_not_pulled(
     assert not (tmp_path / "out").exists()
 
 
+def test_pull_verifies_the_digests_of_what_the_registry_serves(
+    oci_registry: OciRegistry, repository: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Content of its own, so no other test's blob is shared and rewritten.
+    src = tree(tmp_path / "src", {"cm.yaml": f"token: {secrets.token_hex(8)}\n"})
+    url = f"{oci_registry.oci_url(repository)}:v1"
+    code, out, err = sluice(
+        capsys, "push", "artifact", url, "--path", str(src), "--insecure-registry",
+        "--revision", "main@sha1:" + "a" * 40, "-o", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    digest = json.loads(out)["digest"]
+    manifest_file = oci_registry.blob_file(digest)
+    layer_digest = oci_registry.manifest(repository, digest)["layers"][0]["digest"]
+    layer_file = oci_registry.blob_file(layer_digest)
+    pristine = layer_file.read_bytes()
+
+    # Bytes of the same length, so only the digest can tell.
+    layer_file.write_bytes(bytes(b ^ 0xFF for b in pristine))
+    out_dir = tmp_path / "out"
+    code, out, err = sluice(
+        capsys, "pull", "artifact", url, "--output", str(out_dir), "--insecure-registry"
+    )
+    assert (code, out) == (1, "")
+    assert err.strip() == (
+        f"sluice pull artifact: layer digest mismatch: expected {layer_digest}, "
+        f"got sha256:{hashlib.sha256(layer_file.read_bytes()).hexdigest()}"
+    )
+    assert not out_dir.exists()
+
+    layer_file.write_bytes(pristine)
+    manifest_file.write_bytes(manifest_file.read_bytes().replace(b"a" * 40, b"b" * 40))
+    code, out, err = sluice(
+        capsys, "pull", "artifact", f"{oci_registry.oci_url(repository)}@{digest}",
+        "--output", str(out_dir), "--insecure-registry",
+    )  # fmt: skip
+    assert (code, out) == (1, "")
+    asked = f"sluice pull artifact: manifest digest mismatch: asked {digest}, got sha256:"
+    assert err.startswith(asked), err
+    assert not out_dir.exists()
+
+
 def test_pull_refuses_an_unsafe_layer_and_a_used_directory(
     oci_registry: OciRegistry, repository: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

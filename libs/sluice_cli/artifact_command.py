@@ -99,8 +99,8 @@ def _ignore_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ignore-paths",
         action="append",
-        default=[],
-        help="paths to leave out, in .sourceignore (gitignore) syntax; repeat or comma-separate",
+        help="paths to leave out, in .sourceignore (gitignore) syntax; repeat or comma-separate "
+        f"(default: {','.join(artifacts.DEFAULT_IGNORE_PATHS)}, as flux's)",
     )
 
 
@@ -153,10 +153,6 @@ def _connection(args: argparse.Namespace) -> Connection:
     )
 
 
-def _ignore_paths(args: argparse.Namespace) -> list[str]:
-    return [p.strip() for value in args.ignore_paths for p in value.split(",") if p.strip()]
-
-
 def _annotations(values: list[str]) -> dict[str, str]:
     found = {}
     for value in values:
@@ -174,7 +170,7 @@ def _push(args: argparse.Namespace, ref: Reference, conn: Connection) -> int:
         source=args.source,
         revision=args.revision,
         annotations=_annotations(args.annotations),
-        ignore_paths=_ignore_paths(args),
+        ignore_paths=artifacts.ignore_paths(args.ignore_paths),
         reproducible=args.reproducible,
         conn=conn,
     )
@@ -226,7 +222,9 @@ def _list(args: argparse.Namespace, ref: Reference, conn: Connection) -> int:
 
 
 def _diff(args: argparse.Namespace, ref: Reference, conn: Connection) -> int:
-    changed = artifacts.differs(ref, Path(args.path), ignore_paths=_ignore_paths(args), conn=conn)
+    changed = artifacts.differs(
+        ref, Path(args.path), ignore_paths=artifacts.ignore_paths(args.ignore_paths), conn=conn
+    )
     if args.output_format == "json":
         print(artifacts.as_json({"changed": changed}))
     elif changed:

@@ -7,10 +7,13 @@ by packing both the same way. Pulls unpack with the controllers' checked
 extractor (`fetching.extract_tarball`), bounded in bytes and entries.
 
 Ignore rules are `.sourceignore` files in the tree plus `--ignore-paths`
-(gitignore syntax), as for a GitRepository whose `spec.ignore` is set:
-Flux's default exclusions (images, archives, CI files) do not apply,
-because `flux push artifact` does not apply them either; `.git/` is never
-packed.
+(gitignore syntax), as for a GitRepository whose `spec.ignore` is set.
+Without `--ignore-paths`, media and archives are left out, the default
+`flux push|diff artifact` give that flag (Flux's `ExcludeExt`; giving the
+flag replaces it, as there): a tree holding a logo packs as Flux packs it,
+and `diff` against an artifact Flux pushed finds no change. Flux's CI
+exclusions are not applied (`flux push` does not apply them), and the VCS
+files (`.git/`, `.gitignore`, ...) are never packed, whatever the flag says.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 from sluice_api.meta import format_time
 from sluice_runtime.artifacts.archiving import write_tarball
 from sluice_runtime.artifacts.fetching import extract_tarball
-from sluice_runtime.artifacts.ignoring import IgnoreRules
+from sluice_runtime.artifacts.ignoring import MEDIA_PATTERNS, IgnoreRules
 from sluice_runtime.oci import artifacts as layout
 from sluice_runtime.oci.registry import (
     Hints,
@@ -47,6 +50,9 @@ DEFAULT_MAX_SIZE = 512 << 20
 """As the source-controller's --artifact-max-size."""
 DEFAULT_MAX_FILES = 100_000
 """As the source-controller's --artifact-max-files."""
+
+DEFAULT_IGNORE_PATHS = MEDIA_PATTERNS
+"""What `--ignore-paths` is when not given, as in `flux push|diff artifact`."""
 
 HINTS = Hints(
     tls="a plain-HTTP registry needs --insecure-registry, a private CA --ca-file",
@@ -141,6 +147,14 @@ def _from_helper(helper: str, host: str) -> tuple[str | None, str | None]:
         return str(answer["Username"]), str(answer["Secret"])
     except (ValueError, KeyError, TypeError):
         raise ArtifactCommandError(f"{program} answered something other than credentials") from None
+
+
+def ignore_paths(values: Sequence[str] | None) -> list[str]:
+    """The patterns of every `--ignore-paths` given (repeated or comma-separated),
+    or the default when the flag was not given at all."""
+    if values is None:
+        return list(DEFAULT_IGNORE_PATHS)
+    return [p.strip() for value in values for p in value.split(",") if p.strip()]
 
 
 def pack(path: Path, *, ignore_paths: Sequence[str]) -> bytes:

@@ -152,6 +152,40 @@ def test_ignore_rules_are_sourceignores(
     assert found == sorted([".sourceignore", *MANIFESTS])
 
 
+def test_without_ignore_paths_media_and_archives_are_left_out_as_by_flux(
+    oci_registry: OciRegistry, repository: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tree(tmp_path / "src", {**MANIFESTS, "docs/logo.png": "png\n", "old.zip": "zip\n"})
+    # What `flux push artifact` would have pushed from this tree (its default
+    # --ignore-paths leaves media and archives out), packed by another writer.
+    oci_registry.push_artifact(repository, "flux", files=MANIFESTS)
+    base = oci_registry.oci_url(repository)
+    code, out, err = sluice(
+        capsys, "diff", "artifact", f"{base}:flux", "--path", str(src), "--insecure-registry"
+    )
+    assert (code, err) == (0, ""), out
+
+    code, _, err = sluice(
+        capsys, "push", "artifact", f"{base}:v1", "--path", str(src), "--insecure-registry"
+    )
+    assert code == 0, err
+    out_dir = tmp_path / "out"
+    code, _, err = sluice(
+        capsys, "pull", "artifact", f"{base}:v1", "--output", str(out_dir), "--insecure-registry"
+    )
+    assert code == 0, err
+    found = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
+    assert found == sorted(MANIFESTS)
+
+    # Patterns given replace the default: the logo is pushed on purpose.
+    code, _, err = sluice(
+        capsys, "diff", "artifact", f"{base}:flux", "--path", str(src), "--insecure-registry",
+        "--ignore-paths", "*.zip",
+    )  # fmt: skip
+    assert code == 1
+    assert err.strip() == f"'{src}' differs from {oci_registry.host}/{repository}:flux"
+
+
 def test_a_single_file_is_pushed_at_the_root(
     oci_registry: OciRegistry, repository: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from sluice_cli.artifacts import ArtifactCommandError, docker_credentials, pack
+from sluice_cli.artifacts import (
+    DEFAULT_IGNORE_PATHS,
+    ArtifactCommandError,
+    docker_credentials,
+    ignore_paths,
+    pack,
+)
 from sluice_runtime.oci import artifacts as layout
 from sluice_runtime.oci.registry import Reference
 
@@ -77,9 +83,38 @@ def test_pack_applies_sourceignore_and_ignore_paths(tmp_path: Path) -> None:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("*.md\n" if name == ".sourceignore" else "x\n")
     assert names(pack(tmp_path, ignore_paths=["skip/"])) == [".sourceignore", "a.yaml"]
-    # Flux's default exclusions (images, archives) are not applied, as by flux push.
+    # Patterns given replace the default, so an image can be pushed on purpose.
     (tmp_path / "logo.png").write_bytes(b"png")
     assert "logo.png" in names(pack(tmp_path, ignore_paths=[]))
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param(None, list(DEFAULT_IGNORE_PATHS), id="not-given-flux-default"),
+        pytest.param(["secrets/"], ["secrets/"], id="given-replaces-default"),
+        pytest.param(["a/, b/", "c.md"], ["a/", "b/", "c.md"], id="comma-and-repeat"),
+        pytest.param([""], [], id="empty-means-none"),
+    ],
+)
+def test_ignore_paths(values: list[str] | None, expected: list[str]) -> None:
+    assert ignore_paths(values) == expected
+
+
+def test_the_default_leaves_out_what_flux_push_leaves_out(tmp_path: Path) -> None:
+    # Flux's excludeOCI: ExcludeVCS and ExcludeExt; its CI exclusions are not in it.
+    files = (
+        "a.yaml", "logo.png", "photo.JPG.jpg", "anim.gif", "bundle.tar.gz", "old.zip",
+        "clip.flv", "clip.wmv", "pic.jpeg", ".gitignore", ".gitattributes", ".gitmodules",
+        ".github/workflows/ci.yaml", "docs/diagram.png", "chart.tgz",
+    )  # fmt: skip
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    layer = pack(tmp_path, ignore_paths=ignore_paths(None))
+    with tarfile.open(fileobj=io.BytesIO(layer)) as archive:
+        packed = sorted(m.name for m in archive.getmembers() if m.isfile())
+    assert packed == [".github/workflows/ci.yaml", "a.yaml", "chart.tgz"]
 
 
 def test_pack_is_deterministic_and_a_file_goes_at_the_root(tmp_path: Path) -> None:

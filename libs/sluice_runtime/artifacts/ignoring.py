@@ -44,9 +44,12 @@ _BACKEND = "re2"
 
 VCS_PATTERNS = (".git/", ".gitignore", ".gitmodules", ".gitattributes")
 
+MEDIA_PATTERNS = ("*.jpg", "*.jpeg", "*.gif", "*.png", "*.wmv", "*.flv", "*.tar.gz", "*.zip")
+"""Flux's `ExcludeExt`: media and archives. Alone (with the VCS patterns), it is
+what `flux push|diff artifact` leave out when not given `--ignore-paths`."""
+
 DEFAULT_PATTERNS = (
-    # media and archives
-    "*.jpg", "*.jpeg", "*.gif", "*.png", "*.wmv", "*.flv", "*.tar.gz", "*.zip",
+    *MEDIA_PATTERNS,
     # CI configuration
     ".github/", ".circleci/", ".travis.yml", ".gitlab-ci.yml", "appveyor.yml", ".drone.yml",
     "cloudbuild.yaml", "codeship-services.yml", "codeship-steps.yml",

@@ -175,9 +175,11 @@ def _push(args: argparse.Namespace, ref: Reference, conn: Connection) -> int:
         conn=conn,
     )
     if args.output_format == "json":
-        print(
-            artifacts.as_json({"repository": ref.name, "digest": pushed.digest, "url": pushed.url})
-        )
+        # Flux's keys and values, so a script written for `flux push artifact
+        # -o json` (`.repository + "@" + .digest` for cosign) reads ours.
+        repository = f"{ref.url.host}/{ref.url.repository}"
+        printed = {"url": f"oci://{pushed.url}", "repository": repository, "tag": ref.tag}
+        print(artifacts.as_json({**printed, "digest": pushed.digest}))
     else:
         print(pushed.url)
     return 0

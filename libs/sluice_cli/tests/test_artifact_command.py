@@ -81,7 +81,13 @@ def test_push_writes_fluxs_layout(
     printed = json.loads(out)
     manifest = oci_registry.manifest(repository, "v1")
     assert manifest == oci_registry.manifest(repository, printed["digest"])
-    assert printed["url"] == f"{oci_registry.host}/{repository}@{printed['digest']}"
+    # `flux push artifact -o json`'s keys and values.
+    assert printed == {
+        "url": f"oci://{oci_registry.host}/{repository}@{printed['digest']}",
+        "repository": f"{oci_registry.host}/{repository}",
+        "tag": "v1",
+        "digest": printed["digest"],
+    }
     assert manifest["mediaType"] == MANIFEST_MEDIA_TYPE
     assert manifest["config"]["mediaType"] == CONFIG_MEDIA_TYPE
     (layer,) = manifest["layers"]

@@ -25,6 +25,12 @@ from sluice_cli import (
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    args = make_parser().parse_args(argv)
+    sys.exit(args.run(args))
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """Every verb's parser, without running anything: `main` and the docs' tests share it."""
     parser = argparse.ArgumentParser(prog="sluice", description="Sluice GitOps toolkit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     dev.register(commands)
@@ -41,8 +47,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     tree_command.register(commands)
     diffing.register(commands, artifact_command.add_diff)
     building_command.register(commands)
-    args = parser.parse_args(argv)
-    sys.exit(args.run(args))
+    return parser
 
 
 if __name__ == "__main__":

@@ -3,11 +3,17 @@ microservice, a ResourceSetInputProvider listing the tags and a ResourceSet
 deploying an OCIRepository pinned by digest and a Kustomization per tag; CI
 calls a Receiver after a push. Its manifests are used as written, except for
 the placeholders (registry, namespace) and `insecure: true`, which the test
-registry (plain HTTP) needs."""
+registry (plain HTTP) needs. The CI step runs the README's script: `sluice
+diff artifact` skips an unchanged app, `sluice push artifact` sends a changed
+one from its directory."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
+from pathlib import Path
 
 from sluice_envtest.harness import condition, is_ready, make_secret
 from sluice_envtest.registry import OciRegistry
@@ -128,8 +134,21 @@ def manifests(app: str, version: str, namespace: str) -> dict[str, str]:
     return {"overlays/production/app.yaml": json.dumps(cm)}
 
 
+async def sluice(*args: str, home: Path) -> tuple[int, str]:
+    """Run the `sluice` command as a CI job does; its exit code and stdout."""
+    done = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "sluice_cli", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "DOCKER_CONFIG": str(home / "docker")},
+    )  # fmt: skip
+    out, err = await done.communicate()
+    assert done.returncode is not None
+    assert done.returncode in (0, 1), err.decode()
+    return done.returncode, out.decode() + err.decode()
+
+
 async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
-    fleet: Fleet,
+    fleet: Fleet, tmp_path: Path
 ) -> None:
     f = fleet
     ns = f.namespace
@@ -177,9 +196,34 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
             ]
             for n in (1, 3)
         }
-        new = registry.push_artifact(
-            repo, "app-microservice2", files=manifests("microservice2", "2", ns)
+        checkout = tmp_path / "mono-repo"
+        for n, version in ((1, "1"), (2, "2")):
+            for name, text in manifests(f"microservice{n}", version, ns).items():
+                (checkout / f"microservice{n}" / name).parent.mkdir(parents=True)
+                (checkout / f"microservice{n}" / name).write_text(text)
+        ci = ("--insecure-registry", "--creds", "ci:pull-pw")
+        base = registry.oci_url(repo)
+        unchanged = await sluice(
+            "diff", "artifact", f"{base}:app-microservice1",
+            "--path", str(checkout / "microservice1"), *ci, home=tmp_path,
+        )  # fmt: skip
+        assert unchanged[0] == 0, unchanged[1]  # CI skips this push
+        changed = await sluice(
+            "diff", "artifact", f"{base}:app-microservice2",
+            "--path", str(checkout / "microservice2"), *ci, home=tmp_path,
+        )  # fmt: skip
+        assert changed == (
+            1,
+            f"'{checkout / 'microservice2'}' differs from {base[6:]}:app-microservice2\n",
         )
+        code, out = await sluice(
+            "push", "artifact", f"{base}:app-microservice2",
+            "--path", str(checkout / "microservice2"), "--source", "https://git.example/mono.git",
+            "--revision", "main@sha1:" + "2" * 40, "--reproducible", "-o", "json", *ci,
+            home=tmp_path,
+        )  # fmt: skip
+        assert code == 0, out
+        new = json.loads(out)["digest"]
         receiver = await f.observe.wait_ready(RECEIVER, "registry-scan-webhook")
         body = b'{"app": "microservice2"}'
         assert (

@@ -35,6 +35,7 @@ from sluice_runtime.artifacts.archiving import write_tarball
 from sluice_runtime.artifacts.fetching import extract_tarball
 from sluice_runtime.artifacts.ignoring import MEDIA_PATTERNS, IgnoreRules
 from sluice_runtime.oci import artifacts as layout
+from sluice_runtime.oci.hosts import login_server
 from sluice_runtime.oci.registry import (
     Hints,
     Manifest,
@@ -121,8 +122,9 @@ def docker_credentials(path: Path, ref: Reference) -> tuple[str | None, str | No
     if username is not None:
         return username, password
     helpers = config.get("credHelpers") or {}
-    helper = helpers.get(ref.url.host) or config.get("credsStore")
-    return _from_helper(str(helper), ref.url.host) if helper else (None, None)
+    server = login_server(ref.url.host)
+    helper = helpers.get(ref.url.host) or helpers.get(server) or config.get("credsStore")
+    return _from_helper(str(helper), server) if helper else (None, None)
 
 
 def _from_helper(helper: str, host: str) -> tuple[str | None, str | None]:

@@ -22,6 +22,7 @@ from sluice_runtime.oci import artifacts as layout
 from sluice_runtime.oci.registry import Reference
 
 REF = Reference.parse("oci://registry.example:5000/team/app:v1")
+HUB = Reference.parse("oci://docker.io/team/app:v1")
 
 
 def names(layer: bytes) -> list[str]:
@@ -152,9 +153,12 @@ AUTH = base64.b64encode(b"robot:s3cret").decode()
         pytest.param({"credsStore": "test"}, 'read host; echo "{\\"Username\\":\\"h-$host\\",\\"Secret\\":\\"t\\"}"', ("h-registry.example:5000", "t"), id="store-helper"),
         pytest.param({"credHelpers": {"registry.example:5000": "test"}}, 'echo "{\\"Username\\":\\"u\\",\\"Secret\\":\\"t\\"}"', ("u", "t"), id="per-host-helper"),
         pytest.param({"credsStore": "test"}, "echo credentials not found in native keychain; exit 1", (None, None), id="helper-has-none"),
+        pytest.param({"auths": {"https://index.docker.io/v1/": {"auth": AUTH}}}, None, ("robot", "s3cret"), id="hub-docker-login"),
+        pytest.param({"credsStore": "test"}, 'read server; echo "{\\"Username\\":\\"h-$server\\",\\"Secret\\":\\"t\\"}"', ("h-https://index.docker.io/v1/", "t"), id="hub-helper-asked-for-index"),
     ],
 )  # fmt: skip
 def test_docker_credentials(
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     config: dict[str, object] | None,
@@ -167,7 +171,8 @@ def test_docker_credentials(
     if script is not None:
         helper(tmp_path, script)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    assert docker_credentials(path, REF) == expected
+    ref = HUB if "hub" in request.node.callspec.id else REF
+    assert docker_credentials(path, ref) == expected
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,8 @@ import requests
 
 from sluice_runtime.describing import describe_http_status, describe_transport
 from sluice_runtime.oci.artifacts import MANIFEST_TYPES
+from sluice_runtime.oci.hosts import api_location
+from sluice_runtime.oci.hosts import credentials_for as credentials_for
 from sluice_runtime.redacting import redact_url
 
 MAX_MANIFEST_SIZE = 4 << 20
@@ -150,13 +152,12 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
         timeout: float,
         hints: Hints,
     ) -> None:
-        super().__init__(
-            hostname=url.host, insecure=insecure, tls_verify=ca_file if ca_file else True
-        )
+        host, repository = api_location(url.host, url.repository)
+        super().__init__(hostname=host, insecure=insecure, tls_verify=ca_file if ca_file else True)
         self.url = url
         self.timeout = timeout
         self.hints = hints
-        self.container = oras.container.Container(f"{url.host}/{url.repository}")
+        self.container = oras.container.Container(f"{host}/{repository}")
         self._basic: str | None = None
         self._basic_preemptive = False
         if username:
@@ -416,22 +417,3 @@ def _status_error(text: str, url: OCIURL, *, not_found: bool = False) -> Registr
     return RegistryError(
         f"listing tags of {url.host}/{url.repository}: {text}", not_found=not_found
     )
-
-
-def credentials_for(dockerconfigjson: str, host: str) -> tuple[str | None, str | None]:
-    """The username and password a dockerconfigjson Secret holds for `host`."""
-    try:
-        config = json.loads(dockerconfigjson)
-    except ValueError:
-        raise ValueError("'.dockerconfigjson' is not JSON") from None
-    auths = config.get("auths") or {}
-    for key, entry in auths.items():
-        registry = re.sub(r"^https?://", "", key).split("/", 1)[0]
-        if registry != host:
-            continue
-        if entry.get("username"):
-            return entry["username"], entry.get("password")
-        if entry.get("auth"):
-            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-            return user, password
-    return None, None

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,11 +16,8 @@ import pytest
 import yaml
 
 from application_controller import __main__ as application_main
-from gating_controller import __main__ as gating_main
-from helm_controller import __main__ as helm_main
 from kustomize_controller import __main__ as kustomize_main
-from notification_controller import __main__ as notification_main
-from resourceset_controller import __main__ as resourceset_main
+from sluice_cli import controllers
 from sluice_envtest import manifest
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer
@@ -41,22 +38,14 @@ GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "Git
 KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
 
 
-CONTROLLERS: dict[str, ModuleType] = {
-    "source-controller": source_main,
-    "kustomize-controller": kustomize_main,
-    "helm-controller": helm_main,
-    "resourceset-controller": resourceset_main,
-    "gating-controller": gating_main,
-    "notification-controller": notification_main,
+# Every controller's flag parser, and its values section, from the one list of them.
+MAINS: dict[str, ModuleType] = {
+    c.name: importlib.import_module(f"{c.module}.__main__") for c in controllers.CONTROLLERS
 }
-VALUE_KEYS = {
-    "source-controller": "sourceController",
-    "kustomize-controller": "kustomizeController",
-    "helm-controller": "helmController",
-    "resourceset-controller": "resourcesetController",
-    "gating-controller": "gatingController",
-    "notification-controller": "notificationController",
-}
+VALUE_KEYS = {c.name: c.values_key for c in controllers.CONTROLLERS}
+DEFAULT = set(controllers.DEFAULT)
+ENABLE_ALL = tuple(f"{c.values_key}.create=true" for c in controllers.CONTROLLERS if not c.default)
+"""Values that deploy the opt-in controllers too."""
 
 
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -87,16 +76,12 @@ def container(deployment: dict[str, Any]) -> dict[str, Any]:
 def options(deployment: dict[str, Any]) -> Any:
     """The Deployment's args as its controller's own flag parser reads them."""
     name = deployment["metadata"]["name"]
-    module = CONTROLLERS[name]
+    module = MAINS[name]
     parser = app.parser(service=name, description=name, concurrency=1)
     add_arguments = getattr(module, "add_arguments", None)
     if add_arguments is not None:
         add_arguments(parser)
     return parser.parse_args(container(deployment)["args"])
-
-
-def parseable() -> Iterator[str]:
-    return (name for name, module in CONTROLLERS.items() if module is not None)
 
 
 async def run_off_loop(
@@ -120,7 +105,7 @@ def test_helm_lint_passes_with_default_and_other_values() -> None:
 def test_the_install_has_one_deployment_per_controller_and_the_generated_crds() -> None:
     objects = render(crds=True)
     deployments = of_kind(objects, "Deployment")
-    assert set(deployments) == set(CONTROLLERS)
+    assert set(deployments) == DEFAULT
     crds = sorted(of_kind(objects, "CustomResourceDefinition"))
     generated = sorted(
         yaml.safe_load(p.read_text().split("---\n", 1)[1])["metadata"]["name"]
@@ -136,9 +121,9 @@ def test_the_install_has_one_deployment_per_controller_and_the_generated_crds() 
         assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == name
 
 
-@pytest.mark.parametrize("name", list(parseable()))
+@pytest.mark.parametrize("name", controllers.NAMES)
 def test_every_controller_parses_the_charts_arguments(name: str) -> None:
-    parsed = options(of_kind(render(), "Deployment")[name])
+    parsed = options(of_kind(render(*ENABLE_ALL), "Deployment")[name])
     assert parsed.enable_leader_election is True
     assert parsed.log_level == "info"
     if name != "notification-controller":
@@ -238,12 +223,12 @@ def test_the_application_controller_is_opt_in_and_manages_only_flux_objects() ->
             assert "application-controller" not in {s["name"] for s in other["subjects"]}
 
 
-@pytest.mark.parametrize("name", list(CONTROLLERS))
+@pytest.mark.parametrize("name", controllers.DEFAULT)
 def test_a_disabled_controller_is_not_deployed(name: str) -> None:
     objects = render(f"{VALUE_KEYS[name]}.create=false")
     assert name not in of_kind(objects, "Deployment")
     assert name not in of_kind(objects, "ServiceAccount")
-    assert set(of_kind(objects, "Deployment")) == set(CONTROLLERS) - {name}
+    assert set(of_kind(objects, "Deployment")) == DEFAULT - {name}
     subjects = {
         s["name"] for b in of_kind(objects, "ClusterRoleBinding").values() for s in b["subjects"]
     }
@@ -258,10 +243,11 @@ def test_a_disabled_controller_is_not_deployed(name: str) -> None:
         assert name not in notification.events_service_accounts.split(",")
 
 
-@pytest.mark.parametrize("name", list(parseable()))
+@pytest.mark.parametrize("name", controllers.NAMES)
 def test_per_controller_values_reach_the_deployment(name: str) -> None:
     key = VALUE_KEYS[name]
     objects = render(
+        *ENABLE_ALL,
         f"{key}.replicas=3",
         f"{key}.concurrent=7",
         f"{key}.logLevel=debug",
@@ -269,8 +255,26 @@ def test_per_controller_values_reach_the_deployment(name: str) -> None:
         f"{key}.extraArgs={{--log-level=warning,--kube-api-qps=12}}",
         f"{key}.resources.limits.memory=2Gi",
         f"{key}.tmpSizeLimit=3Gi",
+        f"{key}.extraEnv[0].name=TZ",
+        f"{key}.extraEnv[0].value=UTC",
+        f"{key}.nodeSelector.disk=ssd",
+        f"{key}.tolerations[0].key=dedicated",
+        f"{key}.tolerations[0].operator=Exists",
+        f"{key}.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
+        f"{key}.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.topologyKey=zone",
+        f"{key}.podAnnotations.team=platform",
+        f"{key}.priorityClassName=system-cluster-critical",
     )
     deployment = of_kind(objects, "Deployment")[name]
+    pod = deployment["spec"]["template"]["spec"]
+    assert {"name": "TZ", "value": "UTC"} in container(deployment)["env"]
+    assert pod["nodeSelector"] == {"disk": "ssd"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert pod["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ] == [{"weight": 1, "podAffinityTerm": {"topologyKey": "zone"}}]
+    assert deployment["spec"]["template"]["metadata"]["annotations"]["team"] == "platform"
+    assert pod["priorityClassName"] == "system-cluster-critical"
     assert deployment["spec"]["replicas"] == 3
     parsed = options(deployment)
     assert parsed.concurrent == 7
@@ -286,6 +290,26 @@ def test_per_controller_values_reach_the_deployment(name: str) -> None:
         if other != name:
             assert deployment["spec"]["replicas"] == 1
             assert "--concurrent" not in " ".join(container(deployment)["args"])
+            assert "nodeSelector" not in deployment["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("values", "image"),
+    [
+        pytest.param((), "ghcr.io/sluice-gitops/sluice:0.1.0", id="appVersion"),
+        pytest.param(("image.tag=0.2.0",), "ghcr.io/sluice-gitops/sluice:0.2.0", id="tag"),
+        pytest.param(
+            ("image.tag=0.2.0", "image.digest=sha256:" + "a" * 64, "image.repository=r.io/s"),
+            "r.io/s@sha256:" + "a" * 64,
+            id="digest-wins",
+        ),
+    ],
+)
+def test_the_image_values_reach_every_controller(values: tuple[str, ...], image: str) -> None:
+    objects = render(*ENABLE_ALL, *values, "imagePullSecrets[0].name=regcred")
+    for deployment in of_kind(objects, "Deployment").values():
+        assert container(deployment)["image"] == image
+        assert deployment["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
 
 
 def test_every_pod_is_restricted_and_every_empty_dir_has_a_size_limit() -> None:
@@ -359,7 +383,7 @@ def test_the_service_monitors_are_optional() -> None:
     assert not [o for o in render() if o["apiVersion"].startswith("monitoring.coreos.com")]
     objects = render("serviceMonitor.create=true", "helmController.create=false")
     monitors = of_kind(objects, "ServiceMonitor")
-    assert set(monitors) == set(CONTROLLERS) - {"helm-controller"}
+    assert set(monitors) == DEFAULT - {"helm-controller"}
     services = of_kind(objects, "Service")
     for name, monitor in monitors.items():
         assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
@@ -458,7 +482,7 @@ async def test_helm_install_into_a_real_api_server(
                 done.stdout
             )
         deployed = await kube.list(DEPLOYMENT, namespace=namespace)
-        assert {d["metadata"]["name"] for d in deployed.items} == set(CONTROLLERS)
+        assert {d["metadata"]["name"] for d in deployed.items} == DEFAULT
         kustomize = await kube.get(DEPLOYMENT, "kustomize-controller", namespace)
         assert (
             f"--events-addr=http://notification-controller.{namespace}.svc.cluster.local./"

@@ -55,15 +55,6 @@ DEBIAN_EXCLUDED = frozenset(
 )  # fmt: skip
 SITE = "/usr/local/lib/python3.11/site-packages"
 USER = 65532
-CONTROLLERS = (
-    "source-controller",
-    "kustomize-controller",
-    "helm-controller",
-    "application-controller",
-    "resourceset-controller",
-    "gating-controller",
-    "notification-controller",
-)
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"

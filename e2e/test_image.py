@@ -4,6 +4,7 @@ and each controller's entry point run from the pulled root filesystem."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -84,6 +85,42 @@ def test_the_charts_default_image_is_the_tag_the_build_writes() -> None:
     values = yaml.safe_load((ROOT / "charts" / "sluice" / "values.yaml").read_text())
     assert chart["appVersion"] == image.version(ROOT) == chart["version"]
     assert values["image"]["tag"] == ""  # appVersion, which the build tags the image with
+
+
+def small_layout(tmp_path: Path) -> image.Layout:
+    """A one-file image laid out as the build lays the real one out."""
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc" / "hello").write_text("hi")
+    out = tmp_path / "oci"
+    (out / "blobs" / "sha256").mkdir(parents=True)
+    layer = image.write_layer(out / "blobs" / "sha256" / "layer.tmp", [tree])
+    config = {"architecture": "amd64", "os": "linux", "config": {"User": "65532:65532"},
+              "rootfs": {"type": "layers", "diff_ids": [layer[1]]}}  # fmt: skip
+    return image.write_layout(out, layers=[layer], config=config, tag="0.0.1")
+
+
+def test_the_push_logs_in_where_the_registry_wants_credentials(
+    oci_registry_auth: OciRegistry, tmp_path: Path
+) -> None:
+    layout = small_layout(tmp_path)
+    reference = oci_registry_auth.reference("sluice-gitops/sluice", "0.0.1")
+    nobody = tmp_path / "no-docker-config.json"
+    with pytest.raises(
+        image.ImageError, match=r"^pushing .*: registry .* requires credentials \(--creds"
+    ):
+        image.push(layout, reference, plain_http=True, docker_config=nobody)
+    # With --creds, and with what `docker login` left in the Docker config.
+    creds = f"{oci_registry_auth.username}:{oci_registry_auth.password}"
+    assert image.push(layout, reference, plain_http=True, creds=creds) == layout.manifest_digest
+    logged_in = tmp_path / "config.json"
+    logged_in.write_text(json.dumps(oci_registry_auth.docker_config))
+    again = oci_registry_auth.reference("sluice-gitops/sluice", "0.0.2")
+    assert image.push(layout, again, plain_http=True, docker_config=logged_in) == (
+        layout.manifest_digest
+    )
+    pulled = oci_registry_auth.manifest("sluice-gitops/sluice", "0.0.2")
+    assert pulled["layers"] == layout.manifest()["layers"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running the root filesystem needs chroot (root)")

@@ -80,6 +80,19 @@ def test_layers_are_deterministic(tmp_path: Path) -> None:
     assert digests[0] == digests[1]
 
 
+def test_the_containerfile_builds_what_the_engine_free_build_builds() -> None:
+    """No engine here builds the Containerfile, so hold it to the other build:
+    the same user, the tools from the same hash-checked list, no unpinned fetch."""
+    text = (ROOT / "Containerfile").read_text()
+    assert f"USER {image.USER}:{image.USER}" in text
+    assert f"--uid {image.USER} --gid {image.USER}" in text
+    assert "--require-hashes" in text and "-r images/tools.txt" in text
+    assert "python:3.11-slim-bookworm" in text  # the engine-free build's Debian bookworm 3.11
+    assert image.PYTHON == "/usr/bin/python3.11"
+    for fetch in ("curl", "wget", "ADD http"):
+        assert fetch not in text
+
+
 def test_the_charts_default_image_is_the_tag_the_build_writes() -> None:
     chart = yaml.safe_load((ROOT / "charts" / "sluice" / "Chart.yaml").read_text())
     values = yaml.safe_load((ROOT / "charts" / "sluice" / "values.yaml").read_text())

@@ -135,7 +135,10 @@ async def _check(args: argparse.Namespace) -> int:
             for name in (name for name in controllers.NAMES if name in wanted):
                 found = await controllers.find(client, args.namespace, name)
                 if found is None:
-                    verdict(False, f"{name}: deployment {args.namespace}/{name} not found")
+                    verdict(False, (
+                        f"{name}: deployment {args.namespace}/{name} not found; "
+                        "if it is not installed, name the others with --components"
+                    ))  # fmt: skip
                     continue
                 ready = found.replicas > 0 and found.ready >= found.replicas
                 state = "deployment ready" if ready else (

@@ -205,7 +205,10 @@ async def test_check_fails_naming_what_is_missing(
     assert code == 1
     lines = out.splitlines()
     assert "✗ source-controller: deployment not ready (0/1 replicas ready)" in lines
-    assert f"✗ kustomize-controller: deployment {namespace}/kustomize-controller not found" in lines
+    assert (
+        f"✗ kustomize-controller: deployment {namespace}/kustomize-controller not found; "
+        "if it is not installed, name the others with --components"
+    ) in lines
     assert lines[-1] == "✗ check failed"
 
     assert (
@@ -232,7 +235,8 @@ async def test_check_components_name_the_controllers_to_check(
     )  # fmt: skip
     assert code == 1
     assert (
-        f"✗ application-controller: deployment {namespace}/application-controller not found"
+        f"✗ application-controller: deployment {namespace}/application-controller not found; "
+        "if it is not installed, name the others with --components"
         in capsys.readouterr().out.splitlines()
     )
 

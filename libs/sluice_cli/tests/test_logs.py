@@ -198,6 +198,7 @@ async def kubelet(more: asyncio.Event) -> AsyncIterator[tuple[int, list[str]]]:
     kubelet does: the log so far, then, when following, what comes later.
     With no --kubelet-certificate-authority the API server does not verify it."""
     asked: list[str] = []
+    finished = asyncio.Event()
 
     async def container_logs(request: web.Request) -> web.StreamResponse:
         asked.append(request.path_qs)
@@ -210,7 +211,7 @@ async def kubelet(more: asyncio.Event) -> AsyncIterator[tuple[int, list[str]]]:
         if request.query.get("follow") == "true":
             await more.wait()
             await response.write((log_line("Kustomization", "apps", "later") + "\n").encode())
-            await asyncio.Event().wait()  # open until the client goes away
+            await finished.wait()  # open until the test is done with it
         return response
 
     app = web.Application()
@@ -227,6 +228,7 @@ async def kubelet(more: asyncio.Event) -> AsyncIterator[tuple[int, list[str]]]:
     try:
         yield port, asked
     finally:
+        finished.set()  # else cleanup waits out aiohttp's shutdown timeout for the stream
         await runner.cleanup()
 
 

@@ -134,6 +134,9 @@ def test_the_push_logs_in_where_the_registry_wants_credentials(
     )
     pulled = oci_registry_auth.manifest("sluice-gitops/sluice", "0.0.2")
     assert pulled["layers"] == layout.manifest()["layers"]
+    config = image.pull_rootfs(again, tmp_path / "rootfs", plain_http=True, creds=creds)
+    assert config["config"]["User"] == "65532:65532"
+    assert (tmp_path / "rootfs" / "etc" / "hello").read_text() == "hi"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running the root filesystem needs chroot (root)")

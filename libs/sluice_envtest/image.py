@@ -35,8 +35,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,7 +342,7 @@ def _write_json_blob(blobs: Path, document: dict[str, Any]) -> tuple[str, int]:
     return f"sha256:{digest}", len(data)
 
 
-# -- the registry (distribution API v2, monolithic uploads) ------------------
+# -- the registry, through the client of the `sluice` artifact verbs --------
 
 
 def _split(reference: str) -> tuple[str, str, str]:
@@ -354,17 +352,6 @@ def _split(reference: str) -> tuple[str, str, str]:
     if not repository or not tag or not host:
         raise ImageError(f"{reference}: expected HOST/REPOSITORY:TAG")
     return host, repository, tag
-
-
-def _request(
-    method: str, url: str, *, data: Any = None, headers: dict[str, str] | None = None
-) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})  # noqa: S310 - registry URL
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, dict(error.headers), error.read()
 
 
 def push(
@@ -402,26 +389,29 @@ def push(
     return layout.manifest_digest
 
 
-def pull_rootfs(reference: str, target: Path, *, plain_http: bool = False) -> dict[str, Any]:
+def pull_rootfs(
+    reference: str, target: Path, *, plain_http: bool = False, creds: str | None = None
+) -> dict[str, Any]:
     """Fetch `reference`, check every digest, unpack its layers into `target`; its config."""
     host, repository, tag = _split(reference)
-    base = f"{'http' if plain_http else 'https'}://{host}/v2/{repository}"
-    status, _, body = _request("GET", f"{base}/manifests/{tag}", headers={"Accept": MANIFEST_TYPE})
-    if status != 200:
-        raise ImageError(f"{reference}: the manifest answered {status}")
-    manifest = json.loads(body)
-
-    def blob(digest: str) -> bytes:
-        status, _, data = _request("GET", f"{base}/blobs/{digest}")
-        if status != 200 or f"sha256:{hashlib.sha256(data).hexdigest()}" != digest:
-            raise ImageError(f"{reference}: blob {digest} missing or corrupt ({status})")
-        return data
-
-    config: dict[str, Any] = json.loads(blob(manifest["config"]["digest"]))
-    target.mkdir(parents=True, exist_ok=True)
-    for layer in manifest["layers"]:
-        with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"])), mode="r:gz") as tar:
-            tar.extractall(target, filter="tar")
+    try:
+        registry = artifacts.connect(
+            Reference.parse(f"oci://{host}/{repository}:{tag}"),
+            artifacts.Connection(insecure=plain_http, creds=creds, timeout=300),
+        )
+        manifest = registry.manifest(tag).body
+        config: dict[str, Any] = json.loads(
+            registry.read_blob(manifest["config"]["digest"], max_size=1 << 20)
+        )
+        target.mkdir(parents=True, exist_ok=True)
+        for layer in manifest["layers"]:
+            with tempfile.TemporaryDirectory(prefix="sluice-image-layer-") as scratch:
+                path = Path(scratch) / "layer"
+                registry.download(layer["digest"], path, max_size=int(layer["size"]))
+                with tarfile.open(path, mode="r:gz") as tar:
+                    tar.extractall(target, filter="tar")
+    except (ValueError, RegistryError, artifacts.ArtifactCommandError) as error:
+        raise ImageError(f"pulling {reference}: {error}") from None
     return config
 
 

@@ -4,6 +4,7 @@ and each controller's entry point run from the pulled root filesystem."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sluice_cli import controllers
 from sluice_envtest import image
 from sluice_envtest.registry import OciRegistry
 
@@ -78,11 +80,63 @@ def test_layers_are_deterministic(tmp_path: Path) -> None:
     assert digests[0] == digests[1]
 
 
+def test_the_containerfile_builds_what_the_engine_free_build_builds() -> None:
+    """No engine here builds the Containerfile, so hold it to the other build:
+    the same user, the tools from the same hash-checked list, no unpinned fetch."""
+    text = (ROOT / "Containerfile").read_text()
+    assert f"USER {image.USER}:{image.USER}" in text
+    assert f"--uid {image.USER} --gid {image.USER}" in text
+    assert "--require-hashes" in text and "-r images/tools.txt" in text
+    assert "python:3.11-slim-bookworm" in text  # the engine-free build's Debian bookworm 3.11
+    assert image.PYTHON == "/usr/bin/python3.11"
+    for fetch in ("curl", "wget", "ADD http"):
+        assert fetch not in text
+
+
 def test_the_charts_default_image_is_the_tag_the_build_writes() -> None:
     chart = yaml.safe_load((ROOT / "charts" / "sluice" / "Chart.yaml").read_text())
     values = yaml.safe_load((ROOT / "charts" / "sluice" / "values.yaml").read_text())
     assert chart["appVersion"] == image.version(ROOT) == chart["version"]
     assert values["image"]["tag"] == ""  # appVersion, which the build tags the image with
+
+
+def small_layout(tmp_path: Path) -> image.Layout:
+    """A one-file image laid out as the build lays the real one out."""
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc" / "hello").write_text("hi")
+    out = tmp_path / "oci"
+    (out / "blobs" / "sha256").mkdir(parents=True)
+    layer = image.write_layer(out / "blobs" / "sha256" / "layer.tmp", [tree])
+    config = {"architecture": "amd64", "os": "linux", "config": {"User": "65532:65532"},
+              "rootfs": {"type": "layers", "diff_ids": [layer[1]]}}  # fmt: skip
+    return image.write_layout(out, layers=[layer], config=config, tag="0.0.1")
+
+
+def test_the_push_logs_in_where_the_registry_wants_credentials(
+    oci_registry_auth: OciRegistry, tmp_path: Path
+) -> None:
+    layout = small_layout(tmp_path)
+    reference = oci_registry_auth.reference("sluice-gitops/sluice", "0.0.1")
+    nobody = tmp_path / "no-docker-config.json"
+    with pytest.raises(
+        image.ImageError, match=r"^pushing .*: registry .* requires credentials \(--creds"
+    ):
+        image.push(layout, reference, plain_http=True, docker_config=nobody)
+    # With --creds, and with what `docker login` left in the Docker config.
+    creds = f"{oci_registry_auth.username}:{oci_registry_auth.password}"
+    assert image.push(layout, reference, plain_http=True, creds=creds) == layout.manifest_digest
+    logged_in = tmp_path / "config.json"
+    logged_in.write_text(json.dumps(oci_registry_auth.docker_config))
+    again = oci_registry_auth.reference("sluice-gitops/sluice", "0.0.2")
+    assert image.push(layout, again, plain_http=True, docker_config=logged_in) == (
+        layout.manifest_digest
+    )
+    pulled = oci_registry_auth.manifest("sluice-gitops/sluice", "0.0.2")
+    assert pulled["layers"] == layout.manifest()["layers"]
+    config = image.pull_rootfs(again, tmp_path / "rootfs", plain_http=True, creds=creds)
+    assert config["config"]["User"] == "65532:65532"
+    assert (tmp_path / "rootfs" / "etc" / "hello").read_text() == "hi"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running the root filesystem needs chroot (root)")
@@ -106,13 +160,8 @@ async def test_the_engine_free_image_pushes_and_its_entry_points_run(
             env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
 
-    controllers = [c for c in image.CONTROLLERS if (rootfs / "usr/local/bin" / c).exists()]
-    # helm- and resourceset-controller came with their own branches; the others are
-    # always there.
-    assert set(image.CONTROLLERS) - set(controllers) <= {
-        "helm-controller", "resourceset-controller"
-    }  # fmt: skip
-    for name in controllers:
+    # Every controller has its entry point: the wheel's console scripts.
+    for name in controllers.NAMES:
         helped = run(name, "--help")
         assert helped.returncode == 0, helped.stderr
         assert "--watch-label-selector" in helped.stdout

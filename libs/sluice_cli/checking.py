@@ -1,8 +1,9 @@
 """`sluice check`: is this cluster ready for Sluice, and is Sluice running in it?
 
 As `flux check`: the API server's version against the minimum, each
-controller's Deployment (found, every replica ready, which image), and each
-CRD (installed, and the same versions and schemas as this CLI's models: a
+controller's Deployment (found, every replica ready, which image; the ones
+the chart deploys by default, or those `--components`/`--components-extra`
+name), and each CRD (installed, and the same versions and schemas as this CLI's models: a
 CRD left behind by an older install would reject or drop new fields).
 Every line is a verdict; the exit code is 1 when any of them failed.
 """
@@ -42,6 +43,9 @@ examples:
 
   # Run installation checks
   sluice check
+
+  # Check the opt-in application-controller too
+  sluice check --components-extra=application-controller
 """
 
 
@@ -53,12 +57,34 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--pre", action="store_true", help="only run pre-installation checks")
+    parser.add_argument(
+        "--components", type=_controller_list, default=list(controllers.DEFAULT),
+        help="the controllers to check, comma-separated (default: those the chart deploys, "
+        f"{','.join(controllers.DEFAULT)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--components-extra", type=_controller_list, default=[],
+        help="more controllers to check, comma-separated (the chart's opt-in ones: "
+        f"{','.join(n for n in controllers.NAMES if n not in controllers.DEFAULT)})",
+    )  # fmt: skip
     add_cluster_flags(parser)
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     return run_verb("check", lambda: asyncio.run(_check(args)))
+
+
+def _controller_list(value: str) -> list[str]:
+    """`--components a,b`: names of Sluice's controllers; a misspelt one is refused
+    rather than silently left unchecked."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in controllers.NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown controller {', '.join(unknown)} (known: {', '.join(controllers.NAMES)})"
+        )
+    return names
 
 
 def kubernetes_version(git_version: str) -> tuple[int, int, int] | None:
@@ -105,10 +131,14 @@ async def _check(args: argparse.Namespace) -> int:
         )
         if not args.pre:
             out.print("► checking controllers")
-            for name in controllers.CONTROLLERS:
+            wanted = [*args.components, *args.components_extra]
+            for name in (name for name in controllers.NAMES if name in wanted):
                 found = await controllers.find(client, args.namespace, name)
                 if found is None:
-                    verdict(False, f"{name}: deployment {args.namespace}/{name} not found")
+                    verdict(False, (
+                        f"{name}: deployment {args.namespace}/{name} not found; "
+                        "if it is not installed, name the others with --components"
+                    ))  # fmt: skip
                     continue
                 ready = found.replicas > 0 and found.ready >= found.replicas
                 state = "deployment ready" if ready else (

@@ -1,4 +1,5 @@
-"""The controllers as deployed in a cluster: their Deployments, versions and pods.
+"""Sluice's controllers (the one list of them), and, as deployed in a cluster,
+their Deployments, versions and pods.
 
 The chart runs each controller as a Deployment named after it, labelled
 `app: <name>`, in the controllers' namespace (flux-system), with one
@@ -14,12 +15,37 @@ from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import ResourceType
 
+
+@dataclass(frozen=True, slots=True)
+class Controller:
+    """One controller: the single definition the CLI, `sluice dev`, the image
+    build and the tests read, so adding a controller is one line here (and a
+    test holds pyproject's entry points and the chart's values to this list)."""
+
+    name: str
+    """Its entry point, Deployment, ServiceAccount and `app` label."""
+    module: str
+    """The package whose `__main__` runs it."""
+    values_key: str
+    """Its section of charts/sluice/values.yaml."""
+    default: bool = True
+    """Deployed by the chart's default values (`<values_key>.create`)."""
+
+
 CONTROLLERS = (
-    "source-controller",
-    "kustomize-controller",
-    "notification-controller",
-    "gating-controller",
+    Controller("source-controller", "source_controller", "sourceController"),
+    Controller("kustomize-controller", "kustomize_controller", "kustomizeController"),
+    Controller("helm-controller", "helm_controller", "helmController"),
+    Controller(
+        "application-controller", "application_controller", "applicationController", default=False
+    ),
+    Controller("resourceset-controller", "resourceset_controller", "resourcesetController"),
+    Controller("gating-controller", "gating_controller", "gatingController"),
+    Controller("notification-controller", "notification_controller", "notificationController"),
 )
+NAMES = tuple(controller.name for controller in CONTROLLERS)
+DEFAULT = tuple(controller.name for controller in CONTROLLERS if controller.default)
+"""What `helm install` deploys without values, and `sluice check` expects."""
 CONTAINER = "manager"
 DEPLOYMENT = ResourceType("apps", "v1", "deployments", "Deployment")
 POD = ResourceType("", "v1", "pods", "Pod")

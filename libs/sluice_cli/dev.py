@@ -2,9 +2,9 @@
 
 With no kubeconfig it starts the embedded control plane (etcd and a
 kube-apiserver on loopback, built once on first use), installs the CRDs,
-then starts the six controllers as six separate processes, exactly as they
-run in a cluster, waits until each answers /readyz, and prints how to use
-kubectl against it. Ctrl-C stops everything it started, controllers first.
+then starts every controller (`sluice_cli.controllers`) as a process of its
+own, as they run in a cluster, waits until each answers /readyz, and prints
+how to use kubectl against it. Ctrl-C stops everything it started, controllers first.
 With `--kubeconfig` it runs the controllers against that cluster instead.
 """
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from sluice_cli.controllers import CONTROLLERS
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane, ControlPlaneError, die_with_parent, free_port
 from sluice_envtest.debian import BuildError
@@ -89,20 +90,17 @@ def controllers(workdir: Path, endpoints: Endpoints) -> list[ControllerProcess]:
     notification = [
         "--events-addr", endpoints.events, *token, "--receiver-addr", endpoints.receiver
     ]  # fmt: skip
+    # Every controller posts events to the hub; these two also listen for people.
+    extra = {"source-controller": [*events, *source], "notification-controller": notification}
     return [
-        ControllerProcess("source-controller", "source_controller", extra=[*events, *source]),
-        ControllerProcess("kustomize-controller", "kustomize_controller", extra=list(events)),
-        ControllerProcess("helm-controller", "helm_controller", extra=list(events)),
-        ControllerProcess("application-controller", "application_controller", extra=list(events)),
-        ControllerProcess("resourceset-controller", "resourceset_controller", extra=list(events)),
-        ControllerProcess("gating-controller", "gating_controller", extra=list(events)),
-        ControllerProcess("notification-controller", "notification_controller", extra=notification),
+        ControllerProcess(c.name, c.module, extra=list(extra.get(c.name, events)))
+        for c in CONTROLLERS
     ]
 
 
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
-        "dev", help="run Sluice locally (embedded control plane + the six controllers)"
+        "dev", help="run Sluice locally (embedded control plane + every controller)"
     )
     parser.add_argument("--kubeconfig", help="use this cluster instead of the embedded one")
     parser.add_argument("--workdir", type=Path, help="state and logs (default: a temp dir)")

@@ -79,11 +79,12 @@ def _source(model: Any, word: str) -> Kind:
     return Kind(ResourceType.of_model(model), word, word, source=True, revision=_artifact_revision)
 
 
+HELMCHART = _source(HelmChart, "chart")
 SOURCES = (
     _source(GitRepository, "git"),
     _source(OCIRepository, "oci"),
     _source(HelmRepository, "helm"),
-    _source(HelmChart, "chart"),
+    HELMCHART,
     _source(Bucket, "bucket"),
 )
 KUSTOMIZATION = Kind(
@@ -118,18 +119,35 @@ def of_kind(kind: str) -> Kind | None:
 
 
 def source_of(obj: JSON) -> tuple[Kind, str, str] | None:
-    """The source a Kustomization or HelmRelease reads: its Kind, namespace and name."""
+    """The source an object reads, as `flux reconcile --with-source` follows it: its
+    Kind, namespace and name.
+
+    A Kustomization's or HelmChart's `sourceRef`; a HelmRelease's `chartRef`
+    (an OCIRepository or a HelmChart), or, for `chart.spec`, the HelmChart the
+    helm-controller made of it (`status.helmChart`, else `<namespace>-<name>` in
+    the chart source's namespace), so the new chart version is pulled before
+    the release is reconciled.
+    """
     spec = obj.get("spec") or {}
-    ref = spec.get("sourceRef")
-    if ref is None:  # a HelmRelease names its chart's source under chart.spec
-        ref = ((spec.get("chart") or {}).get("spec") or {}).get("sourceRef")
+    metadata = obj.get("metadata") or {}
+    own_namespace = str(metadata.get("namespace") or "")
+    ref = spec.get("sourceRef") or spec.get("chartRef")
+    chart = spec.get("chart")  # a HelmChart's is the chart's name, a HelmRelease's a template
+    chart_spec = chart.get("spec") if isinstance(chart, dict) else None
+    if ref is None and isinstance(chart_spec, dict):
+        made = str((obj.get("status") or {}).get("helmChart") or "")
+        if "/" in made:
+            namespace, name = made.split("/", 1)
+            return HELMCHART, namespace, name
+        source = chart_spec.get("sourceRef") or {}
+        namespace = str(source.get("namespace") or own_namespace)
+        return HELMCHART, namespace, f"{own_namespace}-{metadata.get('name') or ''}"
     if not isinstance(ref, dict):
         return None
     kind = of_kind(str(ref.get("kind") or ""))
     if kind is None or not kind.source:
         return None
-    namespace = str(ref.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
-    return kind, namespace, str(ref.get("name") or "")
+    return kind, str(ref.get("namespace") or own_namespace), str(ref.get("name") or "")
 
 
 def status_and_message(obj: JSON) -> tuple[str, str]:

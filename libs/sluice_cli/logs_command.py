@@ -180,7 +180,7 @@ async def _logs(args: argparse.Namespace) -> int:
 
 
 async def _controller_pods(client: KubeClient, namespace: str) -> list[JSON]:
-    selector = f"app in ({','.join(controllers.CONTROLLERS)})"
+    selector = f"app in ({','.join(controllers.NAMES)})"
     pods = (await client.list(controllers.POD, namespace=namespace, label_selector=selector)).items
     if not pods:
         raise Failure(

@@ -5,8 +5,9 @@ annotation with the current time; the controller copies the value into
 `status.lastHandledReconcileAt` when it runs. The command waits for that,
 and for a Ready condition that is about the current generation and no longer
 Unknown, then prints the revision (or the failure, exit 1). With
-`--with-source` the source of a Kustomization or HelmRelease goes first, so
-the new commit is fetched before it is applied.
+`--with-source` the source of a Kustomization or HelmRelease goes first (for
+a HelmRelease, its HelmChart's source, then the HelmChart), so the new
+commit or chart version is fetched before it is applied.
 """
 
 from __future__ import annotations
@@ -100,13 +101,27 @@ async def _reconcile(args: argparse.Namespace) -> int:
     async with connected(args.kubeconfig, args.context) as client:
         obj = await _get(client, kind, args.namespace, args.name)
         if getattr(args, "with_source", False):
-            source = kinds_.source_of(obj)
-            if source is None:
+            chain = await _sources(client, obj)
+            if not chain:
                 raise Failure(f"{kind.describe(args.namespace, args.name)} names no known source")
-            source_kind, source_namespace, source_name = source
-            await request_and_wait(client, source_kind, source_namespace, source_name, deadline)
+            for source_kind, source_namespace, source_name in chain:
+                await request_and_wait(client, source_kind, source_namespace, source_name, deadline)
         await request_and_wait(client, kind, args.namespace, args.name, deadline)
     return OK
+
+
+async def _sources(client: KubeClient, obj: JSON) -> list[tuple[Kind, str, str]]:
+    """The sources to reconcile first, farthest first: a HelmChart's own source goes
+    before it (HelmRepository, HelmChart, then the HelmRelease), as in Flux."""
+    chain: list[tuple[Kind, str, str]] = []
+    source = kinds_.source_of(obj)
+    while source is not None:
+        chain.insert(0, source)
+        kind, namespace, name = source
+        if kind is not kinds_.HELMCHART:
+            break
+        source = kinds_.source_of(await _get(client, kind, namespace, name))
+    return chain
 
 
 async def _get(client: KubeClient, kind: Kind, namespace: str, name: str) -> JSON:

@@ -57,7 +57,7 @@ async def _version(args: argparse.Namespace) -> int:
         async with connected(args.kubeconfig, args.context) as client:
             server = await client.request("GET", "/version")
             versions["kubernetes"] = str(server.get("gitVersion") or "unknown")
-            for name in controllers.CONTROLLERS:
+            for name in controllers.NAMES:
                 found = await controllers.find(client, args.namespace, name)
                 if found is not None:
                     versions[name] = found.version

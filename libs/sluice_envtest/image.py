@@ -14,7 +14,8 @@ layout; no daemon, no root-only bootstrap:
   scripts get `#!/usr/bin/python3.11`. /etc/passwd and /etc/group name the
   non-root user 65532.
 
-`python -m sluice_envtest.image build --out DIR [--push HOST/REPO:TAG]`.
+`python -m sluice_envtest.image build --out DIR [--push HOST/REPO:TAG]
+[--creds USER:PASSWORD]`; the push logs in as `sluice push artifact` does.
 The digest is not reproducible across days: dependencies are resolved from
 PyPI at build time (only the tools are pinned), and Debian point releases
 move.
@@ -34,14 +35,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice_cli import artifacts
 from sluice_envtest import debian
+from sluice_runtime.oci.registry import Reference, RegistryError
 
 COMMAND = "python -m sluice_envtest.image"
 PYTHON = "/usr/bin/python3.11"
@@ -55,15 +56,6 @@ DEBIAN_EXCLUDED = frozenset(
 )  # fmt: skip
 SITE = "/usr/local/lib/python3.11/site-packages"
 USER = 65532
-CONTROLLERS = (
-    "source-controller",
-    "kustomize-controller",
-    "helm-controller",
-    "application-controller",
-    "resourceset-controller",
-    "gating-controller",
-    "notification-controller",
-)
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -307,6 +299,15 @@ def build(out: Path, *, root: Path | None = None, log: Log | None = None) -> Lay
             {"created_by": f"{COMMAND}: pip install sluice=={tag} and images/tools.txt"},
         ],
     }
+    return write_layout(out, layers=layers, config=config, tag=tag)
+
+
+def write_layout(
+    out: Path, *, layers: Sequence[tuple[str, str, int]], config: dict[str, Any], tag: str
+) -> Layout:
+    """The manifest, index and oci-layout of an image whose layers `write_layer`
+    already wrote into `out`'s blobs; `config` is the image config to store."""
+    blobs = out / "blobs" / "sha256"
     config_digest, config_size = _write_json_blob(blobs, config)
     manifest = {
         "schemaVersion": 2,
@@ -341,7 +342,7 @@ def _write_json_blob(blobs: Path, document: dict[str, Any]) -> tuple[str, int]:
     return f"sha256:{digest}", len(data)
 
 
-# -- the registry (distribution API v2, monolithic uploads) ------------------
+# -- the registry, through the client of the `sluice` artifact verbs --------
 
 
 def _split(reference: str) -> tuple[str, str, str]:
@@ -353,76 +354,64 @@ def _split(reference: str) -> tuple[str, str, str]:
     return host, repository, tag
 
 
-def _request(
-    method: str, url: str, *, data: Any = None, headers: dict[str, str] | None = None
-) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})  # noqa: S310 - registry URL
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, dict(error.headers), error.read()
+def push(
+    layout: Layout,
+    reference: str,
+    *,
+    plain_http: bool = False,
+    creds: str | None = None,
+    docker_config: Path | None = None,
+) -> str:
+    """Push the layout's image to `reference`; the manifest's digest.
 
-
-def push(layout: Layout, reference: str, *, plain_http: bool = False) -> str:
-    """Push the layout's image to `reference`; the manifest's digest."""
+    Through the registry client the `sluice` artifact verbs use (oras-py's,
+    with token and basic auth), logged in with `creds` (`user:password`) or
+    else what `docker login` left in the Docker config, so a real registry
+    such as ghcr.io takes the push, not only an anonymous one.
+    """
     host, repository, tag = _split(reference)
-    base = f"{'http' if plain_http else 'https'}://{host}/v2/{repository}"
-    manifest = layout.manifest()
-    for descriptor in [manifest["config"], *manifest["layers"]]:
-        digest = descriptor["digest"]
-        status, _, _ = _request("HEAD", f"{base}/blobs/{digest}")
-        if status == 200:
-            continue
-        status, headers, body = _request("POST", f"{base}/blobs/uploads/")
-        location = headers.get("Location")
-        if status != 202 or not location:
-            raise ImageError(f"{reference}: starting an upload answered {status}: {body[:200]!r}")
-        if location.startswith("/"):
-            location = f"{'http' if plain_http else 'https'}://{host}{location}"
-        separator = "&" if "?" in location else "?"
-        path = layout.blob(digest)
-        with path.open("rb") as f:
-            status, _, body = _request(
-                "PUT",
-                f"{location}{separator}digest={digest}",
-                data=f,
-                headers={
-                    "Content-Type": "application/octet-stream",
-                    "Content-Length": str(path.stat().st_size),
-                },
-            )
-        if status != 201:
-            raise ImageError(f"{reference}: uploading {digest} answered {status}: {body[:200]!r}")
-    data = layout.blob(layout.manifest_digest).read_bytes()
-    status, _, body = _request(
-        "PUT", f"{base}/manifests/{tag}", data=data, headers={"Content-Type": MANIFEST_TYPE}
-    )
-    if status != 201:
-        raise ImageError(f"{reference}: the manifest answered {status}: {body[:200]!r}")
+    try:
+        ref = Reference.parse(f"oci://{host}/{repository}:{tag}")
+        registry = artifacts.connect(
+            ref,
+            artifacts.Connection(
+                insecure=plain_http, creds=creds, docker_config=docker_config, timeout=300
+            ),
+        )
+        manifest = layout.manifest()
+        for descriptor in [manifest["config"], *manifest["layers"]]:
+            digest = descriptor["digest"]
+            registry.upload_blob(layout.blob(digest).read_bytes(), digest)
+        raw = layout.blob(layout.manifest_digest).read_bytes()
+        registry.put_manifest(tag, raw, MANIFEST_TYPE)
+    except (ValueError, RegistryError, artifacts.ArtifactCommandError) as error:
+        raise ImageError(f"pushing {reference}: {error}") from None
     return layout.manifest_digest
 
 
-def pull_rootfs(reference: str, target: Path, *, plain_http: bool = False) -> dict[str, Any]:
+def pull_rootfs(
+    reference: str, target: Path, *, plain_http: bool = False, creds: str | None = None
+) -> dict[str, Any]:
     """Fetch `reference`, check every digest, unpack its layers into `target`; its config."""
     host, repository, tag = _split(reference)
-    base = f"{'http' if plain_http else 'https'}://{host}/v2/{repository}"
-    status, _, body = _request("GET", f"{base}/manifests/{tag}", headers={"Accept": MANIFEST_TYPE})
-    if status != 200:
-        raise ImageError(f"{reference}: the manifest answered {status}")
-    manifest = json.loads(body)
-
-    def blob(digest: str) -> bytes:
-        status, _, data = _request("GET", f"{base}/blobs/{digest}")
-        if status != 200 or f"sha256:{hashlib.sha256(data).hexdigest()}" != digest:
-            raise ImageError(f"{reference}: blob {digest} missing or corrupt ({status})")
-        return data
-
-    config: dict[str, Any] = json.loads(blob(manifest["config"]["digest"]))
-    target.mkdir(parents=True, exist_ok=True)
-    for layer in manifest["layers"]:
-        with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"])), mode="r:gz") as tar:
-            tar.extractall(target, filter="tar")
+    try:
+        registry = artifacts.connect(
+            Reference.parse(f"oci://{host}/{repository}:{tag}"),
+            artifacts.Connection(insecure=plain_http, creds=creds, timeout=300),
+        )
+        manifest = registry.manifest(tag).body
+        config: dict[str, Any] = json.loads(
+            registry.read_blob(manifest["config"]["digest"], max_size=1 << 20)
+        )
+        target.mkdir(parents=True, exist_ok=True)
+        for layer in manifest["layers"]:
+            with tempfile.TemporaryDirectory(prefix="sluice-image-layer-") as scratch:
+                path = Path(scratch) / "layer"
+                registry.download(layer["digest"], path, max_size=int(layer["size"]))
+                with tarfile.open(path, mode="r:gz") as tar:
+                    tar.extractall(target, filter="tar")
+    except (ValueError, RegistryError, artifacts.ArtifactCommandError) as error:
+        raise ImageError(f"pulling {reference}: {error}") from None
     return config
 
 
@@ -433,12 +422,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     building.add_argument("--out", type=Path, default=Path("build/oci"), help="OCI layout dir")
     building.add_argument("--push", metavar="HOST/REPO:TAG", help="then push it there")
     building.add_argument("--plain-http", action="store_true", help="the registry speaks HTTP")
+    building.add_argument(
+        "--creds", metavar="USER:PASSWORD", help="log in with these (default: the Docker config's)"
+    )
     args = parser.parse_args(argv)
     try:
         layout = build(args.out)
         print(f"{args.out}: {layout.manifest_digest}")
         if args.push:
-            push(layout, args.push, plain_http=args.plain_http)
+            push(layout, args.push, plain_http=args.plain_http, creds=args.creds)
             print(f"pushed {args.push}@{layout.manifest_digest}")
     except (ImageError, debian.BuildError) as error:
         print(f"{COMMAND}: {error}", file=sys.stderr)

@@ -11,9 +11,11 @@ import pytest
 import yaml
 
 from sluice_cli.diffing import mask_secrets
+from sluice_cli.kinds import HELM_RELEASE
 from sluice_cli.tree_command import release_objects
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.resources import SECRET
 
 from .conftest import (
     CONFIG_MAP,
@@ -380,6 +382,54 @@ async def test_tree_shows_a_helmrelease_where_its_api_is_not_served(
         f"├── Namespace/{namespace}\n"
         f"├── ConfigMap/{namespace}/settings\n"
         f"└── HelmRelease/{namespace}/podinfo\n"
+    )
+
+
+async def test_tree_nests_a_helmreleases_objects_from_helms_storage(
+    cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
+) -> None:
+    """What the helm-controller installed is read from the release's Secret in
+    Helm's storage, as `flux tree` does; a namespaced object the chart left
+    without a namespace is in the release's namespace."""
+    await kube.create(KUSTOMIZATION, {
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": namespace},
+        "spec": {"interval": "10m", "path": "./", "prune": True,
+                 "sourceRef": {"kind": "GitRepository", "name": "fleet"}},
+    })  # fmt: skip
+    await kube.merge_patch(KUSTOMIZATION, "apps", {"status": {"inventory": {"entries": [
+        {"id": f"{namespace}_podinfo_helm.toolkit.fluxcd.io_HelmRelease", "v": "v2"},
+    ]}}}, namespace=namespace, subresource="status")  # fmt: skip
+    await kube.create(HELM_RELEASE, {
+        "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+        "metadata": {"name": "podinfo", "namespace": namespace},
+        "spec": {"interval": "10m", "chart": {"spec": {
+            "chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "charts"}}}},
+    })  # fmt: skip
+    await kube.merge_patch(HELM_RELEASE, "podinfo", {"status": {
+        "storageNamespace": namespace,
+        "history": [{"digest": "sha256:" + "0" * 64, "name": "podinfo", "namespace": namespace,
+                     "version": 3, "status": "deployed", "chartName": "podinfo",
+                     "chartVersion": "6.5.0", "configDigest": "sha256:" + "1" * 64,
+                     "firstDeployed": "2026-11-21T10:00:00Z",
+                     "lastDeployed": "2026-11-21T10:00:00Z"}],
+    }}, namespace=namespace, subresource="status")  # fmt: skip
+    await kube.create(SECRET, {
+        "apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+        "metadata": {"name": "sh.helm.release.v1.podinfo.v3", "namespace": namespace},
+        "data": {"release": helm_secret_value(RELEASE_MANIFEST)},
+    })  # fmt: skip
+    code = await sluice(
+        "tree", "ks", "apps", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig)
+    )
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert out == (
+        f"Kustomization/{namespace}/apps\n"
+        f"└── HelmRelease/{namespace}/podinfo\n"
+        "    ├── ClusterRole/podinfo-reader\n"
+        "    ├── Deployment/elsewhere/podinfo\n"
+        f"    └── Service/{namespace}/podinfo\n"
     )
 
 

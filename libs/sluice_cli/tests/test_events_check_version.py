@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluice_cli import checking
+from sluice_cli import checking, controllers
 from sluice_cli.controllers import DEPLOYMENT, Deployed
 from sluice_cli.terminal import human_duration
 from sluice_cli.version_command import cli_version
@@ -15,7 +15,15 @@ from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.resources import EVENT
 
-from .conftest import KUSTOMIZATION, Capture, Fleet, cli_output, config_map, sluice
+from .conftest import (
+    KUSTOMIZATION,
+    Capture,
+    Fleet,
+    cli_output,
+    config_map,
+    sluice,
+    sluice_sync,
+)
 
 
 def stamp(ago: timedelta) -> str:
@@ -163,12 +171,8 @@ async def make_deployment(kube: KubeClient, namespace: str, name: str, *, ready:
 async def test_check_passes_with_ready_controllers_and_current_crds(
     cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
 ) -> None:
-    for name in (
-        "source-controller",
-        "kustomize-controller",
-        "notification-controller",
-        "gating-controller",
-    ):
+    # Every controller the chart deploys by default, helm- and resourceset-controller included.
+    for name in controllers.DEFAULT:
         await make_deployment(kube, namespace, name, ready=1)
     code = await sluice("check", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig))
     out, err = capsys.readouterr()
@@ -176,11 +180,15 @@ async def test_check_passes_with_ready_controllers_and_current_crds(
     lines = out.splitlines()
     assert lines[0] == "► checking prerequisites"
     assert lines[1].startswith("✔ Kubernetes 1.") and lines[1].endswith(" >=1.20.0")
-    assert lines[2:5] == [
+    assert lines[2 : lines.index("► checking crds")] == [
         "► checking controllers",
-        "✔ source-controller: deployment ready",
-        "► ghcr.io/sluice-gitops/sluice:0.1.0",
+        *(
+            line
+            for name in controllers.DEFAULT
+            for line in (f"✔ {name}: deployment ready", "► ghcr.io/sluice-gitops/sluice:0.1.0")
+        ),
     ]
+    assert "application-controller" not in out  # opt-in: checked only when asked
     crds = lines[lines.index("► checking crds") + 1 : -1]
     assert "✔ kustomizations.kustomize.toolkit.fluxcd.io/v1" in crds
     assert "✔ gates.gating.toolkit.fluxcd.io/v1alpha1" in crds
@@ -197,7 +205,10 @@ async def test_check_fails_naming_what_is_missing(
     assert code == 1
     lines = out.splitlines()
     assert "✗ source-controller: deployment not ready (0/1 replicas ready)" in lines
-    assert f"✗ kustomize-controller: deployment {namespace}/kustomize-controller not found" in lines
+    assert (
+        f"✗ kustomize-controller: deployment {namespace}/kustomize-controller not found; "
+        "if it is not installed, name the others with --components"
+    ) in lines
     assert lines[-1] == "✗ check failed"
 
     assert (
@@ -205,6 +216,38 @@ async def test_check_fails_naming_what_is_missing(
         == 0
     )
     assert capsys.readouterr().out.splitlines()[-1] == "✔ all checks passed"
+
+
+async def test_check_components_name_the_controllers_to_check(
+    cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
+) -> None:
+    await make_deployment(kube, namespace, "source-controller", ready=1)
+    flags = ("-n", namespace, "--kubeconfig", str(cluster.kubeconfig))
+    # A cluster installed with only some controllers names them, as with flux check.
+    assert await sluice("check", "--components", "source-controller", *flags) == 0
+    out = capsys.readouterr().out
+    assert "✔ source-controller: deployment ready" in out
+    assert "kustomize-controller" not in out
+    # The opt-in application-controller is checked when asked for.
+    code = await sluice(
+        "check", "--components=source-controller",
+        "--components-extra=application-controller", *flags,
+    )  # fmt: skip
+    assert code == 1
+    assert (
+        f"✗ application-controller: deployment {namespace}/application-controller not found; "
+        "if it is not installed, name the others with --components"
+        in capsys.readouterr().out.splitlines()
+    )
+
+
+def test_check_refuses_an_unknown_component(capsys: Capture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        sluice_sync("check", "--components", "source-controller,image-reflector-controller")
+    assert exited.value.code == 2
+    assert "unknown controller image-reflector-controller (known: source-controller," in (
+        capsys.readouterr().err
+    )
 
 
 WANTED = {"spec": {"versions": [
@@ -249,13 +292,14 @@ async def test_version_of_cli_server_and_controllers(
     cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
 ) -> None:
     await make_deployment(kube, namespace, "kustomize-controller", ready=1)
+    await make_deployment(kube, namespace, "helm-controller", ready=1)
     code = await sluice("version", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig))
     out, _ = capsys.readouterr()
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "sluice: v0.1.0"
     assert lines[1].startswith("kubernetes: v1.")
-    assert lines[2:] == ["kustomize-controller: 0.1.0"]
+    assert lines[2:] == ["kustomize-controller: 0.1.0", "helm-controller: 0.1.0"]
 
 
 async def test_version_client_needs_no_cluster(capsys: Capture) -> None:

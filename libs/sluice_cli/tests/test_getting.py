@@ -12,6 +12,7 @@ import sys
 
 import yaml
 
+from sluice_cli import kinds
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import KubeClient
 
@@ -147,6 +148,51 @@ async def test_get_all_across_namespaces_names_each_kind(
         line.split()[:2] for t in tables for line in t.splitlines() if line.startswith(namespace)
     ]
     assert ours == [[namespace, "gitrepository/fleet"], [namespace, "kustomization/apps"]]
+
+
+async def test_get_all_shows_every_kind_with_its_flux_columns(
+    cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
+) -> None:
+    """HelmReleases (the chart version as revision), and the kinds with no
+    revision (receivers, alerts, providers) or nothing to suspend (gates)."""
+    specs = {
+        kinds.HELMRELEASE: ("podinfo", {"interval": "10m", "chart": {"spec": {
+            "chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "charts"}}}}),
+        kinds.GATE: ("freeze", {"interval": "30s", "default": "closed", "window": "1h"}),
+        kinds.RECEIVER: ("ci", {"type": "generic", "secretRef": {"name": "token"},
+                                "resources": [{"kind": "GitRepository", "name": "fleet"}]}),
+        kinds.ALERT: ("on-call", {"providerRef": {"name": "hook"},
+                                  "eventSources": [{"kind": "Kustomization", "name": "*"}]}),
+        kinds.PROVIDER: ("hook", {"type": "generic", "address": "https://example.com/hook"}),
+    }  # fmt: skip
+    for kind, (name, spec) in specs.items():
+        await kube.create(kind.rt, {
+            "apiVersion": kind.rt.api_version, "kind": kind.rt.kind,
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec,
+        })  # fmt: skip
+    await kube.merge_patch(kinds.HELMRELEASE.rt, "podinfo", {"status": {
+        "history": [{"digest": "sha256:" + "0" * 64, "name": "podinfo", "namespace": namespace,
+                     "version": 1, "status": "deployed", "chartName": "podinfo",
+                     "chartVersion": "6.5.0", "configDigest": "sha256:" + "1" * 64,
+                     "firstDeployed": "2026-11-21T10:00:00Z",
+                     "lastDeployed": "2026-11-21T10:00:00Z"}],
+        "conditions": [condition("True", "InstallSucceeded", "Helm install succeeded")],
+    }}, namespace=namespace, subresource="status")  # fmt: skip
+
+    code = await sluice("get", "all", "-n", namespace, "--kubeconfig", str(cluster.kubeconfig))
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    tables = [[line.split() for line in table.splitlines()] for table in out.split("\n\n")]
+    waiting = ["waiting", "to", "be", "reconciled"]
+    assert tables == [
+        [["NAME", "REVISION", "SUSPENDED", "READY", "MESSAGE"],
+         ["helmrelease/podinfo", "6.5.0", "False", "True", "Helm", "install", "succeeded"]],
+        [["NAME", "READY", "MESSAGE"], ["gate/freeze", "False", *waiting]],
+        [["NAME", "SUSPENDED", "READY", "MESSAGE"], ["receiver/ci", "False", "False", *waiting]],
+        [["NAME", "SUSPENDED", "READY", "MESSAGE"], ["alert/on-call", "False", "False", *waiting]],
+        # A Provider can be suspended (spec.suspend), so it has the column.
+        [["NAME", "SUSPENDED", "READY", "MESSAGE"], ["provider/hook", "False", "False", *waiting]],
+    ]  # fmt: skip
 
 
 async def test_get_empty_namespace(cluster: Cluster, namespace: str, capsys: Capture) -> None:

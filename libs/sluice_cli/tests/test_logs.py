@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
-from collections.abc import Iterator
+import json
+import os
+import signal
+import ssl
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import structlog
+from aiohttp import web
 
 from sluice_cli.controllers import POD
 from sluice_cli.logs_command import Filter, format_line
+from sluice_envtest.certificates import make_serving_pki
+from sluice_envtest.controlplane import free_port
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.observing import logging as observing
 
 from .conftest import Capture, sluice
@@ -116,16 +129,19 @@ async def test_no_controller_pods_says_where_the_logs_are(
     assert code == 1
     assert capsys.readouterr().err == (
         f"✗ sluice logs: no controller pods in namespace {namespace} (labels app in "
-        "(source-controller,kustomize-controller,notification-controller,gating-controller)); "
+        "(source-controller,kustomize-controller,helm-controller,application-controller,"
+        "resourceset-controller,gating-controller,notification-controller)); "
         "pass --flux-namespace if they run elsewhere, or read `sluice dev`'s output when they "
         "run as local processes\n"
     )
 
 
-async def make_pod(kube: KubeClient, namespace: str, name: str, **spec: str) -> None:
+async def make_pod(
+    kube: KubeClient, namespace: str, name: str, app: str = "kustomize-controller", **spec: str
+) -> None:
     await kube.create(POD, {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "kustomize-controller"}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}},
         "spec": {"containers": [{"name": "manager", "image": "ghcr.io/sluice-gitops/sluice:0.1.0"}], **spec},
     })  # fmt: skip
 
@@ -149,3 +165,109 @@ async def test_logs_are_read_from_the_pods_log_endpoint(
     )
     assert "gone" in err
     assert err.count("\n") == 1
+
+
+async def test_logs_are_read_from_every_controller_not_only_the_first_four(
+    cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
+) -> None:
+    # The helm-controller's pod is one of the controllers': its log is read
+    # (and cannot be, bound to a node that does not exist), not skipped.
+    await make_pod(kube, namespace, "helm-controller-1", app="helm-controller", nodeName="gone")
+    flags = ("--flux-namespace", namespace, "--kubeconfig", str(cluster.kubeconfig))
+    code = await sluice("logs", "--kind", "HelmRelease", *flags)
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert err.startswith(
+        f"✗ sluice logs: cannot read the logs of pod {namespace}/helm-controller-1: "
+    )
+
+
+# -- --follow, through the API server to a kubelet on loopback -------------------------
+
+NODE = ResourceType("", "v1", "nodes", "Node", namespaced=False)
+
+
+def log_line(kind: str, name: str, msg: str) -> str:
+    return json.dumps({"ts": "2026-11-24T10:00:00.000Z", "level": "info", "msg": msg,
+                       "kind": kind, "namespace": "team", "name": name})  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def kubelet(more: asyncio.Event) -> AsyncIterator[tuple[int, list[str]]]:
+    """An HTTPS peer answering the API server's containerLogs requests as a
+    kubelet does: the log so far, then, when following, what comes later.
+    With no --kubelet-certificate-authority the API server does not verify it."""
+    asked: list[str] = []
+    finished = asyncio.Event()
+
+    async def container_logs(request: web.Request) -> web.StreamResponse:
+        asked.append(request.path_qs)
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(
+            (log_line("GitRepository", "apps", "fetched") + "\n"
+             + log_line("Kustomization", "apps", "reconciled") + "\n").encode()
+        )  # fmt: skip
+        if request.query.get("follow") == "true":
+            await more.wait()
+            await response.write((log_line("Kustomization", "apps", "later") + "\n").encode())
+            await finished.wait()  # open until the test is done with it
+        return response
+
+    app = web.Application()
+    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    pki = make_serving_pki()
+    with tempfile.TemporaryDirectory() as directory:
+        files = pki.write(Path(directory))
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(files["tls.crt"], files["tls.key"])
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=tls).start()
+    try:
+        yield port, asked
+    finally:
+        finished.set()  # else cleanup waits out aiohttp's shutdown timeout for the stream
+        await runner.cleanup()
+
+
+async def test_logs_follow_prints_the_lines_of_the_object_as_they_come(
+    cluster: Cluster, kube: KubeClient, namespace: str
+) -> None:
+    more = asyncio.Event()
+    node = f"kubelet-{namespace}"[:63]
+    async with kubelet(more) as (port, asked):
+        await kube.create(NODE, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+        try:
+            await kube.merge_patch(NODE, node, {"status": {
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+            }}, subresource="status")  # fmt: skip
+            await make_pod(kube, namespace, "kustomize-controller-1", nodeName=node)
+            follower = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "sluice_cli", "logs", "--follow",
+                "--kind", "Kustomization", "--name", "apps", "-n", "team",
+                "--flux-namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+            assert follower.stdout is not None and follower.stderr is not None
+            try:
+                first = (await asyncio.wait_for(follower.stdout.readline(), 60)).decode()
+                assert first.split(" ", 1)[1] == "info Kustomization/apps.team - reconciled\n"
+                more.set()  # a line written after `sluice logs` started reading
+                later = (await asyncio.wait_for(follower.stdout.readline(), 60)).decode()
+                assert later.split(" ", 1)[1] == "info Kustomization/apps.team - later\n"
+                follower.send_signal(signal.SIGINT)
+                assert await asyncio.wait_for(follower.wait(), 30) == 0
+                assert (await follower.stderr.read()).decode() == ""
+            finally:
+                if follower.returncode is None:
+                    follower.kill()
+                    await follower.wait()
+            assert asked == [
+                f"/containerLogs/{namespace}/kustomize-controller-1/manager?follow=true"
+            ]
+        finally:
+            await kube.delete(NODE, node)

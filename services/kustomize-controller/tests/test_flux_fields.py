@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from kustomize_controller.specs import ignore_rules, ignore_rules_by_field, unsupported
-from sluice_runtime.kube.ignoring import IgnoreRule, Target
 from sluice_api.kustomize import Kustomization
 from sluice_envtest.harness import condition
+from sluice_runtime.kube.ignoring import IgnoreRule, Target
 
 from .conftest import CONFIG_MAP, KUSTOMIZATION, Delivery, config_map
 
@@ -145,7 +145,9 @@ IGNORE = {"paths": ["/data/b"], "target": {"kind": "ConfigMap", "name": "tun.*"}
         ),
     ],
 )
-def test_both_ignore_fields_reach_the_apply(spec: dict[str, Any], expected: list[IgnoreRule]) -> None:
+def test_both_ignore_fields_reach_the_apply(
+    spec: dict[str, Any], expected: list[IgnoreRule]
+) -> None:
     """Flux 2.9's `ignore` is the same rule as `driftIgnoreRules`: both are applied."""
     assert ignore_rules(ks(**spec)) == expected
 

@@ -19,14 +19,22 @@ from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
 
 
 def unsupported_type(provider: Provider) -> str | None:
-    """Why the Provider cannot be served (its type, or a `commitStatusExpr` that
-    does not compile, which no event could fix), or None when it can."""
+    """Why the Provider cannot be served (its type, a `serviceAccountName`, or a
+    `commitStatusExpr` that does not compile: no event could fix them), or None
+    when it can."""
     kind = provider.spec.type
     if kind not in SUPPORTED_TYPES:
         supported = ", ".join(sorted(SUPPORTED_TYPES))
         return (
             f"spec.type '{kind}' is not supported by this version of Sluice "
             f"(supported: {supported})"
+        )
+    if provider.spec.service_account_name:
+        # Workload identity for cloud providers: without it, deliveries would go out
+        # with the secret's credentials alone, or none.
+        return (
+            "spec.serviceAccountName (workload identity) is not supported by this version "
+            "of Sluice; use spec.secretRef"
         )
     if provider.spec.commit_status_expr:
         try:

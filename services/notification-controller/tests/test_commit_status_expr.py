@@ -90,9 +90,12 @@ def test_an_expression_that_gives_no_context_fails_naming_it(expression: str, ma
         pytest.param({"commitStatusExpr": CLUSTER}, None, id="valid"),
         pytest.param({"commitStatusExpr": "event.("},
                      "spec.commitStatusExpr: invalid CEL expression 'event.('", id="invalid"),
+        pytest.param({"serviceAccountName": "notifier"},
+                     "spec.serviceAccountName (workload identity) is not supported",
+                     id="service-account"),
     ],
 )  # fmt: skip
-def test_a_provider_whose_expression_does_not_compile_is_refused(
+def test_a_provider_that_cannot_be_served_is_refused(
     spec: dict[str, Any], problem: str | None
 ) -> None:
     found = unsupported_type(provider("github", **spec))
@@ -119,16 +122,26 @@ async def test_the_hub_sets_the_commit_status_the_expression_names(
     assert (f"/api/v3/repos/acme/app/statuses/{SHA}", "app/expr") in ours
 
 
-async def test_a_provider_whose_expression_does_not_compile_stalls(alone: Platform) -> None:
+@pytest.mark.parametrize(
+    ("name", "spec", "message"),
+    [
+        pytest.param("bad-expr", {"commitStatusExpr": "event.("},
+                     "spec.commitStatusExpr: invalid CEL expression 'event.('", id="expression"),
+        pytest.param("identity", {"serviceAccountName": "notifier"},
+                     "spec.serviceAccountName (workload identity) is not supported",
+                     id="service-account"),
+    ],
+)  # fmt: skip
+async def test_a_provider_that_cannot_be_served_stalls(
+    alone: Platform, name: str, spec: dict[str, Any], message: str
+) -> None:
     p = alone
-    spec = {"type": "github", "address": "https://github.com/a/b", "commitStatusExpr": "event.("}
-    await p.create(PROVIDER, "bad-expr", spec)
+    await p.create(PROVIDER, name, {"type": "github", "address": "https://github.com/a/b", **spec})
     stalled = await p.observe.wait(
         PROVIDER,
-        "bad-expr",
+        name,
         lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
         what="Stalled",
     )
-    message = condition(stalled, "Stalled")["message"]  # type: ignore[index]
-    assert message.startswith("spec.commitStatusExpr: invalid CEL expression 'event.('")
+    assert condition(stalled, "Stalled")["message"].startswith(message)  # type: ignore[index]
     assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]

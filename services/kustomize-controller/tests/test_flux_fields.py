@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kustomize_controller.specs import ignore_rules, ignore_rules_by_field, unsupported
-from sluice_api.kustomize import Kustomization
+from sluice_api.kustomize import KUBECONFIG_ONE_OF, Kustomization
 from sluice_envtest.harness import condition
 from sluice_runtime.kube.ignoring import IgnoreRule, Target
 
@@ -210,3 +210,32 @@ async def test_an_unusable_ignore_rule_stalls_naming_the_field(delivery: Deliver
     message = condition(stalled, "Stalled")["message"]  # type: ignore[index]
     assert message.startswith("ignore: invalid JSON pointer 'data/x'")
     assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("kube_config", "message"),
+    [
+        pytest.param({"configMapRef": {"name": "aks"}},
+                     "spec.kubeConfig.configMapRef (workload identity for remote clusters) is not "
+                     "supported", id="config-map-ref-refused"),
+        # Flux's CEL rule, which a 1.20 API server cannot evaluate: the controller does.
+        pytest.param({}, KUBECONFIG_ONE_OF, id="cel-rule-none"),
+        pytest.param({"configMapRef": {"name": "aks"}, "secretRef": {"name": "remote"}},
+                     KUBECONFIG_ONE_OF, id="cel-rule-both"),
+    ],
+)  # fmt: skip
+async def test_a_kubeconfig_it_cannot_use_stalls_naming_why(
+    delivery: Delivery, kube_config: dict[str, Any], message: str
+) -> None:
+    d = delivery
+    repo = d.repo("app")
+    repo.commit("v1", files={"cm.yaml": config_map("remote", d.namespace)})
+    repo.push()
+    await d.git_repository("app")
+    await d.kustomization("app", source="app", kubeConfig=kube_config)
+    stalled = await d.observe.wait(
+        KUSTOMIZATION, "app", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
+    )
+    assert condition(stalled, "Stalled")["message"].startswith(message)  # type: ignore[index]
+    assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
+    assert "inventory" not in stalled["status"]

@@ -720,6 +720,22 @@ async def test_a_generic_oidc_receiver_stalls_naming_the_type(platform: Platform
     assert "webhookPath" not in obj["status"]
 
 
+async def test_a_receiver_without_a_secret_ref_stalls_with_fluxs_cel_message(
+    platform: Platform,
+) -> None:
+    """Flux's CEL rule (secretRef unless generic-oidc), which a 1.20 API server cannot
+    evaluate: the controller enforces it with the rule's message."""
+    p = platform
+    spec = {"type": "github", "resources": [{"kind": "GitRepository", "name": "app"}]}
+    await p.create(RECEIVER, "secretless", spec)
+    obj = await p.observe.wait(
+        RECEIVER, "secretless", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
+    )
+    message = condition(obj, "Stalled")["message"]  # type: ignore[index]
+    assert message == "spec.secretRef is required unless spec.type is 'generic-oidc'"
+    assert "webhookPath" not in obj["status"]
+
+
 async def test_a_receiver_reaches_a_resourceset_input_provider(platform: Platform) -> None:
     """A Receiver names the Flux Operator's kinds, without an apiVersion too; the
     provider's CRD is Sluice's own (the resourceset-controller serves it)."""

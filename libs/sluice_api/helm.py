@@ -105,8 +105,8 @@ class CrossNamespaceSourceReference(KubeModel):
     api_version: str | None = None
     """API version of the referent."""
 
-    kind: Literal["OCIRepository", "HelmChart"]
-    """Kind of the referent."""
+    kind: Literal["OCIRepository", "HelmChart", "ExternalArtifact"]
+    """Kind of the referent (ExternalArtifact: Flux 2.7)."""
 
     name: Annotated[str, StringConstraints(min_length=1, max_length=253)]
     """Name of the referent."""

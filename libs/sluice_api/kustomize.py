@@ -386,8 +386,8 @@ class KustomizationSpec(KubeModel):
 
     ignore: list[DriftIgnoreRule] | None = None
     """(Flux 2.9) JSON pointers the server-side apply neither sets nor corrects,
-    e.g. replicas an autoscaler owns. Sluice refuses it (Stalled) until its
-    apply can leave fields out."""
+    e.g. replicas an autoscaler owns: the same rules as driftIgnoreRules, and
+    applied with them."""
 
     build_metadata: list[Literal["originAnnotations", "transformerAnnotations"]] | None = None
     """(Flux 2.8) kustomize `buildMetadata` options for the build, as if the

@@ -96,7 +96,8 @@ class ReceiverResource(CrossNamespaceObjectReference):
 
     filter: str | None = None
     """(Flux 2.9) CEL expression that must be true to act on this resource, ANDed
-    with spec.resourceFilter. Sluice refuses it (Stalled): it has no CEL yet."""
+    with spec.resourceFilter; it reads the object as `res` and the request body
+    as `req`."""
 
     action: Literal["open", "close"] | None = None
     """Sluice, for kind Gate only: open or close the gate instead of
@@ -180,8 +181,8 @@ class ReceiverSpec(KubeModel):
     """The objects to reconcile (or gates to open or close) on a webhook."""
 
     resource_filter: str | None = None
-    """CEL expression, evaluated per resource, that must be true to act on it.
-    Sluice refuses it (Stalled): it has no CEL evaluator yet."""
+    """CEL expression, evaluated per resource, that must be true to act on it; it
+    reads the object as `res` and the request body as `req`."""
 
     secret_ref: LocalObjectReference | None = None
     """Secret with the `token` that authenticates the webhook; required by every

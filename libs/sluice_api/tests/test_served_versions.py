@@ -61,14 +61,23 @@ def is_subset(small: Any, large: Any) -> bool:
     return bool(small == large)
 
 
+OWN_TESTS = {"Gate", "HelmRelease", "ResourceSet", "ResourceSetInputProvider", "Application"}
+"""Kinds whose every version is exercised by their own controller's tests (Sluice's
+Gate, and the kinds Flux's source, kustomize and notification APIs do not hold)."""
+
+
 def test_corpus_covers_every_served_version() -> None:
-    served = {(m.KIND, v) for m in ALL_KINDS for v in (m.VERSION, *m.EXTRA_VERSIONS)}
+    """Every version of every Flux kind, the storage version included."""
+    served = {
+        (m.KIND, v)
+        for m in ALL_KINDS
+        if m.KIND not in OWN_TESTS
+        for v in (m.VERSION, *m.EXTRA_VERSIONS)
+    }
     written = {
         (p.values[0]["kind"], p.values[0]["apiVersion"].split("/")[1]) for p in CORPUS_PARAMS
     }
-    # Gate and the storage versions of the other kinds have their own tests.
-    missing = served - written - {(m.KIND, m.VERSION) for m in ALL_KINDS}
-    assert missing == set()
+    assert served - written == set()
 
 
 @pytest.mark.parametrize("doc", CORPUS_PARAMS)

@@ -14,7 +14,7 @@ import aiohttp
 import structlog
 
 from helm_controller import contexts, helmrelease, watching
-from sluice_api import Gate, HelmChart, HelmRelease, OCIRepository
+from sluice_api import ExternalArtifact, Gate, HelmChart, HelmRelease, OCIRepository
 from sluice_runtime import app, gatekeeping
 from sluice_runtime.helming import HelmMissing, helm_binary
 from sluice_runtime.kube.impersonation import TargetClusters
@@ -23,7 +23,7 @@ from sluice_runtime.kube.resources import ResourceType
 log = structlog.get_logger(__name__)
 
 SERVICE = "helm-controller"
-KINDS = (HelmRelease, HelmChart, OCIRepository, Gate)
+KINDS = (HelmRelease, HelmChart, OCIRepository, ExternalArtifact, Gate)
 """Every kind this process reads; startup fails clearly if one is not served."""
 
 
@@ -54,6 +54,7 @@ async def setup(runtime: app.Runtime) -> None:
     chart_rt = ResourceType.of_model(HelmChart)
     gate_rt = ResourceType.of_model(Gate)
     oci_rt = ResourceType.of_model(OCIRepository)
+    external_rt = ResourceType.of_model(ExternalArtifact)
     hrs = runtime.informers.get(hr_rt, selected=True).store
     services = contexts.Services(
         session=session,
@@ -61,6 +62,7 @@ async def setup(runtime: app.Runtime) -> None:
         charts=runtime.informers.get(chart_rt).store,
         gates=runtime.informers.get(gate_rt).store,
         oci_repositories=runtime.informers.get(oci_rt).store,
+        external_artifacts=runtime.informers.get(external_rt).store,
         kubeconfig=options.kubeconfig,
         default_service_account=options.default_service_account or None,
         requeue_dependency=options.requeue_dependency,
@@ -70,6 +72,7 @@ async def setup(runtime: app.Runtime) -> None:
     controller = runtime.controller(helmrelease.reconciler(services))
     controller.watch(chart_rt, watching.chart_watchers(hrs))
     controller.watch(oci_rt, watching.chart_watchers(hrs, "OCIRepository"))
+    controller.watch(external_rt, watching.chart_watchers(hrs, "ExternalArtifact"))
     controller.watch(hr_rt, watching.dependent_watchers(hrs), selected=True)
     controller.watch(gate_rt, gatekeeping.consumers_of(hrs))
 

@@ -2,11 +2,13 @@
 
 `spec.chart` makes the controller create and own a HelmChart
 `<namespace>-<name>` in the source's namespace; `spec.chartRef` names an
-existing HelmChart or an OCIRepository holding a chart (pushed with
-`helm push`). Either way the release waits for its artifact, which is
-downloaded and checked against its digest. A chart from an OCIRepository
-gets the version `<version>+<first 12 hex of the artifact digest>`, as in
-Flux, so a chart pushed again under the same version is a new release.
+existing HelmChart, an OCIRepository holding a chart (pushed with
+`helm push`) or an ExternalArtifact (Flux 2.7) whose artifact is a chart.
+Either way the release waits for its artifact, which is downloaded and
+checked against its digest. A chart from an OCIRepository or an
+ExternalArtifact gets the version `<version>+<first 12 hex of the artifact
+digest>`, as in Flux, so content changed under the same version is a new
+release.
 """
 
 from __future__ import annotations
@@ -104,7 +106,11 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
                 Reason.ARTIFACT_FAILED,
                 f"cannot access {kind}/{key}: cross-namespace references are not allowed",
             )
-    store = ctx.services.oci_repositories if kind == "OCIRepository" else ctx.services.charts
+    stores = {
+        "OCIRepository": ctx.services.oci_repositories,
+        "ExternalArtifact": ctx.services.external_artifacts,
+    }
+    store = stores.get(kind, ctx.services.charts)
     chart = store.get(key)
     artifact = ((chart or {}).get("status") or {}).get("artifact")
     if chart is None or not artifact:
@@ -135,7 +141,7 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
         raise StepError(Reason.ARTIFACT_FAILED, f"{kind} '{key}' artifact holds no chart")
     ctx.chart_dir = dirs[0]
     ctx.revision = ctx.artifact.revision
-    if kind == "OCIRepository":
+    if kind in ("OCIRepository", "ExternalArtifact"):
         ctx.revision = version_with_digest(ctx.chart_dir, ctx.artifact, where=f"{kind} '{key}'")
     return None
 

@@ -42,6 +42,7 @@ class Services:
     charts: Store
     gates: Store
     oci_repositories: Store
+    external_artifacts: Store
     kubeconfig: str | None
     """The controller's kubeconfig for helm; None in a pod (helm uses in-cluster config)."""
     default_service_account: str | None = None

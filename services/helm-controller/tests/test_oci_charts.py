@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sluice_api.source import ExternalArtifact
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE, helm, write_chart
 from sluice_envtest.harness import condition
 from sluice_envtest.registry import OciRegistry
@@ -15,6 +16,7 @@ from sluice_runtime.kube.resources import ResourceType
 from .conftest import CONFIG_MAP, HELMCHART, HELMRELEASE, HELMREPO, HelmDelivery
 
 OCIREPO = ResourceType("source.toolkit.fluxcd.io", "v1beta2", "ocirepositories", "OCIRepository")
+EXTERNAL = ResourceType.of_model(ExternalArtifact)
 CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 # A chart version with build metadata (`+`) is no label value: charts write it
 # with `_`, as `helm create`'s helpers do.
@@ -152,3 +154,72 @@ async def test_a_chart_from_an_oci_repository_chart_ref_is_released_and_repushed
         (1, "superseded"),
         (2, "deployed"),
     ]
+
+
+async def test_a_chart_from_an_external_artifact_chart_ref_is_released(
+    helm_delivery: HelmDelivery, oci_registry: OciRegistry, tmp_path: Path
+) -> None:
+    """Flux 2.7's `chartRef.kind: ExternalArtifact`: another producer publishes the
+    chart; here the test plays that producer, re-publishing what an OCIRepository
+    built, and a HelmRelease naming the ExternalArtifact releases it."""
+    d = helm_delivery
+    ns = d.namespace
+    push_chart(oci_registry, f"{ns}/ext", tmp_path, "2.0.0")
+    await d.kube.create(
+        OCIREPO,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1beta2",
+            "kind": "OCIRepository",
+            "metadata": {"name": "producer"},
+            "spec": {
+                "url": oci_registry.oci_url(f"{ns}/ext/app"),
+                "ref": {"tag": "2.0.0"},
+                "insecure": True,
+                "interval": "1h",
+                "layerSelector": {"mediaType": CHART_LAYER, "operation": "copy"},
+            },
+        },
+        namespace=ns,
+    )
+    built = (await d.observe.wait_ready(OCIREPO, "producer", timeout=60))["status"]["artifact"]
+    await d.kube.create(
+        EXTERNAL,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "ExternalArtifact",
+            "metadata": {"name": "chart"},
+            "spec": {},
+        },
+        namespace=ns,
+    )
+    await d.kube.create(
+        HELMRELEASE,
+        {
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {"name": "ext"},
+            "spec": {
+                "interval": "1h",
+                "chartRef": {"kind": "ExternalArtifact", "name": "chart"},
+                "values": {"greeting": "external"},
+            },
+        },
+        namespace=ns,
+    )
+    # Named before anything is published: waited for, like any chart source.
+    await d.observe.wait(
+        HELMRELEASE,
+        "ext",
+        lambda o: (
+            f"ExternalArtifact '{ns}/chart' is not ready"
+            in (condition(o, "Ready") or {}).get("message", "")
+        ),
+        what="waiting for the external artifact",
+    )
+    await d.kube.merge_patch(
+        EXTERNAL, "chart", {"status": {"artifact": built}}, namespace=ns, subresource="status"
+    )
+    obj = await d.observe.wait_ready(HELMRELEASE, "ext", timeout=60)
+    version = f"2.0.0+{built['digest'].removeprefix('sha256:')[:12]}"
+    assert obj["status"]["history"][0]["chartVersion"] == version
+    assert (await d.kube.get(CONFIG_MAP, "ext-config", ns))["data"]["greeting"] == "external"

@@ -26,7 +26,7 @@ from kustomize_controller.applying import (
 )
 from kustomize_controller.context import Condition, KustomizationContext, Reason, Services
 from kustomize_controller.health_checking import reconcile_health
-from kustomize_controller.specs import health_rules, ignore_rules, unsupported
+from kustomize_controller.specs import health_rules, ignore_rules_by_field, unsupported
 from sluice_api.kustomize import Kustomization
 from sluice_api.meta import Artifact
 from sluice_runtime import building, dependencies, gatekeeping, substituting
@@ -57,10 +57,11 @@ async def reconcile_spec(ctx: KustomizationContext) -> Result | None:
         ctx.health_rules = health_rules(ctx.obj)
     except InvalidExpression as error:
         raise Stalling(Reason.RECONCILIATION_FAILED, str(error)) from None
-    try:
-        validate_ignore_rules(ignore_rules(ctx.obj))
-    except InvalidSelector as error:
-        raise Stalling(Reason.RECONCILIATION_FAILED, f"driftIgnoreRules: {error}") from None
+    for field, rules in ignore_rules_by_field(ctx.obj).items():
+        try:
+            validate_ignore_rules(rules)
+        except InvalidSelector as error:
+            raise Stalling(Reason.RECONCILIATION_FAILED, f"{field}: {error}") from None
     return None
 
 

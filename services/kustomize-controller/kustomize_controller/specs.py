@@ -17,11 +17,6 @@ def unsupported(ks: Kustomization) -> str | None:
     are refused here rather than silently ignored, as are combinations Flux's CEL
     rules forbid, which API servers before 1.25 cannot check."""
     spec = ks.spec
-    if spec.ignore:
-        return (
-            "spec.ignore (field ignore rules for server-side apply) is not supported by this "
-            "version of Sluice; remove it"
-        )
     if spec.kube_config is not None:
         refs = (spec.kube_config.config_map_ref, spec.kube_config.secret_ref)
         if all(ref is None for ref in refs) or all(ref is not None for ref in refs):
@@ -34,9 +29,23 @@ def unsupported(ks: Kustomization) -> str | None:
     return None
 
 
+def ignore_rules_by_field(ks: Kustomization) -> dict[str, list[IgnoreRule]]:
+    """Each ignore field's rules, so a rule that cannot be used is named by its field.
+
+    Flux's API gave the same rules two names (`ignore` in Flux 2.9's API,
+    `driftIgnoreRules` as the pull request ended), both in manifests people write.
+    """
+    spec = ks.spec
+    return {
+        "driftIgnoreRules": rules_of(spec.drift_ignore_rules or []),
+        "ignore": rules_of(spec.ignore or []),
+    }
+
+
 def ignore_rules(ks: Kustomization) -> list[IgnoreRule]:
-    """`driftIgnoreRules` in the apply's terms."""
-    return rules_of(ks.spec.drift_ignore_rules or [])
+    """`driftIgnoreRules` and `ignore` in the apply's terms: both take their JSON
+    pointers out of what is applied, so a manifest using either name is honoured."""
+    return [rule for rules in ignore_rules_by_field(ks).values() for rule in rules]
 
 
 def health_rules(ks: Kustomization) -> HealthRules:

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from kustomize_controller.specs import unsupported
-from sluice_api.kustomize import Kustomization
+from kustomize_controller.specs import ignore_rules, ignore_rules_by_field, unsupported
+from sluice_api.kustomize import KUBECONFIG_ONE_OF, Kustomization
 from sluice_envtest.harness import condition
+from sluice_runtime.kube.ignoring import IgnoreRule, Target
 
 from .conftest import CONFIG_MAP, KUSTOMIZATION, Delivery, config_map
 
@@ -39,7 +40,7 @@ def ks(**spec: Any) -> Kustomization:
         ),
         pytest.param(
             {"ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment"}}]},
-            "spec.ignore (field ignore rules for server-side apply) is not supported",
+            None,
             id="ignore",
         ),
         pytest.param(
@@ -120,17 +121,121 @@ def _delete(name: str, namespace: str) -> str:
     )
 
 
-async def test_ignore_rules_are_refused_naming_the_field(delivery: Delivery) -> None:
+DRIFT = {"paths": ["/data/a"]}
+IGNORE = {"paths": ["/data/b"], "target": {"kind": "ConfigMap", "name": "tun.*"}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        pytest.param({}, [], id="none"),
+        pytest.param({"driftIgnoreRules": [DRIFT]}, [IgnoreRule(paths=("/data/a",))], id="drift"),
+        pytest.param(
+            {"ignore": [IGNORE]},
+            [IgnoreRule(paths=("/data/b",), target=Target(kind="ConfigMap", name="tun.*"))],
+            id="ignore",
+        ),
+        pytest.param(
+            {"driftIgnoreRules": [DRIFT], "ignore": [IGNORE]},
+            [
+                IgnoreRule(paths=("/data/a",)),
+                IgnoreRule(paths=("/data/b",), target=Target(kind="ConfigMap", name="tun.*")),
+            ],
+            id="both",
+        ),
+    ],
+)
+def test_both_ignore_fields_reach_the_apply(
+    spec: dict[str, Any], expected: list[IgnoreRule]
+) -> None:
+    """Flux 2.9's `ignore` is the same rule as `driftIgnoreRules`: both are applied."""
+    assert ignore_rules(ks(**spec)) == expected
+
+
+def test_ignore_rules_are_kept_by_field() -> None:
+    """So a rule that cannot be used is named by the field that holds it."""
+    by_field = ignore_rules_by_field(ks(ignore=[IGNORE]))
+    assert by_field["driftIgnoreRules"] == []
+    assert [rule.paths for rule in by_field["ignore"]] == [("/data/b",)]
+
+
+async def test_ignore_rules_leave_their_paths_to_other_managers(delivery: Delivery) -> None:
+    """`spec.ignore` (Flux 2.9) is honoured as `driftIgnoreRules` is: the ignored
+    path keeps another manager's value, the rest of the object is corrected."""
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("app")
+    repo.commit(
+        "v1",
+        files={
+            "cm.yaml": config_map("tuned", ns, managed="v1", ignored="original"),
+            "other.yaml": config_map("other", ns, ignored="original"),
+        },
+    )
+    repo.push()
+    await d.git_repository("app")
+    await d.kustomization(
+        "app",
+        source="app",
+        interval="2s",
+        ignore=[{"paths": ["/data/ignored"], "target": {"kind": "ConfigMap", "name": "tun.*"}}],
+    )
+    await d.observe.wait_ready(KUSTOMIZATION, "app")
+    assert (await d.kube.get(CONFIG_MAP, "tuned", ns))["data"]["ignored"] == "original"
+
+    drift = {"data": {"managed": "tampered", "ignored": "theirs"}}
+    await d.kube.merge_patch(CONFIG_MAP, "tuned", drift, namespace=ns)
+    await d.kube.merge_patch(CONFIG_MAP, "other", {"data": {"ignored": "theirs"}}, namespace=ns)
+    await d.observe.wait(
+        CONFIG_MAP, "other", lambda o: o["data"].get("ignored") == "original", timeout=20
+    )
+    tuned = await d.observe.wait(
+        CONFIG_MAP, "tuned", lambda o: o["data"].get("managed") == "v1", timeout=20
+    )
+    assert tuned["data"]["ignored"] == "theirs"
+    ks_obj = await d.kube.get(KUSTOMIZATION, "app", ns)
+    assert (condition(ks_obj, "Ready") or {}).get("status") == "True"
+
+
+async def test_an_unusable_ignore_rule_stalls_naming_the_field(delivery: Delivery) -> None:
     d = delivery
     repo = d.repo("app")
     repo.commit("v1", files={"cm.yaml": config_map("cm", d.namespace)})
     repo.push()
     await d.git_repository("app")
-    await d.kustomization(
-        "app", source="app", ignore=[{"paths": ["/data"], "target": {"kind": "ConfigMap"}}]
-    )
+    await d.kustomization("app", source="app", ignore=[{"paths": ["data/x"]}])
     stalled = await d.observe.wait(
         KUSTOMIZATION, "app", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
     )
-    assert condition(stalled, "Stalled")["message"].startswith("spec.ignore ")  # type: ignore[index]
+    message = condition(stalled, "Stalled")["message"]  # type: ignore[index]
+    assert message.startswith("ignore: invalid JSON pointer 'data/x'")
     assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("kube_config", "message"),
+    [
+        pytest.param({"configMapRef": {"name": "aks"}},
+                     "spec.kubeConfig.configMapRef (workload identity for remote clusters) is not "
+                     "supported", id="config-map-ref-refused"),
+        # Flux's CEL rule, which a 1.20 API server cannot evaluate: the controller does.
+        pytest.param({}, KUBECONFIG_ONE_OF, id="cel-rule-none"),
+        pytest.param({"configMapRef": {"name": "aks"}, "secretRef": {"name": "remote"}},
+                     KUBECONFIG_ONE_OF, id="cel-rule-both"),
+    ],
+)  # fmt: skip
+async def test_a_kubeconfig_it_cannot_use_stalls_naming_why(
+    delivery: Delivery, kube_config: dict[str, Any], message: str
+) -> None:
+    d = delivery
+    repo = d.repo("app")
+    repo.commit("v1", files={"cm.yaml": config_map("remote", d.namespace)})
+    repo.push()
+    await d.git_repository("app")
+    await d.kustomization("app", source="app", kubeConfig=kube_config)
+    stalled = await d.observe.wait(
+        KUSTOMIZATION, "app", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
+    )
+    assert condition(stalled, "Stalled")["message"].startswith(message)  # type: ignore[index]
+    assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
+    assert "inventory" not in stalled["status"]

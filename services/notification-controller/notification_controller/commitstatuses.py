@@ -2,16 +2,24 @@
 
 State `success` for info and `failure` (GitLab `failed`) for error;
 `Progressing` events are skipped, as in Flux. The context is
-`<kind>/<name>/<first segment of the Provider's UID>`, lowercased; the
+`<kind>/<name>/<first segment of the Provider's UID>`, lowercased, or what the
+Provider's `commitStatusExpr` (CEL over `event`, `provider` and `alert`, as
+the API gives them) evaluates to, which must be a non-empty string; the
 commit is the hash in the `originRevision` or else `revision` metadata.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
+
+import celpy
+from celpy.adapter import json_to_cel
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError
 
 from notification_controller.outbound import (
     DeliveryError,
@@ -82,6 +90,50 @@ def commit_status_context(provider: Provider, event: Mapping[str, Any]) -> str:
     return f"{kind}/{name}/{uid.split('-')[0]}".lower()
 
 
+class InvalidExpression(ValueError):
+    """A `commitStatusExpr` that does not compile; the message names the field."""
+
+
+@functools.lru_cache(maxsize=256)
+def compile_expression(source: str) -> celpy.Runner:
+    """The compiled `commitStatusExpr` (cached: every event to the Provider uses it)."""
+    env = celpy.Environment()
+    try:
+        return env.program(env.compile(source))
+    except CELParseError as error:
+        first = str(error).splitlines()[0] if str(error) else "syntax error"
+        raise InvalidExpression(
+            f"spec.commitStatusExpr: invalid CEL expression {source!r}: {first}"
+        ) from None
+
+
+def expression_context(source: str, target: Target) -> str:
+    """What `commitStatusExpr` gives for this event; DeliveryError naming it otherwise."""
+    try:
+        program = compile_expression(source)
+    except InvalidExpression as error:
+        raise DeliveryError(str(error)) from None
+    activation = {
+        "event": json_to_cel(dict(target.event)),
+        "provider": json_to_cel(target.provider.to_obj()),
+        "alert": json_to_cel(dict(target.alert or {})),
+    }
+    try:
+        value = program.evaluate(activation)
+    except CELEvalError as error:
+        reason = str(error.args[0]) if error.args else str(error)
+        raise DeliveryError(
+            f"spec.commitStatusExpr {source!r} cannot be evaluated: {reason[:200]}"
+        ) from None
+    # celpy gives a plain str for some string results (concatenation): both are strings.
+    if not isinstance(value, str) or not value:
+        raise DeliveryError(
+            f"spec.commitStatusExpr {source!r} gave {type(value).__name__} "
+            f"{str(value)[:60]!r}, not a non-empty string"
+        )
+    return str(value)
+
+
 def commit_state(severity: str, reason: str) -> str | None:
     """`success`, `failure`, or None to skip (Progressing), as Flux maps them."""
     if reason == PROGRESSING_REASON:
@@ -113,8 +165,6 @@ def describe_reason(reason: str) -> str:
 
 
 def _commit_status(target: Target) -> tuple[str, str, str, str] | None:
-    if target.provider.spec.commit_status_expr:
-        raise DeliveryError("commitStatusExpr is not supported")
     if not target.token:
         raise DeliveryError(f"{target.provider.spec.type} provider needs a token")
     event = target.event
@@ -126,7 +176,12 @@ def _commit_status(target: Target) -> tuple[str, str, str, str] | None:
     state = commit_state(str(event.get("severity", "")), reason)
     if state is None:
         return None
-    context = commit_status_context(target.provider, event)
+    expression = target.provider.spec.commit_status_expr
+    context = (
+        expression_context(expression, target)
+        if expression
+        else commit_status_context(target.provider, event)
+    )
     return commit_sha(revision), state, context, describe_reason(reason)
 
 

@@ -293,6 +293,7 @@ class EventHub:
                 headers=headers,
                 timeout=timeout,
                 transport=transport,
+                alert=raw_alert,
             )
         except DeliveryError as error:
             message = redact_urls(str(error))

@@ -180,8 +180,10 @@ class WebhookLimiter:
         self.rate_limiter = RateLimiter(rate, burst)
         self.debouncer = Debouncer(window)
 
-    def admit(self, key: Hashable, now: datetime) -> Decision:
+    def admit(self, key: Hashable, now: datetime, *, debounce_key: Hashable = None) -> Decision:
+        """`debounce_key` (default: `key`) folds only requests that would act alike:
+        a Receiver with CEL filters folds identical bodies, never different ones."""
         if not self.rate_limiter.allow(key, now):
             wait = self.rate_limiter.retry_after(key, now)
             return Decision(accept=False, retry_after=float(max(1, math.ceil(wait))))
-        return self.debouncer.admit(key, now)
+        return self.debouncer.admit(key if debounce_key is None else debounce_key, now)

@@ -41,6 +41,8 @@ class Target:
     token: str
     headers: dict[str, str]
     now: float
+    alert: Mapping[str, Any] | None = None
+    """The Alert the event matched (as the API gives it), for `commitStatusExpr`."""
 
 
 def http_url(address: str) -> str:

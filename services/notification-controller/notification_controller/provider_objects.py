@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from notification_controller.commitstatuses import InvalidExpression, compile_expression
 from notification_controller.providers import SUPPORTED_TYPES
 from sluice_api.notification import NotificationReason, Provider
 from sluice_runtime.reconciling.errors import Stalling
@@ -18,12 +19,29 @@ from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
 
 
 def unsupported_type(provider: Provider) -> str | None:
-    """Why the Provider's type cannot be served, or None when it can."""
+    """Why the Provider cannot be served (its type, a `serviceAccountName`, or a
+    `commitStatusExpr` that does not compile: no event could fix them), or None
+    when it can."""
     kind = provider.spec.type
-    if kind in SUPPORTED_TYPES:
-        return None
-    supported = ", ".join(sorted(SUPPORTED_TYPES))
-    return f"spec.type '{kind}' is not supported by this version of Sluice (supported: {supported})"
+    if kind not in SUPPORTED_TYPES:
+        supported = ", ".join(sorted(SUPPORTED_TYPES))
+        return (
+            f"spec.type '{kind}' is not supported by this version of Sluice "
+            f"(supported: {supported})"
+        )
+    if provider.spec.service_account_name:
+        # Workload identity for cloud providers: without it, deliveries would go out
+        # with the secret's credentials alone, or none.
+        return (
+            "spec.serviceAccountName (workload identity) is not supported by this version "
+            "of Sluice; use spec.secretRef"
+        )
+    if provider.spec.commit_status_expr:
+        try:
+            compile_expression(provider.spec.commit_status_expr)
+        except InvalidExpression as error:
+            return str(error)
+    return None
 
 
 @dataclass(kw_only=True)

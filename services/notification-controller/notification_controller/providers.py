@@ -97,6 +97,7 @@ async def deliver(
     retries: int = 3,
     backoff: float = 0.5,
     clock: Callable[[], float] = time.time,
+    alert: Mapping[str, Any] | None = None,
 ) -> None:
     """Send `event` (already enriched for the Alert) to `provider`.
 
@@ -109,7 +110,7 @@ async def deliver(
     """
     transport = transport or Transport()
     request = build_request(
-        provider, event, address=address, token=token, headers=headers, now=clock()
+        provider, event, address=address, token=token, headers=headers, now=clock(), alert=alert
     )
     if request is None:
         return
@@ -154,6 +155,7 @@ def build_request(
     token: str | None,
     headers: Mapping[str, str],
     now: float,
+    alert: Mapping[str, Any] | None = None,
 ) -> OutboundRequest | None:
     """The request `deliver` sends, or None when the event is skipped."""
     kind = provider.spec.type
@@ -165,7 +167,7 @@ def build_request(
     builder = _BUILDERS.get(kind)
     if builder is None:
         raise DeliveryError(f"provider type {kind!r} is not supported")
-    return builder(Target(provider, event, address, token or "", dict(headers), now))
+    return builder(Target(provider, event, address, token or "", dict(headers), now, alert))
 
 
 # Builders ------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import functools
 import hashlib
 from dataclasses import dataclass, field
 
+from notification_controller.filtering import InvalidFilter, compile_filters
 from sluice_api.notification import (
     RECEIVER_SECRET_REQUIRED,
     WEBHOOK_PATH_PREFIX,
@@ -64,8 +65,9 @@ def unsupported(receiver: Receiver) -> str | None:
     """Why the Receiver's spec cannot be honoured, naming the field; None when it can.
 
     Flux manifests must apply, so the API accepts fields Sluice has not built
-    (OIDC tokens, CEL filters); refusing them here beats acting on webhooks the
-    author meant to be filtered or authenticated differently. Flux's CEL rule
+    (OIDC tokens); refusing them here beats acting on webhooks the author meant
+    to be authenticated differently. CEL filters that do not compile are
+    refused here too, before the Receiver gets a path. Flux's CEL rule
     that every type but generic-oidc names a secretRef is enforced here too, as
     API servers before 1.25 cannot check it.
     """
@@ -76,13 +78,10 @@ def unsupported(receiver: Receiver) -> str | None:
         return "spec.oidcProviders is only valid with spec.type 'generic-oidc'"
     if spec.secret_ref is None:
         return RECEIVER_SECRET_REQUIRED  # Flux's CEL rule, for servers without CEL
-    if spec.resource_filter:
-        return "spec.resourceFilter (CEL) is not supported by this version of Sluice"
-    for index, resource in enumerate(spec.resources):
-        if resource.filter:
-            return (
-                f"spec.resources[{index}].filter (CEL) is not supported by this version of Sluice"
-            )
+    try:
+        compile_filters(receiver)
+    except InvalidFilter as error:
+        return str(error)
     return None
 
 

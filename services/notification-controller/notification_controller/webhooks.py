@@ -2,7 +2,8 @@
 
 Each request is routed by its path through the Receiver cache, checked
 (size before reading, then signature, then event type, then the
-receiver's rate limit), and only then acted on: a Receiver's resources get
+receiver's rate limit), and only then acted on: a Receiver's resources (those
+its CEL filters allow for this body, `filtering.py`) get
 `reconcile.fluxcd.io/requestedAt` (reconcile now), or, for Gates, an open or
 close request. Answers follow the contract: 404 unknown path, 503 suspended
 or not ready, 400 bad signature or payload, 413 too large, 429 over the
@@ -15,7 +16,9 @@ only secret).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
+import hashlib
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -23,6 +26,13 @@ import pydantic
 import structlog
 from aiohttp import web
 
+from notification_controller.filtering import (
+    FilterFailed,
+    Filters,
+    InvalidFilter,
+    compile_filters,
+    request_of,
+)
 from notification_controller.limiting import WebhookLimiter
 from notification_controller.receivers import Directory
 from notification_controller.signatures import event_allowed, verify
@@ -145,7 +155,15 @@ class WebhookServer:
             return web.Response(text="pong")
         if not event_allowed(receiver.spec.events, verdict.event):
             return self._reject(400, f"event {verdict.event!r} is not accepted", request, log_)
-        decision = self.limiter.admit(key, now)
+        filters, req = None, None
+        if receiver.spec.resource_filter or any(r.filter for r in receiver.spec.resources):
+            try:
+                filters, req = compile_filters(receiver), request_of(body)
+            except (InvalidFilter, FilterFailed) as error:
+                return self._reject(400, str(error), request, log_)
+        # A filtered Receiver acts according to the body: only identical ones fold.
+        folding = (key, hashlib.sha256(body).hexdigest()) if filters else None
+        decision = self.limiter.admit(key, now, debounce_key=folding)
         if not decision.accept:
             retry = str(int(decision.retry_after or 1))
             log_.info("webhook rate limited", retry_after=retry)
@@ -154,12 +172,12 @@ class WebhookServer:
             )
         if decision.act_now:
             try:
-                await self.act(receiver, now)
+                await self.act(receiver, now, filters=filters, req=req)
             except ActionFailed as error:
                 log_.warning("webhook action failed", error=str(error))
                 return web.Response(status=500, text=str(error))
         elif decision.act_later_at is not None:
-            self._schedule(receiver, decision.act_later_at)
+            self._schedule(receiver, decision.act_later_at, filters=filters, req=req)
         log_.info("webhook accepted", webhook_event=verdict.event, acted=decision.act_now)
         return web.Response(text="ok")
 
@@ -179,11 +197,13 @@ class WebhookServer:
         """Wait for the trailing actions scheduled so far (tests, shutdown)."""
         await asyncio.gather(*self._trailing, return_exceptions=True)
 
-    def _schedule(self, receiver: Receiver, when: datetime) -> None:
+    def _schedule(
+        self, receiver: Receiver, when: datetime, *, filters: Filters | None, req: Any
+    ) -> None:
         async def later() -> None:
             await asyncio.sleep(max(0.0, (when - self.clock()).total_seconds()))
             try:
-                await self.act(receiver, self.clock())
+                await self.act(receiver, self.clock(), filters=filters, req=req)
             except ActionFailed as error:
                 # Its requests were answered 200 already: the log is all that is left.
                 log.warning(
@@ -196,16 +216,22 @@ class WebhookServer:
         self._trailing.add(task)
         task.add_done_callback(self._trailing.discard)
 
-    async def act(self, receiver: Receiver, now: datetime) -> None:
-        """Annotate every resource of the receiver; raise ActionFailed naming what failed."""
+    async def act(
+        self, receiver: Receiver, now: datetime, *, filters: Filters | None = None, req: Any = None
+    ) -> None:
+        """Annotate every resource of the receiver (those its filters allow for the
+        request body `req`); raise ActionFailed naming what failed."""
         if self._observer is not None:
             self._observer.webhook_acted()
         namespace = receiver.namespace
         failures = []
-        for resource in receiver.spec.resources:
+        for index, resource in enumerate(receiver.spec.resources):
+            allows = None
+            if filters:
+                allows = functools.partial(filters.allows, index, req=req)
             try:
-                await self._act_on(receiver, resource, namespace, now)
-            except ActionRefused as error:
+                await self._act_on(receiver, resource, namespace, now, allows=allows)
+            except (ActionRefused, FilterFailed) as error:
                 failures.append(str(error))
             except KubeError as error:
                 where = f"{resource.kind}/{resource.namespace or namespace}/{resource.name}"
@@ -214,7 +240,13 @@ class WebhookServer:
             raise ActionFailed("; ".join(failures))
 
     async def _act_on(
-        self, receiver: Receiver, resource: ReceiverResource, namespace: str, now: datetime
+        self,
+        receiver: Receiver,
+        resource: ReceiverResource,
+        namespace: str,
+        now: datetime,
+        *,
+        allows: Callable[[Mapping[str, Any]], bool] | None,
     ) -> None:
         api_version = resource.api_version or DEFAULT_API_VERSIONS.get(resource.kind, "")
         rt = await self.mapper.resource_for(api_version, resource.kind)
@@ -240,9 +272,13 @@ class WebhookServer:
             annotations = {RECONCILE_REQUESTED_AT_ANNOTATION: format_time(now, fraction="micro")}
         patch = {"metadata": {"annotations": annotations}}
         if resource.name != "*":
-            await self.client.merge_patch(rt, resource.name, patch, namespace=target_ns)
+            # A filter reads the object, so it is fetched first; without one, a patch is all.
+            if allows is None or allows(await self.client.get(rt, resource.name, target_ns)):
+                await self.client.merge_patch(rt, resource.name, patch, namespace=target_ns)
             return
         selector = ",".join(f"{k}={v}" for k, v in sorted((resource.match_labels or {}).items()))
         listed = await self.client.list(rt, namespace=target_ns, label_selector=selector or None)
         for obj in listed.items:
-            await self.client.merge_patch(rt, obj["metadata"]["name"], patch, namespace=target_ns)
+            if allows is None or allows(obj):
+                name = obj["metadata"]["name"]
+                await self.client.merge_patch(rt, name, patch, namespace=target_ns)

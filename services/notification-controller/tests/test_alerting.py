@@ -81,6 +81,19 @@ def source(**fields: Any) -> dict[str, Any]:
         pytest.param({"eventSources": [source()]}, event(), True, id="by-name"),
         pytest.param({"eventSources": [source(name="*")]}, event(), True, id="wildcard-name"),
         pytest.param({"eventSources": [source(name="other")]}, event(), False, id="other-name"),
+        # Flux 2.7 Alerts name the Flux Operator's kinds.
+        pytest.param(
+            {"eventSources": [source(kind="FluxInstance", name="flux")]},
+            event(kind="FluxInstance", name="flux", api_version="fluxcd.controlplane.io/v1"),
+            True,
+            id="flux-operator-kind",
+        ),
+        pytest.param(
+            {"eventSources": [source(kind="ResourceSet", name="*")]},
+            event(kind="ResourceSetInputProvider", api_version="fluxcd.controlplane.io/v1"),
+            False,
+            id="flux-operator-other-kind",
+        ),
         pytest.param(
             {"eventSources": [source(name="App")]}, event(), False, id="name-is-case-sensitive"
         ),

@@ -28,6 +28,7 @@ from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.endpoints import serving
 from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.kube.secrets import SecretError
 
 from .conftest import (
@@ -615,6 +616,37 @@ async def test_the_provider_proxy_secret_is_honoured(alone: Platform) -> None:
         )
     ]
     assert p.counts.delivered == 1
+
+
+async def test_a_v1beta1_provider_proxy_is_honoured(alone: Platform) -> None:
+    """`spec.proxy`, the field the old API versions had before proxySecretRef: a
+    Provider written as v1beta1 sends its events through it."""
+    p = alone
+    seen: list[tuple[str, str]] = []
+
+    async def proxy(request: web.Request) -> web.Response:
+        seen.append((request.method, str(request.url)))
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", proxy)
+    old = ResourceType(PROVIDER.group, "v1beta1", PROVIDER.plural, PROVIDER.kind)
+    async with serving(app, "127.0.0.1:0") as runner:
+        spec = {
+            "type": "generic",
+            "address": "http://old-alerts.example.invalid/hook",
+            "proxy": f"http://127.0.0.1:{runner.addresses[0][1]}",
+        }
+        await p.create(old, "old-proxied", spec)
+        await p.create(
+            ALERT,
+            "old-proxied",
+            {"providerRef": {"name": "old-proxied"}, "eventSources": GIT_SOURCES},
+        )
+        await cached(p.hub.providers, f"{p.namespace}/old-proxied")
+        await cached(p.hub.alerts, f"{p.namespace}/old-proxied")
+        await emit(p, event(p.namespace, "app"))
+    assert ("POST", "http://old-alerts.example.invalid/hook") in seen
 
 
 @contextlib.asynccontextmanager

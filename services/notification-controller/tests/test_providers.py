@@ -437,14 +437,6 @@ def test_commit_status_api_urls(type_: str, address: str, url: str) -> None:
             "uid",
             id="no-uid",
         ),
-        pytest.param(
-            "github",
-            {"commitStatusExpr": "'x'"},
-            "https://github.com/acme/fleet",
-            TOKEN,
-            "commitStatusExpr",
-            id="cel-unsupported",
-        ),
         pytest.param("github", {}, "https://github.com/", TOKEN, "not a Git", id="no-path"),
     ],
 )

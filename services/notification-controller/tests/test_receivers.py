@@ -678,15 +678,13 @@ def receiver_of(**spec: Any) -> Receiver:
             "spec.secretRef is required unless spec.type is 'generic-oidc'",
             id="no-secret-ref",
         ),
-        pytest.param(
-            {"resourceFilter": "true"},
-            "spec.resourceFilter (CEL) is not supported by this version of Sluice",
-            id="resource-filter",
-        ),
+        # CEL filters are honoured (test_receiver_filters.py); only ones that do not
+        # compile are refused.
+        pytest.param({"resourceFilter": "true"}, None, id="resource-filter"),
         pytest.param(
             {"resources": [{"kind": "OCIRepository", "name": "a"}, {"kind": "GitRepository",
                            "name": "b", "filter": "true"}]},
-            "spec.resources[1].filter (CEL) is not supported by this version of Sluice",
+            None,
             id="resource-level-filter",
         ),
     ],
@@ -719,6 +717,22 @@ async def test_a_generic_oidc_receiver_stalls_naming_the_type(platform: Platform
     )
     message = condition(obj, "Stalled")["message"]  # type: ignore[index]
     assert message == "spec.type 'generic-oidc' is not supported by this version of Sluice"
+    assert "webhookPath" not in obj["status"]
+
+
+async def test_a_receiver_without_a_secret_ref_stalls_with_fluxs_cel_message(
+    platform: Platform,
+) -> None:
+    """Flux's CEL rule (secretRef unless generic-oidc), which a 1.20 API server cannot
+    evaluate: the controller enforces it with the rule's message."""
+    p = platform
+    spec = {"type": "github", "resources": [{"kind": "GitRepository", "name": "app"}]}
+    await p.create(RECEIVER, "secretless", spec)
+    obj = await p.observe.wait(
+        RECEIVER, "secretless", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
+    )
+    message = condition(obj, "Stalled")["message"]  # type: ignore[index]
+    assert message == "spec.secretRef is required unless spec.type is 'generic-oidc'"
     assert "webhookPath" not in obj["status"]
 
 

@@ -101,6 +101,26 @@ async def reconcile_gates(ctx: SourceContext[Any]) -> Result | None:
     return done()
 
 
+def unsupported_identity(kind: str, spec: Any) -> str | None:
+    """Why a Git or OCI source's identity fields cannot be honoured, naming the field.
+
+    `provider` (GitHub App, cloud workload identity) and `serviceAccountName`
+    (a service account's cloud identity or pull secrets) decide which
+    credentials the fetch presents; ignored, the fetch would go out
+    anonymously or with `secretRef` alone and fail (or succeed) for the
+    wrong reason. Pure.
+    """
+    provider = getattr(spec, "provider", None)
+    if kind == "GitRepository" and provider not in (None, "generic"):
+        what = "GitHub App" if provider == "github" else "workload identity"
+        return f"spec.provider '{provider}' ({what} authentication)"
+    if kind == "OCIRepository" and provider not in (None, "generic"):
+        return f"spec.provider '{provider}' (registry login by workload identity)"
+    if kind in ("GitRepository", "OCIRepository") and getattr(spec, "service_account_name", None):
+        return "spec.serviceAccountName (the service account's identity or pull secrets)"
+    return None
+
+
 @step()
 async def reconcile_unsupported(ctx: SourceContext[Any]) -> Result | None:
     """Refuse fields this version accepts in the API but does not implement.
@@ -115,6 +135,13 @@ async def reconcile_unsupported(ctx: SourceContext[Any]) -> Result | None:
             SourceReason.FAILED,
             "spec.proxySecretRef is not supported by this version of Sluice: the source "
             "would be fetched without the proxy; remove it or allow direct access",
+        )
+    identity = unsupported_identity(ctx.obj.KIND, spec)
+    if identity is not None:
+        raise Stalling(
+            SourceReason.FAILED,
+            f"{identity} is not supported by this version of Sluice; use static "
+            "credentials in spec.secretRef",
         )
     return None
 

@@ -15,6 +15,7 @@ from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.signing import SigningKey, gpg_available, pgp_key, ssh_key
 from sluice_runtime.kube.client import JSON
+from sluice_runtime.kube.resources import ResourceType
 
 from .conftest import GITREPO, MANIFEST, SourceController, gitrepo
 
@@ -171,3 +172,29 @@ async def test_tag_mode_without_a_tag_ref_stalls(
     obj = await sc.wait(GITREPO, "notag", has_verified("False"), what="SourceVerified=False")
     assert (condition(obj, "Stalled") or {}).get("status") == "True"
     assert "spec.ref names no tag" in (verified(obj) or {})["message"]
+
+
+async def test_a_v1beta1_head_mode_written_in_lowercase_is_verified(
+    source_controller: SourceController, git_http: GitHttpServer, keys: dict[str, SigningKey]
+) -> None:
+    """v1beta1 wrote the mode `head`; a GitRepository written so verifies its HEAD."""
+    sc = source_controller
+    key = keys["pgp"]
+    work = repo(git_http, sc, "lower")
+    signed = work.commit("signed", files={"app.yaml": MANIFEST}, sign=key)
+    work.push()
+    await make_secret(sc.client, sc.namespace, "lower-keys", {"key.asc": key.public})
+    obj = gitrepo(
+        "lower",
+        git_http.url(f"lower-{sc.namespace}"),
+        ref={"branch": "main"},
+        verify={"mode": "head", "secretRef": {"name": "lower-keys"}},
+    )
+    obj["apiVersion"] = "source.toolkit.fluxcd.io/v1beta1"
+    old = ResourceType(GITREPO.group, "v1beta1", GITREPO.plural, GITREPO.kind)
+    await sc.client.create(old, obj, namespace=sc.namespace)
+    ready = await sc.wait_ready(GITREPO, "lower")
+    assert ready["spec"]["verify"]["mode"] == "head"
+    condition_ = verified(ready)
+    assert condition_ is not None and condition_["status"] == "True"
+    assert f"commit '{signed}' with key" in condition_["message"]

@@ -299,6 +299,45 @@ async def test_a_chart_from_git_is_packaged_with_dependencies_and_values_files(
     )
 
 
+async def test_a_v1beta1_values_file_is_merged_like_values_files(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    """`valuesFile`, the single values file of v1beta1/v1beta2 HelmCharts, is used as
+    the first of `valuesFiles` would be: as in Flux, the listed files alone make the
+    chart's values (values.yaml is kept only when listed)."""
+    sc = source_controller
+    work = git_http.create_repo(f"{sc.namespace}-single")
+    work.commit(
+        "chart",
+        files={
+            "charts/app/Chart.yaml": "apiVersion: v2\nname: app\nversion: 0.1.0\n",
+            "charts/app/values.yaml": "greeting: hello\nreplicas: 1\n",
+            "charts/app/values-prod.yaml": "replicas: 3\n",
+            "charts/app/templates/configmap.yaml": CONFIGMAP_TEMPLATE,
+        },
+    )
+    work.push()
+    await sc.client.create(
+        GITREPO,
+        gitrepo("single", git_http.url(f"{sc.namespace}-single"), ref={"branch": "main"}),
+        namespace=sc.namespace,
+    )
+    await sc.wait_ready(GITREPO, "single")
+    chart = helmchart(
+        "single",
+        "charts/app",
+        {"kind": "GitRepository", "name": "single"},
+        valuesFile="charts/app/values-prod.yaml",
+    )
+    chart["apiVersion"] = "source.toolkit.fluxcd.io/v1beta1"
+    old = ResourceType(HELMCHART.group, "v1beta1", HELMCHART.plural, HELMCHART.kind)
+    await sc.client.create(old, chart, namespace=sc.namespace)
+    obj = await sc.wait_ready(HELMCHART, "single", timeout=60)
+    assert obj["status"]["observedValuesFiles"] == ["charts/app/values-prod.yaml"]
+    files = chart_files(await served(obj))
+    assert yaml.safe_load(files["app/values.yaml"]) == {"replicas": 3}
+
+
 async def test_a_broken_chart_in_git_fails_the_build_naming_it(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:

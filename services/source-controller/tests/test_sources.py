@@ -16,6 +16,7 @@ from sluice_envtest.harness import condition
 from sluice_envtest.registry import OciRegistry
 from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.resources import ResourceType
+from source_controller.sources import unsupported_identity
 
 from .conftest import GITREPO, MANIFEST, OCIREPO, SourceController, gitrepo, ocirepo, seeded
 
@@ -88,4 +89,61 @@ async def test_a_source_behind_a_proxy_stalls_instead_of_going_direct(
     ready = condition(obj, "Ready")
     assert ready is not None and ready["status"] == "False"
     assert "spec.proxySecretRef is not supported" in ready["message"]
+    assert "artifact" not in obj["status"]
+
+
+class _Spec:
+    def __init__(self, provider: str | None = None, service_account_name: str | None = None):
+        self.provider = provider
+        self.service_account_name = service_account_name
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "problem"),
+    [
+        pytest.param("GitRepository", _Spec(), None, id="git-plain"),
+        pytest.param("GitRepository", _Spec("generic"), None, id="git-generic"),
+        pytest.param("GitRepository", _Spec("github"),
+                     "spec.provider 'github' (GitHub App authentication)", id="git-github"),
+        pytest.param("GitRepository", _Spec("azure"),
+                     "spec.provider 'azure' (workload identity authentication)", id="git-azure"),
+        pytest.param("GitRepository", _Spec(service_account_name="reader"),
+                     "spec.serviceAccountName (the service account's identity or pull secrets)",
+                     id="git-service-account"),
+        pytest.param("OCIRepository", _Spec("generic"), None, id="oci-generic"),
+        pytest.param("OCIRepository", _Spec("aws"),
+                     "spec.provider 'aws' (registry login by workload identity)", id="oci-aws"),
+        pytest.param("OCIRepository", _Spec("generic", "puller"),
+                     "spec.serviceAccountName (the service account's identity or pull secrets)",
+                     id="oci-service-account"),
+        pytest.param("HelmChart", _Spec(), None, id="other-kinds-have-their-own-checks"),
+    ],
+)  # fmt: skip
+def test_identity_fields_are_named(kind: str, spec: _Spec, problem: str | None) -> None:
+    assert unsupported_identity(kind, spec) == problem
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "field"),
+    [
+        pytest.param("GitRepository", {"provider": "github"}, "spec.provider 'github'", id="git"),
+        pytest.param("OCIRepository", {"serviceAccountName": "puller"}, "spec.serviceAccountName",
+                     id="oci"),
+    ],
+)  # fmt: skip
+async def test_a_source_with_an_identity_it_cannot_use_stalls(
+    source_controller: SourceController,
+    git_http: GitHttpServer,
+    oci_registry: OciRegistry,
+    kind: str,
+    spec: dict[str, Any],
+    field: str,
+) -> None:
+    sc = source_controller
+    rt = await make_source(sc, kind, "identity", git_http, oci_registry, **spec)
+    obj = await sc.wait(rt, "identity", stalled, what="Stalled")
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert ready["message"].startswith(f"{field} ")
+    assert "is not supported by this version of Sluice" in ready["message"]
     assert "artifact" not in obj["status"]

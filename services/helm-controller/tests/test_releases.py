@@ -187,6 +187,7 @@ def hr(**spec: Any) -> HelmRelease:
         pytest.param({"upgrade": {"crds": "CreateReplace"}}, [], id="upgrade-crds-are-built"),
         pytest.param({"dependsOn": [{"name": "x", "readyExpr": "true"}]}, ["spec.dependsOn[].readyExpr"], id="ready-expr"),
         pytest.param({"commonMetadata": {"labels": {"a": "b"}}}, [], id="common-metadata-is-built"),
+        pytest.param({"chart": {"spec": {"chart": "app", "sourceRef": {"kind": "HelmRepository", "name": "r"}, "verify": {"provider": "cosign"}}}}, ["spec.chart.spec.verify"], id="chart-verify"),
     ],
 )  # fmt: skip
 def test_unbuilt_fields_are_named(spec: dict[str, Any], expected: list[str]) -> None:

@@ -1,6 +1,6 @@
 """HelmChart: a packaged chart (.tgz) from a HelmRepository, a GitRepository or a Bucket.
 
-STEPS: storage → unsupported → gates → source → artifact.
+STEPS: storage → unsupported → verify → gates → source → artifact.
 
 - From a HelmRepository (`type: default`): the newest chart version in its
   index matching `spec.version` (a semver range) is downloaded, digest-checked
@@ -78,6 +78,28 @@ from source_controller.sources import (
     source_reconciler,
     write_file,
 )
+
+
+@step()
+async def reconcile_verify(ctx: HelmChartContext) -> Result | None:
+    """Refuse `spec.verify`: charts are not signature-checked by this version.
+
+    Ignored, it would store and serve an unsigned chart as if it had been
+    verified (Flux verifies OCI charts with cosign or notation). The chart
+    stalls before anything is fetched; an OCIRepository with `spec.verify`,
+    named by a HelmRelease's `chartRef`, is the verified way to ship a chart.
+    """
+    if ctx.obj.spec.verify is None:
+        ctx.conditions.delete(SourceCondition.SOURCE_VERIFIED)
+        return None
+    raise Stalling(
+        SourceReason.VERIFICATION_ERROR,
+        "spec.verify is not supported for HelmCharts by this version of Sluice: the chart "
+        "would be stored unverified. Remove it, or publish the chart as an OCI artifact and "
+        "verify it with an OCIRepository's spec.verify (HelmRelease spec.chartRef). "
+        "No artifact is produced",
+        condition=SourceCondition.SOURCE_VERIFIED,
+    )
 
 
 @step(SourceCondition.FETCH_FAILED)
@@ -186,6 +208,7 @@ def _safe(text: str) -> str:
 STEPS = (
     reconcile_storage,
     reconcile_unsupported,
+    reconcile_verify,
     reconcile_gates,
     reconcile_source,
     reconcile_artifact,

@@ -123,7 +123,7 @@ def stalled(obj: JSON) -> bool:
 VERIFY = {
     "GitRepository": {"mode": "HEAD", "secretRef": {"name": "keys"}},
     "OCIRepository": {"provider": "cosign"},
-    "HelmChart": {"provider": "cosign", "secretRef": {"name": "cosign-keys"}},
+    "HelmChart": {"provider": "cosign"},
 }
 
 

@@ -235,6 +235,37 @@ async def test_build_output_past_the_limit_is_stopped(tmp_path: Path, kustomize:
     assert len(await build(root, spec(), kustomize=kustomize, max_output=1 << 20)) == 64
 
 
+def nested_bases(root: Path, levels: int) -> Path:
+    """A tiny artifact whose build doubles a 40 kB ConfigMap at each of `levels` bases:
+    2**levels copies (kustomize holds them all before it prints one)."""
+    files = {
+        "l0/cm.yaml": CM.replace("k: v", "k: " + "x" * 40_000),
+        "l0/kustomization.yaml": "resources:\n- cm.yaml\n",
+        "kustomization.yaml": f"resources:\n- l{levels}\n",
+    }
+    for level in range(1, levels + 1):
+        files[f"l{level}/kustomization.yaml"] = "resources:\n- a\n- b\n"
+        for side in ("a", "b"):
+            files[f"l{level}/{side}/kustomization.yaml"] = (
+                f"namePrefix: {side}-\nresources:\n- ../../l{level - 1}\n"
+            )
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+async def test_build_memory_past_the_limit_is_stopped(tmp_path: Path, kustomize: Kustomize) -> None:
+    # 4096 copies: kustomize reaches hundreds of MiB before its output passes
+    # the output limit; the data limit stops it first.
+    root = nested_bases(tmp_path / "big", 12)
+    with pytest.raises(BuildError, match=r"kustomize needed more than 128 MiB of memory"):
+        await build(root, spec(), kustomize=kustomize, max_memory=128 << 20)
+    # The same shape, small, builds under the default limit.
+    assert len(await build(nested_bases(tmp_path / "small", 2), spec(), kustomize=kustomize)) == 4
+
+
 def test_auto_takes_the_strongest_sandbox_the_kernel_offers() -> None:
     expected = (
         Sandbox.LANDLOCK

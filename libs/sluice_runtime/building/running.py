@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sluice_runtime import confining
@@ -104,6 +106,7 @@ async def run(
     allow_remote_bases: bool,
     timeout: float,
     max_output: int,
+    max_memory: int,
 ) -> bytes:
     with (
         tempfile.TemporaryDirectory(prefix="kustomize-home-") as home,
@@ -127,7 +130,7 @@ async def run(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group, so git children die with it
-            preexec_fn=preexec,
+            preexec_fn=functools.partial(_limit_memory, max_memory, preexec),
         )
         assert process.stdout is not None and process.stderr is not None
         errors = asyncio.ensure_future(_read_capped(process.stderr, _MAX_STDERR, drain=True))
@@ -149,12 +152,31 @@ async def run(
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
             errors.cancel()
+    if process.returncode != 0 and _OUT_OF_MEMORY.search(stderr or b""):
+        raise BuildError(
+            f"kustomize needed more than {_size(max_memory)} of memory and was stopped; "
+            "split the Kustomization or raise --build-max-memory"
+        )
     if process.returncode != 0:
         message = failure_message((stderr or b"").decode(errors="replace"), roots, directory)
         if sandbox is Sandbox.LANDLOCK and "permission denied" in message:
             message += f" ({sandbox.describe()})"
         raise BuildError(message)
     return stdout
+
+
+_OUT_OF_MEMORY = re.compile(
+    rb"^fatal error: runtime: (?:cannot allocate memory|out of memory)", re.M
+)
+"""How the Go runtime dies when an allocation passes the data limit."""
+
+
+def _limit_memory(max_memory: int, then: Callable[[], None] | None) -> None:
+    """In the child, before exec: cap its data segment (Go's heap is private writable
+    memory, which RLIMIT_DATA counts; its PROT_NONE reservations are not), then confine."""
+    resource.setrlimit(resource.RLIMIT_DATA, (max_memory, max_memory))
+    if then is not None:
+        then()
 
 
 async def _read_capped(stream: asyncio.StreamReader, limit: int, *, drain: bool) -> bytes | None:

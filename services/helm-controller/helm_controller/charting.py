@@ -60,6 +60,10 @@ def desired_chart(hr: HelmRelease) -> dict[str, Any]:
         chart_spec["valuesFiles"] = spec.values_files
     if spec.ignore_missing_values_files:
         chart_spec["ignoreMissingValuesFiles"] = True
+    if spec.verify is not None:
+        # Checked by the source-controller before the chart is stored (OCI charts), or
+        # refused there, Stalled; the HelmRelease names the HelmChart's message.
+        chart_spec["verify"] = spec.verify.model_dump(by_alias=True, exclude_none=True)
     metadata: dict[str, Any] = {"name": chart_name(hr), "namespace": source_ns, "labels": labels}
     annotations = template.metadata.annotations if template.metadata else None
     if annotations:

@@ -21,8 +21,6 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
     found: list[str] = []
     if spec.kube_config is not None and spec.kube_config.config_map_ref is not None:
         found.append("spec.kubeConfig.configMapRef")
-    if spec.chart is not None and spec.chart.spec.verify is not None:
-        found.append("spec.chart.spec.verify")
     if any(dep.ready_expr for dep in spec.depends_on or []):
         found.append("spec.dependsOn[].readyExpr")
     if spec.storage_namespace is not None and spec.storage_namespace != (

@@ -4,14 +4,20 @@ HelmRepository (through the HelmChart it makes) and from an OCIRepository
 
 from __future__ import annotations
 
+import base64
 import re
+import urllib.request
 from pathlib import Path
+
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from sluice_api.source import ExternalArtifact
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE, helm, write_chart
-from sluice_envtest.harness import condition
+from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.registry import OciRegistry
 from sluice_runtime.kube.resources import ResourceType
+from source_controller.cosigning import simple_signing_payload
 
 from .conftest import CONFIG_MAP, HELMCHART, HELMRELEASE, HELMREPO, HelmDelivery
 
@@ -43,6 +49,17 @@ def push_chart(
         cwd=work,
     )
     return pushed
+
+
+def manifest_digest(registry: OciRegistry, repository: str, tag: str) -> str:
+    """The digest the registry gives the manifest under `tag` (what cosign signs)."""
+    request = urllib.request.Request(
+        f"http://{registry.host}/v2/{repository}/manifests/{tag}",
+        method="HEAD",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - test registry
+        return str(answer.headers["Docker-Content-Digest"])
 
 
 async def test_a_chart_from_an_oci_helm_repository_is_released(
@@ -223,3 +240,75 @@ async def test_a_chart_from_an_external_artifact_chart_ref_is_released(
     version = f"2.0.0+{built['digest'].removeprefix('sha256:')[:12]}"
     assert obj["status"]["history"][0]["chartVersion"] == version
     assert (await d.kube.get(CONFIG_MAP, "ext-config", ns))["data"]["greeting"] == "external"
+
+
+async def test_a_release_verifies_its_chart_and_an_unsigned_one_is_never_installed(
+    helm_delivery: HelmDelivery, oci_registry: OciRegistry, tmp_path: Path
+) -> None:
+    """chart.spec.verify reaches the HelmChart: the signed chart is released, the
+    unsigned one never stored, and the HelmRelease says why."""
+    d = helm_delivery
+    ns = d.namespace
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    push_chart(oci_registry, f"{ns}/charts", tmp_path, "1.0.0")
+    digest = manifest_digest(oci_registry, f"{ns}/charts/app", "1.0.0")
+    # What `cosign sign --key` stores for the chart manifest.
+    payload = simple_signing_payload(f"{oci_registry.host}/{ns}/charts/app", digest)
+    signature = base64.b64encode(key.sign(payload, ec.ECDSA(hashes.SHA256()))).decode()
+    oci_registry.push_cosign_signature(f"{ns}/charts/app", digest, payloads=[(payload, signature)])
+    push_chart(oci_registry, f"{ns}/charts", tmp_path, "2.0.0")  # unsigned
+    await make_secret(d.kube, ns, "chart-keys", {"cosign.pub": public.decode()})
+    await d.kube.create(
+        HELMREPO,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "HelmRepository",
+            "metadata": {"name": "charts"},
+            "spec": {
+                "type": "oci",
+                "url": oci_registry.oci_url(f"{ns}/charts"),
+                "insecure": True,
+                "interval": "1h",
+            },
+        },
+        namespace=ns,
+    )
+    verify = {"provider": "cosign", "secretRef": {"name": "chart-keys"}}
+    for name, version in (("signed", "1.0.0"), ("unsigned", "2.0.0")):
+        await d.kube.create(
+            HELMRELEASE,
+            {
+                "apiVersion": "helm.toolkit.fluxcd.io/v2",
+                "kind": "HelmRelease",
+                "metadata": {"name": name},
+                "spec": {
+                    "interval": "1h",
+                    "chart": {
+                        "spec": {
+                            "chart": "app",
+                            "version": version,
+                            "sourceRef": {"kind": "HelmRepository", "name": "charts"},
+                            "verify": verify,
+                        }
+                    },
+                },
+            },
+            namespace=ns,
+        )
+    await d.observe.wait_ready(HELMRELEASE, "signed", timeout=60)
+    chart = await d.kube.get(HELMCHART, f"{ns}-signed", ns)
+    verified = condition(chart, "SourceVerified")
+    assert verified is not None and verified["status"] == "True", verified
+
+    unsigned = await d.observe.wait(
+        HELMRELEASE,
+        "unsigned",
+        lambda o: "no signature found" in ((condition(o, "Ready") or {}).get("message") or ""),
+        what="Ready naming the missing signature",
+        timeout=60,
+    )
+    assert (condition(unsigned, "Ready") or {}).get("status") == "False"
+    assert [r["name"] for r in d.helm("list")] == ["signed"], "the unsigned chart is not installed"

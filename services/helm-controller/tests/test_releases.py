@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from helm_controller import releases
+from helm_controller.charting import desired_chart
 from helm_controller.validating import unsupported_fields
 from sluice_api.helm import HelmRelease, Snapshot
 
@@ -187,10 +188,27 @@ def hr(**spec: Any) -> HelmRelease:
         pytest.param({"upgrade": {"crds": "CreateReplace"}}, [], id="upgrade-crds-are-built"),
         pytest.param({"dependsOn": [{"name": "x", "readyExpr": "true"}]}, ["spec.dependsOn[].readyExpr"], id="ready-expr"),
         pytest.param({"commonMetadata": {"labels": {"a": "b"}}}, [], id="common-metadata-is-built"),
+        pytest.param({"chart": {"spec": {"chart": "app", "sourceRef": {"kind": "HelmRepository", "name": "r"}, "verify": {"provider": "cosign"}}}}, [], id="chart-verify-is-built"),
     ],
 )  # fmt: skip
 def test_unbuilt_fields_are_named(spec: dict[str, Any], expected: list[str]) -> None:
     assert unsupported_fields(hr(**spec)) == expected
+
+
+@pytest.mark.parametrize(
+    ("template", "verify"),
+    [
+        pytest.param({}, None, id="no-verify"),
+        pytest.param({"verify": {"provider": "cosign", "secretRef": {"name": "keys"}}}, {"provider": "cosign", "secretRef": {"name": "keys"}}, id="cosign-keys"),
+        pytest.param({"verify": {"provider": "notation"}}, {"provider": "notation"}, id="notation-passed-on-to-be-refused"),
+    ],
+)  # fmt: skip
+def test_the_chart_template_verify_reaches_the_helmchart(
+    template: dict[str, Any], verify: dict[str, Any] | None
+) -> None:
+    source = {"kind": "HelmRepository", "name": "r"}
+    release = hr(chart={"spec": {"chart": "app", "sourceRef": source, **template}})
+    assert desired_chart(release)["spec"].get("verify") == verify
 
 
 def _crd_file(name: str) -> str:

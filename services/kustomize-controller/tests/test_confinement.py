@@ -235,6 +235,34 @@ async def test_build_output_past_the_limit_is_stopped(tmp_path: Path, kustomize:
     assert len(await build(root, spec(), kustomize=kustomize, max_output=1 << 20)) == 64
 
 
+def nested_bases(levels: int) -> dict[str, str]:
+    """A tiny artifact whose build doubles a 40 kB ConfigMap at each of `levels` bases:
+    2**levels copies (kustomize holds them all before it prints one)."""
+    files = {
+        "l0/cm.yaml": CM.replace("k: v", "k: " + "x" * 40_000),
+        "l0/kustomization.yaml": "resources:\n- cm.yaml\n",
+        "kustomization.yaml": f"resources:\n- l{levels}\n",
+    }
+    for level in range(1, levels + 1):
+        files[f"l{level}/kustomization.yaml"] = "resources:\n- a\n- b\n"
+        for side in ("a", "b"):
+            files[f"l{level}/{side}/kustomization.yaml"] = (
+                f"namePrefix: {side}-\nresources:\n- ../../l{level - 1}\n"
+            )
+    return files
+
+
+async def test_build_memory_past_the_limit_is_stopped(tmp_path: Path, kustomize: Kustomize) -> None:
+    # 4096 copies: kustomize reaches hundreds of MiB before its output passes
+    # the output limit; the data limit stops it first.
+    root = artifact(tmp_path / "big", nested_bases(12))
+    with pytest.raises(BuildError, match=r"kustomize needed more than 128 MiB of memory"):
+        await build(root, spec(), kustomize=kustomize, max_memory=128 << 20)
+    # The same shape, small, builds under the default limit.
+    small = artifact(tmp_path / "small", nested_bases(2))
+    assert len(await build(small, spec(), kustomize=kustomize)) == 4
+
+
 def test_auto_takes_the_strongest_sandbox_the_kernel_offers() -> None:
     expected = (
         Sandbox.LANDLOCK
@@ -307,3 +335,23 @@ async def test_a_tenant_build_cannot_read_the_controllers_credentials(
     assert await _secrets(d) == before, "no Secret was generated from the controller's files"
     with pytest.raises(NotFound):
         await d.kube.get(CONFIG_MAP, "app", d.namespace)
+
+
+@pytest.mark.parametrize(
+    "delivery", [Flags(kustomize=("--build-max-memory", "128Mi"))], indirect=True, ids=["128Mi"]
+)
+async def test_a_build_past_the_memory_flag_fails_naming_it(delivery: Delivery) -> None:
+    d = delivery
+    await make_tenant(d, ["*"], ("configmaps",))
+    repo = d.repo("nested")
+    repo.commit("c", files=nested_bases(12))
+    repo.push()
+    await d.git_repository("nested")
+    await d.kustomization(
+        "nested", source="nested", targetNamespace=d.namespace, serviceAccountName="tenant"
+    )
+    obj = await d.observe.wait_reason(KUSTOMIZATION, "nested", "BuildFailed")
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert "kustomize needed more than 128 MiB of memory" in ready["message"], ready["message"]
+    assert "--build-max-memory" in ready["message"]

@@ -582,8 +582,18 @@ async def test_the_hub_bounds_what_it_holds_in_bytes(
         assert p.hub.budget.used == 0
 
 
-async def test_the_provider_proxy_secret_is_honoured(alone: Platform) -> None:
-    """Events go through the Provider's proxy, with its credentials, as in Flux."""
+@pytest.mark.parametrize(
+    ("field", "authorization"),
+    [
+        pytest.param("proxySecretRef", f"Basic {base64.b64encode(b'u:pw').decode()}", id="secret"),
+        pytest.param("proxy", "", id="deprecated-address"),
+    ],
+)
+async def test_the_provider_proxy_is_honoured(
+    alone: Platform, field: str, authorization: str
+) -> None:
+    """Events go through the Provider's proxy (with the Secret's credentials), as in Flux;
+    the deprecated `spec.proxy` names the address alone."""
     p = alone
     seen: list[tuple[str, str, str]] = []
 
@@ -601,20 +611,14 @@ async def test_the_provider_proxy_secret_is_honoured(alone: Platform) -> None:
         await make_secret(
             p.kube, p.namespace, "egress", {"address": proxy_url, "username": "u", "password": "pw"}
         )
-        target = {
+        target: dict[str, Any] = {
             "type": "generic",
             "address": "http://alerts.example.invalid/hook",
-            "proxySecretRef": {"name": "egress"},
         }
+        target[field] = {"name": "egress"} if field == "proxySecretRef" else proxy_url
         await alerting(p, "proxied", target, GIT_SOURCES)
         await emit(p, event(p.namespace, "app"))
-    assert seen == [
-        (
-            "POST",
-            "http://alerts.example.invalid/hook",
-            f"Basic {base64.b64encode(b'u:pw').decode()}",
-        )
-    ]
+    assert seen == [("POST", "http://alerts.example.invalid/hook", authorization)]
     assert p.counts.delivered == 1
 
 

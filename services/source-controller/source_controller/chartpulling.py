@@ -10,6 +10,8 @@
   runtime's bounded registry client, digest-checked, and stored as is;
   revision = chart version. Credentials: `secretRef` with
   `username`/`password` or `.dockerconfigjson`, `certSecretRef` `ca.crt`.
+  `spec.verify`: the chart manifest's cosign signature is checked before the
+  layer is downloaded; a chart that fails keeps the last artifact.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from source_controller.helmrepository import (
     fetch,
     same_host,
 )
-from source_controller.ocirepository import run_bounded
+from source_controller.ocirepository import run_bounded, verify_signature
 from source_controller.sources import mark_outdated
 
 HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
@@ -62,6 +64,8 @@ async def from_repository(ctx: HelmChartContext) -> None:
     if repo.spec.type == "oci":
         await from_oci(ctx, repo)
         return
+    if spec.verify is not None:
+        raise unverifiable("a chart from a HelmRepository of type 'default'")
     artifact = repo.status.artifact
     if artifact is None or not await asyncio.to_thread(ctx.storage.exists, artifact.path):
         raise Waiting(
@@ -151,10 +155,25 @@ async def from_oci(ctx: HelmChartContext, repo: HelmRepository) -> None:
             entries = [{"version": t.replace("_", "+")} for t in tags]
             version = str(select_version(entries, spec.version)["version"])
         if already_stored(ctx, version, source_revision=version):
-            return
+            if spec.verify is None or ctx.conditions.is_true(SourceCondition.SOURCE_VERIFIED):
+                return
+            ctx.noop = False  # stored before spec.verify was set: verified before it stays
         manifest = await run_bounded(
             registry.manifest, version.replace("+", "_"), timeout=timeout, host=url.host
         )
+        if spec.verify is not None:
+            verified = await verify_signature(
+                ctx.client,
+                ctx.obj.namespace,
+                spec.verify,
+                registry=registry,
+                digest=manifest.digest,
+                revision=version,
+                timeout=timeout,
+            )
+            ctx.conditions.mark_true(
+                SourceCondition.SOURCE_VERIFIED, SourceReason.SUCCEEDED, verified
+            )
         layers = [m for m in manifest.layers() if m.get("mediaType") == HELM_CHART_LAYER]
         if len(layers) != 1:
             raise pull_error(
@@ -181,6 +200,16 @@ async def from_oci(ctx: HelmChartContext, repo: HelmRepository) -> None:
             ) from None
         raise pull_error(f"chart '{where}': {error}") from None
     ctx.package = await repackage_with_values(ctx, package, work)
+
+
+def unverifiable(what: str) -> Stalling:
+    """`spec.verify` where there is no signature to check: refused, never ignored."""
+    return Stalling(
+        SourceReason.VERIFICATION_ERROR,
+        f"spec.verify is not supported for {what}: only charts of a HelmRepository of type "
+        "'oci' are verified (cosign public keys). No artifact is produced",
+        condition=SourceCondition.SOURCE_VERIFIED,
+    )
 
 
 async def oci_registry(

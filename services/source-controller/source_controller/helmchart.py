@@ -1,6 +1,6 @@
 """HelmChart: a packaged chart (.tgz) from a HelmRepository, a GitRepository or a Bucket.
 
-STEPS: storage → unsupported → gates → source → artifact.
+STEPS: storage → unsupported → verify → gates → source → artifact.
 
 - From a HelmRepository (`type: default`): the newest chart version in its
   index matching `spec.version` (a semver range) is downloaded, digest-checked
@@ -22,6 +22,9 @@ STEPS: storage → unsupported → gates → source → artifact.
   runtime's bounded registry client, digest-checked, and stored as is;
   revision = chart version. Credentials: `secretRef` with
   `username`/`password` or `.dockerconfigjson`, `certSecretRef` `ca.crt`.
+  `spec.verify` checks the chart manifest's cosign signature with the public
+  keys of its `secretRef` before the chart is stored, as an OCIRepository's;
+  a chart from any other source cannot be verified and stalls.
 
 What every source shares is in `charts`; pulling from a HelmRepository (HTTP
 index or OCI) in `chartpulling`; packaging a chart directory of a source
@@ -50,7 +53,7 @@ from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.reconciling.errors import Stalling, Waiting
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, step
-from source_controller.chartpulling import from_repository
+from source_controller.chartpulling import from_repository, unverifiable
 from source_controller.charts import (
     HELM_TIMEOUT,
     HEX,
@@ -66,6 +69,7 @@ from source_controller.charts import (
     values_files,
 )
 from source_controller.helmrepository import DEFAULT_CHART_MAX_SIZE
+from source_controller.ocirepository import refuse_unsupported_verification
 from source_controller.sources import (
     Limits,
     finalize,
@@ -78,6 +82,24 @@ from source_controller.sources import (
     source_reconciler,
     write_file,
 )
+
+
+@step()
+async def reconcile_verify(ctx: HelmChartContext) -> Result | None:
+    """Refuse a `spec.verify` this version cannot check, before anything is fetched.
+
+    Charts of an OCI HelmRepository are checked with cosign public keys as
+    they are pulled (`chartpulling`); elsewhere there is no signature to
+    check, and ignoring the field would serve an unsigned chart as verified.
+    """
+    verify = ctx.obj.spec.verify
+    if verify is None:
+        ctx.conditions.delete(SourceCondition.SOURCE_VERIFIED)
+        return None
+    if ctx.obj.spec.source_ref.kind != "HelmRepository":
+        raise unverifiable(f"a chart from a {ctx.obj.spec.source_ref.kind}")
+    refuse_unsupported_verification(verify)
+    return None
 
 
 @step(SourceCondition.FETCH_FAILED)
@@ -186,6 +208,7 @@ def _safe(text: str) -> str:
 STEPS = (
     reconcile_storage,
     reconcile_unsupported,
+    reconcile_verify,
     reconcile_gates,
     reconcile_source,
     reconcile_artifact,

@@ -28,6 +28,7 @@ from sluice_api.source import (
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.informing.watching import Store
+from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.oci import registry as oci
 from sluice_runtime.patterns import InvalidPattern, compile_pattern
@@ -300,22 +301,48 @@ async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
     if verify is None:
         ctx.conditions.delete(SourceCondition.SOURCE_VERIFIED)
         return None
-    _refuse_unsupported(verify)
+    refuse_unsupported_verification(verify)
     if ctx.noop:
         return None
-    assert ctx.manifest is not None and ctx.registry is not None and verify.secret_ref is not None
-    secret = f"{ctx.obj.namespace}/{verify.secret_ref.name}"
+    assert ctx.manifest is not None and ctx.registry is not None
+    message = await verify_signature(
+        ctx.client,
+        ctx.obj.namespace,
+        verify,
+        registry=ctx.registry,
+        digest=ctx.manifest.digest,
+        revision=ctx.revision,
+        timeout=parse_duration(ctx.obj.spec.timeout).total_seconds(),
+    )
+    ctx.conditions.mark_true(SourceCondition.SOURCE_VERIFIED, SourceReason.SUCCEEDED, message)
+    return None
+
+
+async def verify_signature(
+    client: KubeClient,
+    namespace: str,
+    verify: OCIRepositoryVerification,
+    *,
+    registry: oci.Registry,
+    digest: str,
+    revision: str,
+    timeout: float,
+) -> str:
+    """Check the cosign signature of manifest `digest` with the public keys of
+    `verify.secretRef`; the SourceVerified message, or a StepError saying why not.
+
+    Shared by OCIRepositories and HelmCharts of OCI HelmRepositories.
+    """
+    assert verify.secret_ref is not None
+    secret = f"{namespace}/{verify.secret_ref.name}"
     try:
-        data = await secret_data(ctx.client, ctx.obj.namespace, verify.secret_ref.name)
+        data = await secret_data(client, namespace, verify.secret_ref.name)
         keys = cosigning.public_keys(data)
     except (SecretError, cosigning.CosignError) as error:
         raise _unverified(f"verification keys: {error}") from None
     if not keys:
         raise _unverified(f"verification keys: secret '{secret}' holds no '*.pub' public key")
-    digest = ctx.manifest.digest
-    registry = ctx.registry
-    timeout = parse_duration(ctx.obj.spec.timeout).total_seconds()
-    failed = f"failed to verify the signature of '{ctx.revision}' using provider 'cosign'"
+    failed = f"failed to verify the signature of '{revision}' using provider 'cosign'"
     try:
         signatures = await run_bounded(
             registry.manifest,
@@ -342,15 +369,10 @@ async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
         raise _unverified(f"{failed}: {error}") from None
     except cosigning.CosignError as error:
         raise _unverified(f"{failed}: {error}") from None
-    ctx.conditions.mark_true(
-        SourceCondition.SOURCE_VERIFIED,
-        SourceReason.SUCCEEDED,
-        f"verified signature of revision {ctx.revision} with key '{verified.key}'",
-    )
-    return None
+    return f"verified signature of revision {revision} with key '{verified.key}'"
 
 
-def _refuse_unsupported(verify: OCIRepositoryVerification) -> None:
+def refuse_unsupported_verification(verify: OCIRepositoryVerification) -> None:
     unsupported = None
     if verify.provider == "notation":
         unsupported = "spec.verify.provider 'notation'"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
+from structlog.testing import capture_logs
 
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE, ChartRepository, helm, write_chart
 from sluice_envtest.faulty_proxy import Fault, FaultyProxy
@@ -119,6 +121,37 @@ async def test_wrong_credentials_fail_with_authentication_failed_and_no_secret_l
     assert fetch is not None and fetch["status"] == "True"
     assert "401" in fetch["message"] and "index.yaml" in fetch["message"]
     assert "nope-pw" not in str(obj["status"])
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        pytest.param("", "", id="fetched"),
+        pytest.param("/missing", "IndexationFailed", id="failed"),
+    ],
+)
+async def test_credentials_in_a_helm_repository_url_never_reach_status_events_or_logs(
+    source_controller: SourceController, chart_repo: ChartRepository, path: str, reason: str
+) -> None:
+    sc = source_controller
+    chart_repo.add("podinfo", "1.0.0")
+    host = chart_repo.url.removeprefix("http://")
+    url = f"http://charts:s3cret-pw@{host}{path}"
+    with capture_logs() as entries:
+        await sc.client.create(HELMREPO, helmrepo("inline", url), namespace=sc.namespace)
+        if reason:
+            obj = await sc.wait_failed(HELMREPO, "inline", reason)
+        else:
+            obj = await sc.wait_ready(HELMREPO, "inline")
+        # The URL is echoed, redacted: in the failure, or in the "stored" event.
+        redacted = f"http://redacted@{host}"
+        events = await sc.wait_events(
+            "inline", lambda found: any(redacted in e["message"] for e in found)
+        )
+    if reason:
+        assert redacted in condition(obj, "Ready")["message"]  # type: ignore[index]
+    for text in (json.dumps(obj["status"]), json.dumps(events), json.dumps(entries, default=str)):
+        assert "s3cret-pw" not in text
 
 
 async def test_an_oversized_index_is_refused(

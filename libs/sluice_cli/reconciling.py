@@ -62,6 +62,7 @@ def register(commands: Any) -> None:
     kinds_.add_kind_parsers(
         subcommands,
         verb="reconcile",
+        kinds=tuple(kind for kind in kinds_.ALL if kind.reconcilable),
         configure=_configure,
         description="The {command} command triggers a reconciliation of {a_kind} resource "
         "and waits for it to finish.",
@@ -137,7 +138,7 @@ async def request_and_wait(
     """Annotate, then wait for the controller to handle it; raise Failure if it fails."""
     what = kind.describe(namespace, name)
     obj = await _get(client, kind, namespace, name)
-    if (obj.get("spec") or {}).get("suspend"):
+    if kind.suspended(obj):
         raise Failure(f"{what} is suspended: resume it first (sluice resume ...)")
     token = rfc3339_now()
     with Progress(error_console()) as progress:

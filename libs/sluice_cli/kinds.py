@@ -112,6 +112,9 @@ class Kind:
     """Columns between NAME and READY; None: Flux's REVISION and SUSPENDED."""
     after: tuple[Column, ...] = ()
     """Columns after MESSAGE (Flux Operator's LAST RECONCILED, NEXT SCHEDULE)."""
+    done: str = ""
+    """What `reconcile` says was done with the revision; `fetched` for sources,
+    `applied` for the rest, unless set."""
     suspended_in_ready: bool = False
     """READY says `Suspended` for a suspended object, as `flux-operator get` shows it."""
 
@@ -224,6 +227,7 @@ INPUT_PROVIDER = Kind(
     revision=lambda obj: str((obj.get("status") or {}).get("lastExportedRevision") or ""),
     suspended=_SET_SUSPENDED,
     suspend_patch=_SET_SUSPEND,
+    done="exported",
     before=(Column("INPUTS", _count("exportedInputs")),),
     after=(Column("NEXT SCHEDULE", _next_schedule),),
     suspended_in_ready=True,

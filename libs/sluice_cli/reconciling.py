@@ -171,7 +171,7 @@ async def request_and_wait(
     if status != "True":
         raise Failure(f"{what} reconciliation failed: {message}")
     revision = kind.revision(obj)
-    verb = "fetched" if kind.source else "applied"
+    verb = kind.done or ("fetched" if kind.source else "applied")
     out = console()
     if revision:
         out.print(f"✔ {what}: {verb} revision {revision}")

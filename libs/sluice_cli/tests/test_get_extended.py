@@ -168,22 +168,31 @@ def test_kinds_nothing_reconciles_or_suspends_have_no_such_verb(capsys: Capture)
         assert "invalid choice" in capsys.readouterr().err
 
 
-async def test_reconcile_resourceset_waits_for_the_controller(
+async def test_reconcile_resourceset_and_provider_wait_for_the_controller(
     cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
 ) -> None:
     from resourceset_controller import __main__ as resourceset_main
 
     kubeconfig = str(cluster.kubeconfig)
+    flags = ("-n", namespace, "--kubeconfig", kubeconfig, "--timeout", "60s")
+    await make(kube, kinds.INPUT_PROVIDER, namespace, "tenants",
+               {"type": "Static", "defaultValues": {"tenant": "blue"}})  # fmt: skip
     await make(kube, kinds.RESOURCESET, namespace, "tenants", {
-        "inputs": [{"tenant": "blue"}],
+        "inputsFrom": [{"kind": "ResourceSetInputProvider", "name": "tenants"}],
         "resources": [{"apiVersion": "v1", "kind": "ConfigMap",
                        "metadata": {"name": "tenant-<< inputs.tenant >>", "namespace": namespace}}],
     })  # fmt: skip
     async with running_service(resourceset_main, kubeconfig=kubeconfig, namespace=namespace):
-        code = await sluice("reconcile", "rset", "tenants", "-n", namespace,
-                            "--kubeconfig", kubeconfig, "--timeout", "60s")  # fmt: skip
+        provider_code = await sluice("reconcile", "inputprovider", "tenants", *flags)
+        provider_out, provider_err = cli_output(capsys)
+        code = await sluice("reconcile", "rset", "tenants", *flags)
         out, err = cli_output(capsys)
-    assert code == 0, err
+    assert (provider_code, code) == (0, 0), provider_err + err
+    provider = await kube.get(kinds.INPUT_PROVIDER.rt, "tenants", namespace)
+    exported = provider["status"]["lastExportedRevision"]
+    assert provider_out == (
+        f"✔ ResourceSetInputProvider {namespace}/tenants: exported revision {exported}\n"
+    )
     obj = await kube.get(kinds.RESOURCESET.rt, "tenants", namespace)
     revision = obj["status"]["lastAppliedRevision"]
     assert out == f"✔ ResourceSet {namespace}/tenants: applied revision {revision}\n"

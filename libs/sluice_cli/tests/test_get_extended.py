@@ -13,7 +13,7 @@ from sluice_envtest.harness import running_service
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import KubeClient
 
-from .conftest import CONFIG_MAP, Capture, cli_output, sluice, sluice_sync
+from .conftest import CONFIG_MAP, KUSTOMIZATION, Capture, cli_output, sluice, sluice_sync
 
 WAITING = ["waiting", "to", "be", "reconciled"]
 
@@ -197,6 +197,29 @@ async def test_reconcile_resourceset_and_provider_wait_for_the_controller(
     revision = obj["status"]["lastAppliedRevision"]
     assert out == f"✔ ResourceSet {namespace}/tenants: applied revision {revision}\n"
     assert await kube.get(CONFIG_MAP, "tenant-blue", namespace)
+
+
+async def test_reconcile_with_source_of_an_external_artifact_names_its_producer(
+    cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
+) -> None:
+    """Nothing reconciles an ExternalArtifact itself: `--with-source` says which
+    producer to reconcile rather than waiting for nothing."""
+    await make_extended_fleet(kube, namespace)
+    await kube.create(KUSTOMIZATION, {
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "frontend", "namespace": namespace},
+        "spec": {"interval": "10m", "path": "./", "prune": True,
+                 "sourceRef": {"kind": "ExternalArtifact", "name": "frontend"}},
+    })  # fmt: skip
+    flags = ("-n", namespace, "--kubeconfig", str(cluster.kubeconfig))
+    assert await sluice("reconcile", "ks", "frontend", "--with-source", *flags) == 1
+    assert cli_output(capsys) == ("", (
+        f"✗ sluice reconcile: Kustomization {namespace}/frontend: its source ExternalArtifact "
+        f"{namespace}/frontend is refreshed by its producer; run `sluice reconcile "
+        "artifactgenerator split` first\n"
+    ))  # fmt: skip
+    annotations = (await kube.get(KUSTOMIZATION, "frontend", namespace))["metadata"]
+    assert "annotations" not in annotations  # nothing was requested
 
 
 async def test_get_all_skips_kinds_whose_crd_is_absent(

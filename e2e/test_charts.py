@@ -12,7 +12,7 @@ import yaml
 
 from application_controller import __main__ as application_main
 from sluice_cli import controllers
-from sluice_envtest import manifest
+from sluice_envtest import image, manifest
 from sluice_runtime import app
 from sluice_runtime.helming import helm_binary
 
@@ -272,6 +272,21 @@ def test_every_pod_is_restricted_and_every_empty_dir_has_a_size_limit() -> None:
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         }, name
+
+
+def test_pods_run_as_the_images_user() -> None:
+    """One user everywhere: the Containerfile's USER, the assembled image's, and
+    the chart's pods (a mismatch leaves the image's files unwritable to the pod)."""
+    (user_line,) = [
+        line
+        for line in (ROOT / "Containerfile").read_text().splitlines()
+        if line.startswith("USER ")
+    ]
+    assert user_line == f"USER {image.USER}:{image.USER}"
+    for name, deployment in of_kind(render(*ENABLE_ALL), "Deployment").items():
+        pod = deployment["spec"]["template"]["spec"]["securityContext"]
+        ids = (pod["runAsUser"], pod["runAsGroup"], pod["fsGroup"])
+        assert ids == (image.USER, image.USER, image.USER), name
 
 
 def test_network_policies_keep_internal_ports_inside_the_namespace() -> None:

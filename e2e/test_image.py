@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from sluice_cli import controllers
-from sluice_envtest import image
+from sluice_envtest import image, image_layout, image_registry
 from sluice_envtest.registry import OciRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,12 +58,12 @@ def test_the_image_tools_are_all_pinned_with_hashes() -> None:
 def test_references_split_into_host_repository_tag(
     reference: str, parts: tuple[str, str, str]
 ) -> None:
-    assert image._split(reference) == parts
+    assert image_registry.split_reference(reference) == parts
 
 
 def test_a_reference_without_tag_is_refused() -> None:
-    with pytest.raises(image.ImageError, match="HOST/REPOSITORY:TAG"):
-        image._split("127.0.0.1:5000/sluice")
+    with pytest.raises(image_layout.ImageError, match="HOST/REPOSITORY:TAG"):
+        image_registry.split_reference("127.0.0.1:5000/sluice")
 
 
 def test_layers_are_deterministic(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_layers_are_deterministic(tmp_path: Path) -> None:
     for n in range(2):
         out = tmp_path / f"out{n}"
         out.mkdir()
-        digests.append(image.write_layer(out / "layer.tmp", [tree], dirs={"tmp": 0o1777}))
+        digests.append(image_layout.write_layer(out / "layer.tmp", [tree], dirs={"tmp": 0o1777}))
         os.utime(tree / "usr" / "bin" / "x", (99, 99))  # times do not reach the layer
     assert digests[0] == digests[1]
 
@@ -100,17 +100,17 @@ def test_the_charts_default_image_is_the_tag_the_build_writes() -> None:
     assert values["image"]["tag"] == ""  # appVersion, which the build tags the image with
 
 
-def small_layout(tmp_path: Path) -> image.Layout:
+def small_layout(tmp_path: Path) -> image_layout.Layout:
     """A one-file image laid out as the build lays the real one out."""
     tree = tmp_path / "tree"
     (tree / "etc").mkdir(parents=True)
     (tree / "etc" / "hello").write_text("hi")
     out = tmp_path / "oci"
     (out / "blobs" / "sha256").mkdir(parents=True)
-    layer = image.write_layer(out / "blobs" / "sha256" / "layer.tmp", [tree])
+    layer = image_layout.write_layer(out / "blobs" / "sha256" / "layer.tmp", [tree])
     config = {"architecture": "amd64", "os": "linux", "config": {"User": "65532:65532"},
               "rootfs": {"type": "layers", "diff_ids": [layer[1]]}}  # fmt: skip
-    return image.write_layout(out, layers=[layer], config=config, tag="0.0.1")
+    return image_layout.write_layout(out, layers=[layer], config=config, tag="0.0.1")
 
 
 def test_the_push_logs_in_where_the_registry_wants_credentials(
@@ -120,21 +120,24 @@ def test_the_push_logs_in_where_the_registry_wants_credentials(
     reference = oci_registry_auth.reference("sluice-gitops/sluice", "0.0.1")
     nobody = tmp_path / "no-docker-config.json"
     with pytest.raises(
-        image.ImageError, match=r"^pushing .*: registry .* requires credentials \(--creds"
+        image_layout.ImageError, match=r"^pushing .*: registry .* requires credentials \(--creds"
     ):
-        image.push(layout, reference, plain_http=True, docker_config=nobody)
+        image_registry.push(layout, reference, plain_http=True, docker_config=nobody)
     # With --creds, and with what `docker login` left in the Docker config.
     creds = f"{oci_registry_auth.username}:{oci_registry_auth.password}"
-    assert image.push(layout, reference, plain_http=True, creds=creds) == layout.manifest_digest
+    assert (
+        image_registry.push(layout, reference, plain_http=True, creds=creds)
+        == layout.manifest_digest
+    )
     logged_in = tmp_path / "config.json"
     logged_in.write_text(json.dumps(oci_registry_auth.docker_config))
     again = oci_registry_auth.reference("sluice-gitops/sluice", "0.0.2")
-    assert image.push(layout, again, plain_http=True, docker_config=logged_in) == (
+    assert image_registry.push(layout, again, plain_http=True, docker_config=logged_in) == (
         layout.manifest_digest
     )
     pulled = oci_registry_auth.manifest("sluice-gitops/sluice", "0.0.2")
     assert pulled["layers"] == layout.manifest()["layers"]
-    config = image.pull_rootfs(again, tmp_path / "rootfs", plain_http=True, creds=creds)
+    config = image_registry.pull_rootfs(again, tmp_path / "rootfs", plain_http=True, creds=creds)
     assert config["config"]["User"] == "65532:65532"
     assert (tmp_path / "rootfs" / "etc" / "hello").read_text() == "hi"
 
@@ -145,10 +148,10 @@ async def test_the_engine_free_image_pushes_and_its_entry_points_run(
 ) -> None:
     layout = await asyncio.to_thread(image.build, tmp_path / "oci", root=ROOT, log=print)
     reference = oci_registry.reference("sluice-gitops/sluice", image.version(ROOT))
-    digest = await asyncio.to_thread(image.push, layout, reference, plain_http=True)
+    digest = await asyncio.to_thread(image_registry.push, layout, reference, plain_http=True)
     assert digest == layout.manifest_digest
     rootfs = tmp_path / "rootfs"
-    config = await asyncio.to_thread(image.pull_rootfs, reference, rootfs, plain_http=True)
+    config = await asyncio.to_thread(image_registry.pull_rootfs, reference, rootfs, plain_http=True)
     settings: dict[str, Any] = config["config"]
     assert settings["User"] == "65532:65532"
     env = dict(e.split("=", 1) for e in settings["Env"])

@@ -1,8 +1,9 @@
 """`sluice events`: the Kubernetes Events of Sluice objects, oldest first, as `flux events`.
 
-Only events about the toolkit's own kinds (`*.toolkit.fluxcd.io`) are shown,
-so the controllers' story is not drowned in Pod scheduling noise; `--for
-Kind/name` narrows it to one object.
+Only events about the toolkit's own kinds (`*.toolkit.fluxcd.io`) and the
+other kinds Sluice's controllers serve (ResourceSets, ArtifactGenerators,
+KubeSphere Applications) are shown, so the controllers' story is not drowned
+in Pod scheduling noise; `--for Kind/name` narrows it to one object.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from sluice_cli import kinds
 from sluice_cli.terminal import (
     ERROR,
     OK,
@@ -29,6 +31,8 @@ from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.resources import EVENT
 
 TOOLKIT = "toolkit.fluxcd.io"
+GROUPS = frozenset(kind.rt.group for kind in kinds.ALL)
+"""API groups whose objects' events are shown, besides every `*.toolkit.fluxcd.io`."""
 
 DESCRIPTION = """The events sub-command shows Kubernetes events from Flux resources.
 
@@ -74,11 +78,12 @@ def parse_for(value: str | None) -> tuple[str, str] | None:
 
 
 def select(events: list[JSON], wanted: tuple[str, str] | None) -> list[JSON]:
-    """The events about toolkit objects (and `wanted` only, when given), oldest first."""
+    """The events about Sluice's kinds (and `wanted` only, when given), oldest first."""
     chosen = []
     for event in events:
         involved = event.get("involvedObject") or {}
-        if TOOLKIT not in str(involved.get("apiVersion") or ""):
+        group = str(involved.get("apiVersion") or "").rpartition("/")[0]
+        if not group.endswith(TOOLKIT) and group not in GROUPS:
             continue
         if wanted is not None and (
             str(involved.get("kind") or "").lower() != wanted[0].lower()

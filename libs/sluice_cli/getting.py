@@ -1,4 +1,4 @@
-"""`sluice get`: the statuses of sources, Kustomizations, HelmReleases, gates and notifications.
+"""`sluice get`: the statuses of sources, Kustomizations, HelmReleases and the other kinds.
 
 Flux's columns (NAME, REVISION, SUSPENDED, READY, MESSAGE; NAMESPACE first
 with `-A`), `--watch` for a row on every change, and `-o json|yaml` for
@@ -148,12 +148,8 @@ def _sort_key(obj: JSON) -> tuple[str, str]:
 
 
 def _header(kind: Kind, namespace: str | None) -> list[str]:
-    header = ["NAME"]
-    if kind.has_revision:
-        header.append("REVISION")
-    if kind.suspendable:
-        header.append("SUSPENDED")
-    header += ["READY", "MESSAGE"]
+    header = ["NAME", *(column.header for column in kind.columns()), "READY", "MESSAGE"]
+    header += [column.header for column in kind.after]
     return header if namespace is not None else ["NAMESPACE", *header]
 
 
@@ -161,11 +157,11 @@ def _row(kind: Kind, obj: JSON, *, namespace: str | None, qualified: bool) -> li
     meta = obj.get("metadata") or {}
     name = str(meta.get("name") or "")
     row = [f"{kind.rt.kind.lower()}/{name}" if qualified else name]
-    if kind.has_revision:
-        row.append(kind.revision(obj))
-    if kind.suspendable:
-        row.append("True" if (obj.get("spec") or {}).get("suspend") else "False")
-    row += list(kinds_.status_and_message(obj))
+    row += [column.value(obj) for column in kind.columns()]
+    ready, message = kinds_.status_and_message(obj)
+    if kind.suspended_in_ready and kind.suspended(obj):
+        ready = "Suspended"
+    row += [ready, message, *(column.value(obj) for column in kind.after)]
     return row if namespace is not None else [str(meta.get("namespace") or ""), *row]
 
 

@@ -15,7 +15,10 @@ from typing import Any
 
 from sluice_api import (
     Alert,
+    Application,
+    ArtifactGenerator,
     Bucket,
+    ExternalArtifact,
     Gate,
     GitRepository,
     HelmChart,
@@ -25,6 +28,10 @@ from sluice_api import (
     OCIRepository,
     Provider,
     Receiver,
+    ResourceSet,
+    ResourceSetInputProvider,
+    extensions,
+    resourceset,
 )
 from sluice_runtime.conditions import condition_of
 from sluice_runtime.kube.client import JSON
@@ -53,6 +60,37 @@ def _no_revision(obj: JSON) -> str:
     return ""
 
 
+def _spec_suspended(obj: JSON) -> bool:
+    return bool((obj.get("spec") or {}).get("suspend"))
+
+
+def _spec_suspend_patch(suspend: bool) -> JSON:
+    # null removes the field, as `flux resume` leaves no `suspend: false` behind.
+    return {"spec": {"suspend": True if suspend else None}}
+
+
+def _annotation_suspend(annotation: str) -> tuple[Callable[[JSON], bool], Callable[[bool], JSON]]:
+    """Kinds with no spec.suspend (Flux Operator's, the ArtifactGenerator) are
+    suspended by their `reconcile: disabled` annotation, as their own CLIs do it."""
+
+    def suspended(obj: JSON) -> bool:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        return str(annotations.get(annotation) or "").lower() == "disabled"
+
+    def patch(suspend: bool) -> JSON:
+        return {"metadata": {"annotations": {annotation: "disabled" if suspend else None}}}
+
+    return suspended, patch
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A column of `get` beyond NAME, READY and MESSAGE."""
+
+    header: str
+    value: Callable[[JSON], str]
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     rt: ResourceType
@@ -66,6 +104,19 @@ class Kind:
     revision: Callable[[JSON], str] = _no_revision
     has_revision: bool = True
     suspendable: bool = True
+    reconcilable: bool = True
+    """False for what no controller reconciles (an ExternalArtifact: its producer does)."""
+    suspended: Callable[[JSON], bool] = _spec_suspended
+    suspend_patch: Callable[[bool], JSON] = _spec_suspend_patch
+    before: tuple[Column, ...] | None = None
+    """Columns between NAME and READY; None: Flux's REVISION and SUSPENDED."""
+    after: tuple[Column, ...] = ()
+    """Columns after MESSAGE (Flux Operator's LAST RECONCILED, NEXT SCHEDULE)."""
+    done: str = ""
+    """What `reconcile` says was done with the revision; `fetched` for sources,
+    `applied` for the rest, unless set."""
+    suspended_in_ready: bool = False
+    """READY says `Suspended` for a suspended object, as `flux-operator get` shows it."""
 
     @property
     def name(self) -> str:
@@ -74,18 +125,39 @@ class Kind:
     def describe(self, namespace: str, name: str) -> str:
         return f"{self.rt.kind} {namespace}/{name}"
 
+    def columns(self) -> tuple[Column, ...]:
+        """The columns between NAME and READY."""
+        if self.before is not None:
+            return self.before
+        columns = []
+        if self.has_revision:
+            columns.append(Column("REVISION", self.revision))
+        if self.suspendable:
+            columns.append(Column("SUSPENDED", lambda obj: str(self.suspended(obj))))
+        return tuple(columns)
+
 
 def _source(model: Any, word: str) -> Kind:
     return Kind(ResourceType.of_model(model), word, word, source=True, revision=_artifact_revision)
 
 
 HELMCHART = _source(HelmChart, "chart")
+EXTERNAL = Kind(
+    ResourceType.of_model(ExternalArtifact),
+    "external",
+    "external",
+    source=True,
+    revision=_artifact_revision,
+    suspendable=False,
+    reconcilable=False,
+)
 SOURCES = (
     _source(GitRepository, "git"),
     _source(OCIRepository, "oci"),
     _source(HelmRepository, "helm"),
     HELMCHART,
     _source(Bucket, "bucket"),
+    EXTERNAL,
 )
 KUSTOMIZATION = Kind(
     ResourceType.of_model(Kustomization),
@@ -104,9 +176,87 @@ PROVIDER = Kind(
     ResourceType.of_model(Provider), "alert-provider", "alert-providers", has_revision=False
 )
 
+_GENERATOR_SUSPENDED, _GENERATOR_SUSPEND = _annotation_suspend(extensions.RECONCILE_ANNOTATION)
+ARTIFACT_GENERATOR = Kind(
+    ResourceType.of_model(ArtifactGenerator),
+    "artifactgenerator",
+    "artifactgenerators",
+    aliases=("ag",),
+    has_revision=False,
+    suspended=_GENERATOR_SUSPENDED,
+    suspend_patch=_GENERATOR_SUSPEND,
+)
+
+
+def _last_reconciled(obj: JSON) -> str:
+    return str((condition_of(obj) or {}).get("lastTransitionTime") or "Unknown")
+
+
+def _count(field: str, inner: str | None = None) -> Callable[[JSON], str]:
+    def count(obj: JSON) -> str:
+        value = (obj.get("status") or {}).get(field) or {}
+        if inner is not None:
+            value = (value.get(inner) or []) if isinstance(value, dict) else []
+        return str(len(value) if isinstance(value, list) else 0)
+
+    return count
+
+
+def _next_schedule(obj: JSON) -> str:
+    return str(((obj.get("status") or {}).get("nextSchedule") or {}).get("time") or "")
+
+
+_SET_SUSPENDED, _SET_SUSPEND = _annotation_suspend(resourceset.RECONCILE_ANNOTATION)
+RESOURCESET = Kind(
+    ResourceType.of_model(ResourceSet),
+    "resourceset",
+    "resourcesets",
+    aliases=("rset",),
+    revision=_applied_revision,
+    suspended=_SET_SUSPENDED,
+    suspend_patch=_SET_SUSPEND,
+    before=(Column("RESOURCES", _count("inventory", "entries")),),
+    after=(Column("LAST RECONCILED", _last_reconciled),),
+    suspended_in_ready=True,
+)
+INPUT_PROVIDER = Kind(
+    ResourceType.of_model(ResourceSetInputProvider),
+    "inputprovider",
+    "inputproviders",
+    aliases=("rsip", "resourcesetinputprovider", "resourcesetinputproviders"),
+    revision=lambda obj: str((obj.get("status") or {}).get("lastExportedRevision") or ""),
+    suspended=_SET_SUSPENDED,
+    suspend_patch=_SET_SUSPEND,
+    done="exported",
+    before=(Column("INPUTS", _count("exportedInputs")),),
+    after=(Column("NEXT SCHEDULE", _next_schedule),),
+    suspended_in_ready=True,
+)
+
+
+def _ready_children(obj: JSON) -> str:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return str(labels.get("gitops.kubesphere.io/ready-number") or "")
+
+
+APPLICATION = Kind(
+    ResourceType.of_model(Application),
+    "application",
+    "applications",
+    aliases=("app",),
+    suspendable=False,
+    # Flux has no such kind: the columns are the CRD's own (kubectl get applications).
+    before=(
+        Column("KIND", lambda obj: str((obj.get("spec") or {}).get("kind") or "")),
+        Column("READY CHILDREN", _ready_children),
+    ),
+)
+
 DELIVERY = (KUSTOMIZATION, HELMRELEASE)
 OTHERS = (GATE, RECEIVER, ALERT, PROVIDER)
-ALL = (*SOURCES, *DELIVERY, *OTHERS)
+EXTENDED = (ARTIFACT_GENERATOR, RESOURCESET, INPUT_PROVIDER, APPLICATION)
+"""The kinds beyond Flux's own controllers: source extensions, Flux Operator's, KubeSphere's."""
+ALL = (*SOURCES, *DELIVERY, *OTHERS, *EXTENDED)
 """Every kind, in the order `get all` lists them (sources first, as Flux does)."""
 
 
@@ -145,8 +295,8 @@ def source_of(obj: JSON) -> tuple[Kind, str, str] | None:
     if not isinstance(ref, dict):
         return None
     kind = of_kind(str(ref.get("kind") or ""))
-    if kind is None or not kind.source:
-        return None
+    if kind is None or not kind.source or not kind.reconcilable:
+        return None  # an ExternalArtifact is its producer's to refresh, not the CLI's
     return kind, str(ref.get("namespace") or own_namespace), str(ref.get("name") or "")
 
 

@@ -62,6 +62,7 @@ def register(commands: Any) -> None:
     kinds_.add_kind_parsers(
         subcommands,
         verb="reconcile",
+        kinds=tuple(kind for kind in kinds_.ALL if kind.reconcilable),
         configure=_configure,
         description="The {command} command triggers a reconciliation of {a_kind} resource "
         "and waits for it to finish.",
@@ -103,7 +104,7 @@ async def _reconcile(args: argparse.Namespace) -> int:
         if getattr(args, "with_source", False):
             chain = await _sources(client, obj)
             if not chain:
-                raise Failure(f"{kind.describe(args.namespace, args.name)} names no known source")
+                raise Failure(await _no_source(client, kind, obj))
             for source_kind, source_namespace, source_name in chain:
                 await request_and_wait(client, source_kind, source_namespace, source_name, deadline)
         await request_and_wait(client, kind, args.namespace, args.name, deadline)
@@ -124,6 +125,31 @@ async def _sources(client: KubeClient, obj: JSON) -> list[tuple[Kind, str, str]]
     return chain
 
 
+async def _no_source(client: KubeClient, kind: Kind, obj: JSON) -> str:
+    """Why `--with-source` has nothing to reconcile, and for an ExternalArtifact
+    (which its producer refreshes, not a controller of its own) what to run instead."""
+    meta = obj.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    what = kind.describe(namespace, name)
+    ref = (obj.get("spec") or {}).get("sourceRef") or {}
+    if ref.get("kind") != kinds_.EXTERNAL.rt.kind:
+        return f"{what} names no known source"
+    source_namespace, source_name = str(ref.get("namespace") or namespace), str(ref.get("name"))
+    external = kinds_.EXTERNAL.describe(source_namespace, source_name)
+    try:
+        artifact = await client.get(kinds_.EXTERNAL.rt, source_name, source_namespace)
+    except NotFound:
+        return f"{what}: its source {external} does not exist"
+    producer = (artifact.get("spec") or {}).get("sourceRef") or {}
+    producer_kind = kinds_.of_kind(str(producer.get("kind") or ""))
+    hint = (
+        f"sluice reconcile {producer_kind.word} {producer.get('name')}"
+        if producer_kind is not None and producer_kind.reconcilable
+        else "reconcile its producer"
+    )
+    return f"{what}: its source {external} is refreshed by its producer; run `{hint}` first"
+
+
 async def _get(client: KubeClient, kind: Kind, namespace: str, name: str) -> JSON:
     try:
         return await client.get(kind.rt, name, namespace)
@@ -137,7 +163,7 @@ async def request_and_wait(
     """Annotate, then wait for the controller to handle it; raise Failure if it fails."""
     what = kind.describe(namespace, name)
     obj = await _get(client, kind, namespace, name)
-    if (obj.get("spec") or {}).get("suspend"):
+    if kind.suspended(obj):
         raise Failure(f"{what} is suspended: resume it first (sluice resume ...)")
     token = rfc3339_now()
     with Progress(error_console()) as progress:
@@ -170,7 +196,7 @@ async def request_and_wait(
     if status != "True":
         raise Failure(f"{what} reconciliation failed: {message}")
     revision = kind.revision(obj)
-    verb = "fetched" if kind.source else "applied"
+    verb = kind.done or ("fetched" if kind.source else "applied")
     out = console()
     if revision:
         out.print(f"✔ {what}: {verb} revision {revision}")

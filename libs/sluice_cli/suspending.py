@@ -1,9 +1,11 @@
 """`sluice suspend` and `sluice resume`: stop and restart the reconciliation of an object.
 
 Suspending sets `spec.suspend: true` (the controller then leaves the object
-and what it applied alone); resuming clears it and, as `flux resume` does,
-asks for a reconcile at once and waits for it, so the user sees the object
-catch up rather than a bare "resumed".
+and what it applied alone), or, for the kinds without one (ResourceSets,
+input providers, ArtifactGenerators), their `reconcile: disabled` annotation;
+resuming clears it and, as `flux resume` does, asks for a reconcile at once
+and waits for it, so the user sees the object catch up rather than a bare
+"resumed".
 """
 
 from __future__ import annotations
@@ -98,10 +100,10 @@ async def _set_suspend(args: argparse.Namespace, suspend: bool) -> int:
     what = kind.describe(args.namespace, args.name)
     timeout = 0.0 if suspend else timeout_seconds(args.timeout)
     async with connected(args.kubeconfig, args.context) as client:
-        # null removes the field, as `flux resume` leaves no `suspend: false` behind.
-        patch = {"spec": {"suspend": True if suspend else None}}
         try:
-            await client.merge_patch(kind.rt, args.name, patch, namespace=args.namespace)
+            await client.merge_patch(
+                kind.rt, args.name, kind.suspend_patch(suspend), namespace=args.namespace
+            )
         except NotFound:
             raise Failure(f"{what} not found") from None
         console().print(f"✔ {what} {'suspended' if suspend else 'resumed'}")

@@ -14,6 +14,9 @@ layout; no daemon, no root-only bootstrap:
   scripts get `#!/usr/bin/python3.11`. /etc/passwd and /etc/group name the
   non-root user 65532.
 
+The layout is written by sluice_envtest.image_layout and pushed by
+sluice_envtest.image_registry; this module decides what goes in.
+
 `python -m sluice_envtest.image build --out DIR [--push HOST/REPO:TAG]
 [--creds USER:PASSWORD]`; the push logs in as `sluice push artifact` does.
 The digest is not reproducible across days: dependencies are resolved from
@@ -24,25 +27,17 @@ move.
 from __future__ import annotations
 
 import argparse
-import gzip
-import hashlib
-import io
-import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from sluice_cli import artifacts
 from sluice_envtest import debian
-from sluice_runtime.oci.registry import Reference, RegistryError
+from sluice_envtest.image_layout import ImageError, Layout, write_layer, write_layout
+from sluice_envtest.image_registry import push
 
 COMMAND = "python -m sluice_envtest.image"
 PYTHON = "/usr/bin/python3.11"
@@ -56,30 +51,8 @@ DEBIAN_EXCLUDED = frozenset(
 )  # fmt: skip
 SITE = "/usr/local/lib/python3.11/site-packages"
 USER = 65532
-MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
-CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
-LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
 
 Log = Callable[[str], None]
-
-
-class ImageError(RuntimeError):
-    """A build or push step failed; the message names it."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """An OCI image layout on disk holding one image."""
-
-    path: Path
-    manifest_digest: str
-
-    def blob(self, digest: str) -> Path:
-        return self.path / "blobs" / "sha256" / digest.removeprefix("sha256:")
-
-    def manifest(self) -> dict[str, Any]:
-        loaded: dict[str, Any] = json.loads(self.blob(self.manifest_digest).read_bytes())
-        return loaded
 
 
 def repo_root() -> Path:
@@ -168,85 +141,6 @@ def _etc_files() -> dict[str, tuple[bytes, int]]:
     return {"etc/passwd": (passwd.encode(), 0o644), "etc/group": (group.encode(), 0o644)}
 
 
-def _entries(tree: Path, *, prefix: str = "") -> Iterator[tuple[str, Path]]:
-    for path in sorted(tree.rglob("*")):
-        yield prefix + path.relative_to(tree).as_posix(), path
-
-
-def write_layer(
-    out: Path,
-    trees: Sequence[Path],
-    *,
-    files: dict[str, tuple[bytes, int]] | None = None,
-    dirs: dict[str, int] | None = None,
-) -> tuple[str, str, int]:
-    """A gzip'd tar of `trees` (and `files`, `dirs`); its digest, diff_id and size.
-
-    Deterministic: sorted entries, zero times, root ownership.
-    """
-    raw = hashlib.sha256()
-    packed = hashlib.sha256()
-
-    class _Tee(io.RawIOBase):
-        def __init__(self, sink: Any) -> None:
-            self.sink = sink
-
-        def writable(self) -> bool:
-            return True
-
-        def write(self, data: Any) -> int:
-            raw.update(data)
-            self.sink.write(data)
-            return len(data)
-
-    class _Hashing(io.RawIOBase):
-        def __init__(self, sink: Any) -> None:
-            self.sink = sink
-            self.size = 0
-
-        def writable(self) -> bool:
-            return True
-
-        def write(self, data: Any) -> int:
-            packed.update(data)
-            self.size += len(data)
-            self.sink.write(data)
-            return len(data)
-
-    def normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        info.mtime = 0
-        return info
-
-    with out.open("wb") as sink:
-        hashing = _Hashing(sink)
-        with (
-            gzip.GzipFile(fileobj=hashing, mode="wb", compresslevel=1, mtime=0) as gz,
-            tarfile.open(fileobj=_Tee(gz), mode="w|", format=tarfile.PAX_FORMAT) as tar,
-        ):
-            for name, mode in sorted((dirs or {}).items()):
-                info = tarfile.TarInfo(name)
-                info.type, info.mode = tarfile.DIRTYPE, mode
-                tar.addfile(normalized(info))
-            for tree in trees:
-                for name, path in _entries(tree):
-                    info = normalized(tar.gettarinfo(str(path), arcname=name))
-                    if info.isreg():
-                        with path.open("rb") as f:
-                            tar.addfile(info, f)
-                    else:
-                        tar.addfile(info)
-            for name, (content, mode) in sorted((files or {}).items()):
-                info = tarfile.TarInfo(name)
-                info.size, info.mode = len(content), mode
-                tar.addfile(normalized(info), io.BytesIO(content))
-    digest = f"sha256:{packed.hexdigest()}"
-    final = out.parent / packed.hexdigest()
-    os.replace(out, final)
-    return digest, f"sha256:{raw.hexdigest()}", hashing.size
-
-
 def build(out: Path, *, root: Path | None = None, log: Log | None = None) -> Layout:
     """Build the image into the OCI layout `out` (replaced if it exists)."""
     say = log or (lambda m: print(m, file=sys.stderr))
@@ -300,119 +194,6 @@ def build(out: Path, *, root: Path | None = None, log: Log | None = None) -> Lay
         ],
     }
     return write_layout(out, layers=layers, config=config, tag=tag)
-
-
-def write_layout(
-    out: Path, *, layers: Sequence[tuple[str, str, int]], config: dict[str, Any], tag: str
-) -> Layout:
-    """The manifest, index and oci-layout of an image whose layers `write_layer`
-    already wrote into `out`'s blobs; `config` is the image config to store."""
-    blobs = out / "blobs" / "sha256"
-    config_digest, config_size = _write_json_blob(blobs, config)
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": MANIFEST_TYPE,
-        "config": {"mediaType": CONFIG_TYPE, "digest": config_digest, "size": config_size},
-        "layers": [
-            {"mediaType": LAYER_TYPE, "digest": digest, "size": size} for digest, _, size in layers
-        ],
-        "annotations": {"org.opencontainers.image.version": tag},
-    }
-    manifest_digest, manifest_size = _write_json_blob(blobs, manifest)
-    index = {
-        "schemaVersion": 2,
-        "manifests": [
-            {
-                "mediaType": MANIFEST_TYPE,
-                "digest": manifest_digest,
-                "size": manifest_size,
-                "annotations": {"org.opencontainers.image.ref.name": tag},
-            }
-        ],
-    }
-    (out / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
-    (out / "index.json").write_text(json.dumps(index))
-    return Layout(out, manifest_digest)
-
-
-def _write_json_blob(blobs: Path, document: dict[str, Any]) -> tuple[str, int]:
-    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
-    digest = hashlib.sha256(data).hexdigest()
-    (blobs / digest).write_bytes(data)
-    return f"sha256:{digest}", len(data)
-
-
-# -- the registry, through the client of the `sluice` artifact verbs --------
-
-
-def _split(reference: str) -> tuple[str, str, str]:
-    """`host/repo:tag` → (host, repo, tag)."""
-    host, _, rest = reference.partition("/")
-    repository, _, tag = rest.rpartition(":")
-    if not repository or not tag or not host:
-        raise ImageError(f"{reference}: expected HOST/REPOSITORY:TAG")
-    return host, repository, tag
-
-
-def push(
-    layout: Layout,
-    reference: str,
-    *,
-    plain_http: bool = False,
-    creds: str | None = None,
-    docker_config: Path | None = None,
-) -> str:
-    """Push the layout's image to `reference`; the manifest's digest.
-
-    Through the registry client the `sluice` artifact verbs use (oras-py's,
-    with token and basic auth), logged in with `creds` (`user:password`) or
-    else what `docker login` left in the Docker config, so a real registry
-    such as ghcr.io takes the push, not only an anonymous one.
-    """
-    host, repository, tag = _split(reference)
-    try:
-        ref = Reference.parse(f"oci://{host}/{repository}:{tag}")
-        registry = artifacts.connect(
-            ref,
-            artifacts.Connection(
-                insecure=plain_http, creds=creds, docker_config=docker_config, timeout=300
-            ),
-        )
-        manifest = layout.manifest()
-        for descriptor in [manifest["config"], *manifest["layers"]]:
-            digest = descriptor["digest"]
-            registry.upload_blob(layout.blob(digest).read_bytes(), digest)
-        raw = layout.blob(layout.manifest_digest).read_bytes()
-        registry.put_manifest(tag, raw, MANIFEST_TYPE)
-    except (ValueError, RegistryError, artifacts.ArtifactCommandError) as error:
-        raise ImageError(f"pushing {reference}: {error}") from None
-    return layout.manifest_digest
-
-
-def pull_rootfs(
-    reference: str, target: Path, *, plain_http: bool = False, creds: str | None = None
-) -> dict[str, Any]:
-    """Fetch `reference`, check every digest, unpack its layers into `target`; its config."""
-    host, repository, tag = _split(reference)
-    try:
-        registry = artifacts.connect(
-            Reference.parse(f"oci://{host}/{repository}:{tag}"),
-            artifacts.Connection(insecure=plain_http, creds=creds, timeout=300),
-        )
-        manifest = registry.manifest(tag).body
-        config: dict[str, Any] = json.loads(
-            registry.read_blob(manifest["config"]["digest"], max_size=1 << 20)
-        )
-        target.mkdir(parents=True, exist_ok=True)
-        for layer in manifest["layers"]:
-            with tempfile.TemporaryDirectory(prefix="sluice-image-layer-") as scratch:
-                path = Path(scratch) / "layer"
-                registry.download(layer["digest"], path, max_size=int(layer["size"]))
-                with tarfile.open(path, mode="r:gz") as tar:
-                    tar.extractall(target, filter="tar")
-    except (ValueError, RegistryError, artifacts.ArtifactCommandError) as error:
-        raise ImageError(f"pulling {reference}: {error}") from None
-    return config
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""`sluice build`, `diff` and `tree kustomization` against the real API server."""
+"""`sluice build`, `diff` and `tree kustomization|resourceset` against the real API server."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sluice_cli import kinds
 from sluice_cli.diffing import mask_secrets
 from sluice_cli.kinds import HELM_RELEASE
 from sluice_cli.tree_command import release_objects
@@ -451,3 +452,57 @@ async def test_diff_of_a_remote_cluster_kustomization_is_refused(
         f"✗ sluice diff: Kustomization {namespace}/remote applies to another cluster "
         "(spec.kubeConfig); diff it with --kubeconfig of that cluster and --kustomization-file\n"
     )
+
+
+async def test_tree_of_a_resourceset_nests_its_kustomizations_and_resourcesets(
+    cluster: Cluster, kube: KubeClient, namespace: str, capsys: Capture
+) -> None:
+    """A ResourceSet's inventory has the Kustomization's form: the tree follows the
+    Kustomizations and ResourceSets it generated into their own inventories."""
+    rset = kinds.RESOURCESET.rt
+    for name, entries in (
+        ("tenants", [
+            {"id": f"{namespace}_tenant-a__ConfigMap", "v": "v1"},
+            {"id": f"{namespace}_apps_kustomize.toolkit.fluxcd.io_Kustomization", "v": "v1"},
+            {"id": f"{namespace}_inner_fluxcd.controlplane.io_ResourceSet", "v": "v1"},
+        ]),
+        ("inner", [{"id": f"{namespace}_tenant-b__ServiceAccount", "v": "v1"}]),
+    ):  # fmt: skip
+        await kube.create(rset, {
+            "apiVersion": rset.api_version, "kind": "ResourceSet",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {},
+        })  # fmt: skip
+        await kube.merge_patch(rset, name, {"status": {"inventory": {"entries": entries}}},
+                               namespace=namespace, subresource="status")  # fmt: skip
+    await kube.create(KUSTOMIZATION, {
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": namespace},
+        "spec": {"interval": "10m", "path": "./", "prune": True,
+                 "sourceRef": {"kind": "GitRepository", "name": "fleet"}},
+    })  # fmt: skip
+    await kube.merge_patch(KUSTOMIZATION, "apps", {"status": {"inventory": {"entries": [
+        {"id": f"{namespace}_settings__ConfigMap", "v": "v1"},
+    ]}}}, namespace=namespace, subresource="status")  # fmt: skip
+    flags = ("-n", namespace, "--kubeconfig", str(cluster.kubeconfig))
+
+    assert await sluice("tree", "rset", "tenants", *flags) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out == (
+        f"ResourceSet/{namespace}/tenants\n"
+        f"├── ConfigMap/{namespace}/tenant-a\n"
+        f"├── Kustomization/{namespace}/apps\n"
+        f"│   └── ConfigMap/{namespace}/settings\n"
+        f"└── ResourceSet/{namespace}/inner\n"
+        f"    └── ServiceAccount/{namespace}/tenant-b\n"
+    )
+    assert await sluice("tree", "resourceset", "tenants", "--compact", "-o", "json", *flags) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "resource": f"ResourceSet/{namespace}/tenants",
+        "resources": [
+            {"resource": f"Kustomization/{namespace}/apps", "resources": []},
+            {"resource": f"ResourceSet/{namespace}/inner", "resources": []},
+        ],
+    }
+    assert await sluice("tree", "rset", "nope", *flags) == 1
+    assert capsys.readouterr().err == f"✗ sluice tree: ResourceSet {namespace}/nope not found\n"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluice_cli import checking, controllers
+from sluice_cli import checking, controllers, events_command
 from sluice_cli.controllers import DEPLOYMENT, Deployed
 from sluice_cli.terminal import human_duration
 from sluice_cli.version_command import cli_version
@@ -324,3 +324,29 @@ async def test_unreachable_cluster_is_one_line_and_exit_2(tmp_path: Any, capsys:
     missing = tmp_path / "nope"
     assert await sluice("check", "--kubeconfig", str(missing)) == 2
     assert capsys.readouterr().err == f"✗ sluice check: kubeconfig {missing} does not exist\n"
+
+
+def involving(api_version: str, kind: str) -> dict[str, Any]:
+    return {"involvedObject": {"apiVersion": api_version, "kind": kind, "name": "x"},
+            "lastTimestamp": "2026-11-21T10:00:00Z"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("event", "shown"),
+    [
+        pytest.param(involving("kustomize.toolkit.fluxcd.io/v1", "Kustomization"), True, id="toolkit"),
+        pytest.param(involving("image.toolkit.fluxcd.io/v1", "ImagePolicy"), True, id="any-toolkit-group"),
+        pytest.param(involving("fluxcd.controlplane.io/v1", "ResourceSet"), True, id="resourceset"),
+        pytest.param(involving("fluxcd.controlplane.io/v1", "ResourceSetInputProvider"), True,
+                     id="input-provider"),
+        pytest.param(involving("source.extensions.fluxcd.io/v1beta1", "ArtifactGenerator"), True,
+                     id="artifact-generator"),
+        pytest.param(involving("gitops.kubesphere.io/v1alpha1", "Application"), True,
+                     id="kubesphere-application"),
+        pytest.param(involving("v1", "Pod"), False, id="pod-noise"),
+        pytest.param(involving("apps/v1", "Deployment"), False, id="deployment-noise"),
+        pytest.param(involving("example.com/v1", "Widget"), False, id="other-custom-kind"),
+    ],
+)  # fmt: skip
+def test_events_are_those_of_sluices_kinds(event: dict[str, Any], shown: bool) -> None:
+    assert events_command.select([event], None) == ([event] if shown else [])

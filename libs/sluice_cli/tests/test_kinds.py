@@ -41,6 +41,8 @@ CHART_SPEC = {"chart": {"spec": {"chart": "app", "sourceRef": {"kind": "HelmRepo
         pytest.param(obj("HelmChart", {"chart": "app", "sourceRef": {"kind": "HelmRepository", "name": "charts"}}),
                      ("HelmRepository", "apps", "charts"), id="helmchart"),
         pytest.param(obj("Kustomization", {"sourceRef": {"kind": "Nope", "name": "x"}}), None, id="unknown-kind"),
+        pytest.param(obj("Kustomization", {"sourceRef": {"kind": "ExternalArtifact", "name": "x"}}),
+                     None, id="external-artifact-is-its-producers-to-refresh"),
         pytest.param(obj("Gate", {}), None, id="no-source"),
     ],
 )  # fmt: skip

@@ -104,10 +104,20 @@ async def test_a_chart_from_an_oci_helm_repository_is_released(
 
     # An exact version is a tag; one that is not there names itself.
     await d.helm_release("missing", version="3.0.0")
-    missing = await d.observe.wait_reason(HELMRELEASE, "missing", "ArtifactFailed", timeout=60)
-    message = condition(missing, "Ready")["message"]  # type: ignore[index]
+    # The release may first say only "not ready" (its HelmChart not yet failed); it
+    # must then pass on the chart's own failure.
+    missing = await d.observe.wait(
+        HELMRELEASE,
+        "missing",
+        lambda o: "not found" in (condition(o, "Ready") or {}).get("message", ""),
+        what="Ready naming the chart's failure",
+        timeout=60,
+    )
+    ready = condition(missing, "Ready") or {}
+    assert ready.get("reason") == "ArtifactFailed", ready
+    message = ready["message"]
     assert f"HelmChart '{ns}/{ns}-missing' is not ready" in message
-    assert f"{ns}/charts/app:3.0.0" in message and "not found" in message
+    assert f"{ns}/charts/app:3.0.0" in message
 
 
 async def test_a_chart_from_an_oci_repository_chart_ref_is_released_and_repushed(

@@ -34,7 +34,6 @@ from sluice_runtime.patterns import InvalidPattern, compile_pattern
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
-from source_controller import cosigning
 from source_controller.refs import InvalidRef, RefNotFound, highest_matching_tag
 from source_controller.sources import (
     Limits,
@@ -303,6 +302,10 @@ async def reconcile_verify(ctx: OCIRepositoryContext) -> Result | None:
     _refuse_unsupported(verify)
     if ctx.noop:
         return None
+    # Imported here: cryptography costs about 8 MiB resident from the moment it
+    # loads, and only an OCIRepository with spec.verify needs it.
+    from source_controller import cosigning
+
     assert ctx.manifest is not None and ctx.registry is not None and verify.secret_ref is not None
     secret = f"{ctx.obj.namespace}/{verify.secret_ref.name}"
     try:

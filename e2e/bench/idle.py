@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
-import time
 from pathlib import Path
 
 from e2e.bench.cluster import rss_mib
@@ -58,7 +57,7 @@ async def run(workdir: Path, settle: float) -> dict[str, float]:
         try:
             for controller in started:
                 controller.wait_ready(timeout=120)
-            time.sleep(settle)
+            await asyncio.sleep(settle)
             return {c.name: rss_mib(c) for c in started}
         finally:
             for controller in started:

@@ -28,7 +28,7 @@ def load_structlog_without_rich() -> None:
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]
     try:
-        import structlog  # noqa: F401
+        import structlog
         import structlog.tracebacks  # noqa: F401
     finally:
         for name in hidden:

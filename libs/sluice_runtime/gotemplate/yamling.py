@@ -19,7 +19,6 @@ import re
 import unicodedata
 from typing import Any
 
-
 from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.formatting import format_float
 from sluice_runtime.gotemplate.functions import ANY, GoFunc

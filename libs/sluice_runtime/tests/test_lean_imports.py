@@ -53,12 +53,11 @@ def loaded_at_startup() -> dict[str, set[str]]:
 
     One fresh interpreter each, started together so that they import side by side.
     """
+    script = "import json, sys, {}.__main__; print(json.dumps(sorted(sys.modules)))"
     started = {
         controller: subprocess.Popen(
-            [sys.executable, "-c", f"import json, sys, {controller}.__main__; "
-             "print(json.dumps(sorted(sys.modules)))"],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [sys.executable, "-c", script.format(controller)], stdout=subprocess.PIPE, text=True
+        )
         for controller in CONTROLLERS
     }
     loaded = {}

@@ -196,8 +196,10 @@ async def test_cached_objects_leave_out_managed_fields(kube: KubeClient, namespa
         )
         await eventually(lambda: f"{namespace}/watched" in informer.store)
         await eventually(
-            lambda: (informer.store.get(f"{namespace}/listed") or {})["spec"]["url"]
-            == "https://example.com/changed"
+            lambda: (
+                (informer.store.get(f"{namespace}/listed") or {})["spec"]["url"]
+                == "https://example.com/changed"
+            )
         )
         for name in ("listed", "watched"):
             live = await kube.get(GITREPO, name, namespace)

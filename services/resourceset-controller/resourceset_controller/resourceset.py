@@ -34,7 +34,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-
 from resourceset_controller import timing
 from resourceset_controller.contexts import Reason, ResourceSetContext, Services
 from resourceset_controller.deploying import (

@@ -1,18 +1,25 @@
-"""A controller's worker threads share two malloc arenas instead of one each.
+"""A controller's worker threads share two malloc arenas instead of one each, and
+its TLS connections keep a 64 KiB receive buffer instead of 256 KiB.
 
-Measured in a fresh interpreter, since glibc's settings are per process:
+Arenas are measured in a fresh interpreter, since glibc's settings are per process:
 eight threads alive at once, each allocating outside Python's small-object
 allocator, and glibc's own count of its arenas (`malloc_stats`) afterwards.
 """
 
 from __future__ import annotations
 
+import asyncio
+import asyncio.sslproto
 import ctypes
+import ssl
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from sluice_envtest.certificates import make_serving_pki
 from sluice_runtime import allocating
 
 SCRIPT = r"""
@@ -79,3 +86,50 @@ def test_threads_share_the_arena_limit(
 def test_an_operators_malloc_settings_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert allocating.tune_malloc() is False
+
+
+@pytest.fixture
+def restore_tls_buffers() -> Iterator[None]:
+    before = asyncio.sslproto.SSLProtocol.max_size
+    yield
+    asyncio.sslproto.SSLProtocol.max_size = before
+
+
+@pytest.mark.usefixtures("restore_tls_buffers")
+async def test_tls_connections_hold_a_smaller_receive_buffer(tmp_path: Path) -> None:
+    """A connection made afterwards receives into 64 KiB, and a body four times
+    that size still arrives whole."""
+    paths = make_serving_pki().write(tmp_path)
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(paths["tls.crt"], paths["tls.key"])
+    body = bytes(range(256)) * (allocating.TLS_READ_BUFFER // 64)  # 4 x the buffer
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(1)
+        writer.write(body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=serving)
+    port = server.sockets[0].getsockname()[1]
+    trusting = ssl.create_default_context(cafile=str(paths["ca.crt"]))
+
+    async def fetch() -> tuple[int, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trusting)
+        # The protocol's ciphertext buffer: what each connection keeps resident.
+        held = len(writer.transport._ssl_protocol._ssl_buffer)  # type: ignore[attr-defined]
+        writer.write(b"?")
+        received = await reader.readexactly(len(body))
+        writer.close()
+        return held, received
+
+    try:
+        held_before, _ = await fetch()
+        allocating.smaller_tls_buffers()
+        held_after, received = await fetch()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert held_before > allocating.TLS_READ_BUFFER
+    assert held_after == allocating.TLS_READ_BUFFER
+    assert received == body

@@ -183,8 +183,11 @@ async def test_an_expired_watch_relists_and_notices_deletions(
         await informer.stop()
 
 
-async def test_cached_objects_leave_out_managed_fields(kube: KubeClient, namespace: str) -> None:
-    """What the store keeps, listed or watched, is the object without its managedFields."""
+async def test_cached_objects_leave_out_managed_fields_and_share_keys(
+    kube: KubeClient, namespace: str
+) -> None:
+    """What the store keeps, listed or watched, is the object without its managedFields,
+    its keys shared with every other cached object."""
     await kube.create(GITREPO, gitrepo("listed", namespace))
     informer = Informer(kube, GITREPO, namespace=namespace)
     await informer.start()
@@ -208,5 +211,10 @@ async def test_cached_objects_leave_out_managed_fields(kube: KubeClient, namespa
             assert cached is not None
             assert "managedFields" not in cached["metadata"]
             assert cached["metadata"]["resourceVersion"] == live["metadata"]["resourceVersion"]
+        # Decoded from separate events, yet their keys are the same string objects.
+        listed, watched = (informer.store.get(f"{namespace}/{n}") for n in ("listed", "watched"))
+        assert listed is not None and watched is not None
+        shared = {id(k) for k in listed["spec"]} & {id(k) for k in watched["spec"]}
+        assert len(shared) == len(watched["spec"]) > 0
     finally:
         await informer.stop()

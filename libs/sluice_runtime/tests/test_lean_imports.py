@@ -43,6 +43,8 @@ ON_FIRST_USE = (
     "celpy",  # healthCheckExprs, ResourceSet readyExpr
     "lark",  # through celpy
     "text_unidecode",  # slugify of non-ASCII text
+    "oras",  # the first OCI registry call; see oci.registry
+    "requests",  # through oras
 )
 """Modules a controller loads when a feature is first used, not at startup."""
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from e2e.bench import mttp, noop_fetch, reaction, scale, soak, webhook_load
+from e2e.bench import idle, mttp, noop_fetch, reaction, scale, soak, webhook_load
 
 BENCHMARKS = {
+    "idle": idle.main,
     "noop-fetch": noop_fetch.main,
     "mttp": mttp.main,
     "reaction": reaction.main,

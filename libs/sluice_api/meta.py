@@ -89,6 +89,7 @@ class KubeModel(BaseModel):
         extra="ignore",
         # Attribute docstrings become the CRD descriptions `kubectl explain` shows.
         use_attribute_docstrings=True,
+        defer_build=True,
     )
 
 

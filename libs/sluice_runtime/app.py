@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from sluice_api.meta import parse_duration
+from sluice_runtime.allocating import smaller_tls_buffers, tune_malloc
 from sluice_runtime.controller import Controller, Informers, ReconcileObserver
 from sluice_runtime.endpoints import metrics_app, probes_app, serving
 from sluice_runtime.informing.queueing import ExponentialBackoff
@@ -423,6 +424,8 @@ def main(
         add_arguments(arg_parser)
     options = arg_parser.parse_args(argv)
     sluice_logging.configure(level=options.log_level, encoding=options.log_encoding)
+    tune_malloc()  # before any thread allocates: see allocating
+    smaller_tls_buffers()  # before the first connection
     try:
         asyncio.run(
             run(

@@ -19,8 +19,6 @@ import re
 import unicodedata
 from typing import Any
 
-from text_unidecode import unidecode
-
 from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.formatting import format_float
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
@@ -171,7 +169,14 @@ _EN_SUB = {"&": "and", "@": "at"}
 def slugify(s: str, max_length: int = 63) -> str:
     slug = s.strip(" \t\n\r\v\f\x85\xa0")
     slug = "".join(_EN_SUB.get(c, c) for c in slug)
-    slug = unidecode(unicodedata.normalize("NFC", slug)).lower()
+    if not slug.isascii():
+        # Imported here: text_unidecode reads its whole transliteration table
+        # (about 5 MiB resident) when imported, and ASCII, which it leaves as
+        # it is, is what almost every slug holds.
+        from text_unidecode import unidecode
+
+        slug = unidecode(unicodedata.normalize("NFC", slug))
+    slug = slug.lower()
     slug = re.sub(r"[^a-zA-Z0-9\-_]", "-", slug)
     slug = re.sub(r"-+", "-", slug).strip("-_")
     if len(slug) > max_length:

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import celpy
-from celpy import celtypes
-from celpy.adapter import json_to_cel
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+from typing import TYPE_CHECKING, Any
 
 from sluice_runtime.kube.kstatus import Health, compute_status, current, failed, in_progress
+
+if TYPE_CHECKING:
+    import celpy
 
 
 class InvalidExpression(ValueError):
@@ -57,8 +54,17 @@ class HealthRules:
     """kstatus, except for kinds that have CEL health check expressions."""
 
     def __init__(self, checks: Iterable[HealthCheckExpr]) -> None:
-        env = celpy.Environment()
         self._rules: dict[tuple[str, str], list[_Compiled]] = {}
+        checks = list(checks)
+        if not checks:
+            return
+        # celpy (with lark, pendulum and regex) costs about 7 MiB resident once
+        # loaded, and most Kustomizations have no healthCheckExprs: it loads
+        # with the first that has some, not with the process.
+        import celpy
+        from celpy.celparser import CELParseError
+
+        env = celpy.Environment()
         for check in checks:
             compiled: list[_Compiled] = []
             sources = {"inProgress": check.in_progress, "failed": check.failed}
@@ -89,6 +95,11 @@ class HealthRules:
         rule = self._rules.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
         if rule is None:
             return compute_status(obj)
+        # A rule exists, so __init__ has loaded celpy: these are lookups.
+        from celpy import celtypes
+        from celpy.adapter import json_to_cel
+        from celpy.evaluation import CELEvalError
+
         kind = str(obj.get("kind"))
         generic = _generic(obj, kind)
         if generic is not None:

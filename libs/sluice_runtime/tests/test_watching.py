@@ -181,3 +181,40 @@ async def test_an_expired_watch_relists_and_notices_deletions(
             raise AssertionError("object should be gone")
     finally:
         await informer.stop()
+
+
+async def test_cached_objects_leave_out_managed_fields_and_share_keys(
+    kube: KubeClient, namespace: str
+) -> None:
+    """What the store keeps, listed or watched, is the object without its managedFields,
+    its keys shared with every other cached object."""
+    await kube.create(GITREPO, gitrepo("listed", namespace))
+    informer = Informer(kube, GITREPO, namespace=namespace)
+    await informer.start()
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 10)
+        await kube.create(GITREPO, gitrepo("watched", namespace))
+        await kube.merge_patch(
+            GITREPO, "listed", {"spec": {"url": "https://example.com/changed"}}, namespace=namespace
+        )
+        await eventually(lambda: f"{namespace}/watched" in informer.store)
+        await eventually(
+            lambda: (
+                (informer.store.get(f"{namespace}/listed") or {})["spec"]["url"]
+                == "https://example.com/changed"
+            )
+        )
+        for name in ("listed", "watched"):
+            live = await kube.get(GITREPO, name, namespace)
+            assert live["metadata"]["managedFields"], "the API server does record them"
+            cached = informer.store.get(f"{namespace}/{name}")
+            assert cached is not None
+            assert "managedFields" not in cached["metadata"]
+            assert cached["metadata"]["resourceVersion"] == live["metadata"]["resourceVersion"]
+        # Decoded from separate events, yet their keys are the same string objects.
+        listed, watched = (informer.store.get(f"{namespace}/{n}") for n in ("listed", "watched"))
+        assert listed is not None and watched is not None
+        shared = {id(k) for k in listed["spec"]} & {id(k) for k in watched["spec"]}
+        assert len(shared) == len(watched["spec"]) > 0
+    finally:
+        await informer.stop()

@@ -1,1 +1,4 @@
 """application-controller: KubeSphere's gitops.kubesphere.io Applications, expanded into Flux."""
+
+# First, before anything imports structlog: see sluice_runtime.lean_imports.
+import sluice_runtime.lean_imports  # noqa: F401

@@ -34,12 +34,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import celpy
-from celpy import celtypes
-from celpy.adapter import json_to_cel
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
-
 from resourceset_controller import timing
 from resourceset_controller.contexts import Reason, ResourceSetContext, Services
 from resourceset_controller.deploying import (
@@ -71,9 +65,13 @@ async def reconcile_spec(ctx: ResourceSetContext) -> Result | None:
         ctx.ready_reason = Reason.RECONCILIATION_DISABLED
         ctx.ready_message = "Reconciliation is disabled"
         return done(requeue_after=timing.DISABLED_RECHECK)
-    env = celpy.Environment()
     for index, dep in enumerate(ctx.obj.spec.depends_on or []):
         if dep.ready_expr:
+            # celpy costs about 7 MiB resident once loaded; only a readyExpr needs it.
+            import celpy
+            from celpy.celparser import CELParseError
+
+            env = celpy.Environment()
             try:
                 ctx.ready_exprs[index] = env.program(env.compile(dep.ready_expr))
             except CELParseError as error:
@@ -131,6 +129,11 @@ async def reconcile_dependencies(ctx: ResourceSetContext) -> Result | None:
             continue
         program = ctx.ready_exprs.get(index)
         if program is not None:
+            # A compiled readyExpr means reconcile_spec loaded celpy: lookups.
+            from celpy import celtypes
+            from celpy.adapter import json_to_cel
+            from celpy.evaluation import CELEvalError
+
             activation = {str(k): json_to_cel(v) for k, v in obj.items()}
             try:
                 value = program.evaluate(activation)

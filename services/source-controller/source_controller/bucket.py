@@ -36,11 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
-from botocore import UNSIGNED
-from botocore.exceptions import BotoCoreError, ClientError
-
 from sluice_api.meta import parse_duration
 from sluice_api.source import Bucket, SourceCondition, SourceReason
 from sluice_runtime.artifacts.ignoring import IGNORE_FILE, InvalidIgnorePattern
@@ -183,6 +178,8 @@ async def _client_options(ctx: BucketContext) -> dict[str, Any]:
             options["aws_access_key_id"] = data["accesskey"]
             options["aws_secret_access_key"] = data["secretkey"]
         elif spec.provider == "generic":
+            from botocore import UNSIGNED  # see _boto_errors: botocore is loaded on first use
+
             # A generic bucket without a secret is read anonymously, as by
             # Flux's minio client; never with whatever the process holds.
             config["signature_version"] = UNSIGNED
@@ -204,8 +201,24 @@ async def _client_options(ctx: BucketContext) -> dict[str, Any]:
         raise StepError(
             SourceReason.AUTHENTICATION_FAILED, str(error), condition=SourceCondition.FETCH_FAILED
         ) from None
+    from aiobotocore.config import AioConfig
+
     options["config"] = AioConfig(**config)
     return options
+
+
+def _boto_errors() -> tuple[type[Exception], ...]:
+    """The errors an S3 call raises, imported on first use.
+
+    botocore and aiobotocore cost the source-controller about 5 MiB resident
+    (botocore's service models, urllib3, charset tables) from the moment they
+    load; only Bucket sources need them, so they load with the first Bucket
+    fetch rather than at startup. An `except` clause evaluates this only when
+    something was raised.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (ClientError, BotoCoreError)
 
 
 def _temp_file(ctx: BucketContext, text: str, suffix: str) -> str:
@@ -218,6 +231,8 @@ def _temp_file(ctx: BucketContext, text: str, suffix: str) -> str:
 
 @asynccontextmanager
 async def _client(options: dict[str, Any]) -> AsyncIterator[Any]:
+    from aiobotocore.session import get_session
+
     async with get_session().create_client("s3", **options) as client:
         yield client
 
@@ -246,7 +261,7 @@ async def _list(client: Any, ctx: BucketContext) -> dict[str, ObjectInfo]:
                     f"objects are larger than the limit of {ctx.limits.artifact_max_size} "
                     "bytes (--artifact-max-size)",
                 )
-    except (ClientError, BotoCoreError) as error:
+    except _boto_errors() as error:
         raise _bucket_error(ctx, f"listing objects failed: {describe_error(error)}") from None
     return objects
 
@@ -292,7 +307,7 @@ async def _download(
                         )
                     out.write(chunk)
         temp.replace(dest)
-    except (ClientError, BotoCoreError) as error:
+    except _boto_errors() as error:
         raise _bucket_error(
             ctx, f"fetching object '{key}' failed: {describe_error(error)}"
         ) from None

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from sluice_runtime.artifacts.ignoring import IGNORE_FILE, IgnoreRules
 
 STATE_FILE = "index.json"
@@ -89,6 +87,9 @@ def remove_file(files: Path, key: str) -> None:
 
 def describe_error(error: Exception) -> str:
     """The service's own words (its error code and message), never a library repr."""
+    # Imported here: only a Bucket fetch, which has loaded botocore, gets here.
+    from botocore.exceptions import ClientError
+
     if isinstance(error, ClientError):
         details = error.response.get("Error") or {}
         code = str(details.get("Code") or "")

@@ -35,7 +35,6 @@ from sluice_runtime.patterns import InvalidPattern, compile_pattern
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
-from source_controller import cosigning
 from source_controller.refs import InvalidRef, RefNotFound, highest_matching_tag
 from source_controller.sources import (
     Limits,
@@ -333,6 +332,10 @@ async def verify_signature(
 
     Shared by OCIRepositories and HelmCharts of OCI HelmRepositories.
     """
+    # Imported here: cryptography costs about 8 MiB resident from the moment it
+    # loads, and only a source with spec.verify needs it.
+    from source_controller import cosigning
+
     assert verify.secret_ref is not None
     secret = f"{namespace}/{verify.secret_ref.name}"
     try:

@@ -13,13 +13,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
-
-import celpy
-from celpy.adapter import json_to_cel
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
 
 from notification_controller.outbound import (
     DeliveryError,
@@ -30,6 +25,11 @@ from notification_controller.outbound import (
     metadata_of,
 )
 from sluice_api.notification import Provider
+
+if TYPE_CHECKING:
+    # celpy (with lark and pendulum) costs ~7 MiB resident once imported; only a
+    # Provider with commitStatusExpr needs it, so it is imported on first use.
+    import celpy
 
 COMMIT_STATUS_TYPES = frozenset({"github", "gitlab"})
 PROGRESSING_REASON = "Progressing"
@@ -97,6 +97,9 @@ class InvalidExpression(ValueError):
 @functools.lru_cache(maxsize=256)
 def compile_expression(source: str) -> celpy.Runner:
     """The compiled `commitStatusExpr` (cached: every event to the Provider uses it)."""
+    import celpy
+    from celpy.celparser import CELParseError
+
     env = celpy.Environment()
     try:
         return env.program(env.compile(source))
@@ -113,6 +116,9 @@ def expression_context(source: str, target: Target) -> str:
         program = compile_expression(source)
     except InvalidExpression as error:
         raise DeliveryError(str(error)) from None
+    from celpy.adapter import json_to_cel
+    from celpy.evaluation import CELEvalError
+
     activation = {
         "event": json_to_cel(dict(target.event)),
         "provider": json_to_cel(target.provider.to_obj()),

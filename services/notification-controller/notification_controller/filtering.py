@@ -16,15 +16,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import celpy
-from celpy import celtypes
-from celpy.adapter import json_to_cel
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+from typing import TYPE_CHECKING, Any
 
 from sluice_api.notification import Receiver
+
+if TYPE_CHECKING:
+    # celpy (with lark and pendulum) costs ~7 MiB resident once imported; only a
+    # Receiver with filters needs it, so each function imports it on first use.
+    import celpy
 
 
 class InvalidFilter(ValueError):
@@ -43,6 +42,8 @@ class _Compiled:
 
 
 def _compile(env: celpy.Environment, field: str, source: str) -> _Compiled:
+    from celpy.celparser import CELParseError
+
     try:
         return _Compiled(field, source, env.program(env.compile(source)))
     except CELParseError as error:
@@ -63,6 +64,10 @@ class Filters:
     def allows(self, index: int, res: Mapping[str, Any], req: Any) -> bool:
         """Whether resource `index` of the Receiver may be acted on for object `res`
         and request body `req`; raises FilterFailed naming the expression."""
+        from celpy import celtypes
+        from celpy.adapter import json_to_cel
+        from celpy.evaluation import CELEvalError
+
         activation = {"res": json_to_cel(dict(res)), "req": json_to_cel(req)}
         for compiled in (self.shared, self.per_resource[index]):
             if compiled is None:
@@ -85,6 +90,8 @@ class Filters:
 
 def compile_filters(receiver: Receiver) -> Filters:
     """The Receiver's filters; raises InvalidFilter naming the field of a bad one."""
+    import celpy
+
     env = celpy.Environment()
     spec = receiver.spec
     shared = (

@@ -118,7 +118,7 @@ class _StrictLoader(ManifestLoader):
         mapping = super().construct_mapping(node, deep=deep)
         if not all(isinstance(key, str) for key in mapping):
             raise _NotPlain
-        return dict(sorted(mapping.items()))  # type: ignore[arg-type]
+        return dict(sorted(mapping.items()))
 
 
 _BOOLEANS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
@@ -215,12 +215,16 @@ def _manifest_files(root: Path, current: Path) -> list[Path]:
 def _objects(path: Path, budget: list[int]) -> list[dict[str, Any]]:
     data = path.read_bytes()
     budget[0] -= len(data)
-    if budget[0] < 0 or b"\r" in data or data.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+    if (
+        budget[0] < 0
+        or b"\r" in data
+        or data.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff"))
+    ):
         raise _NotPlain
     if _MAYBE_SPECIAL.search(data) and _has_special_syntax(data):
         raise _NotPlain
     try:
-        documents = list(yaml.load_all(data, Loader=_StrictLoader))  # noqa: S506 - a SafeLoader
+        documents = list(yaml.load_all(data, Loader=_StrictLoader))
     except yaml.YAMLError:
         raise _NotPlain from None
     # The generated kustomization leaves out files with no object at all

@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from sluice_api.kustomize import KustomizationSpec
+from sluice_runtime.building.kustomizations import has_manifests
 from sluice_runtime.building.manifests import ManifestLoader
 from sluice_runtime.building.references import kustomization_file, relative
 from sluice_runtime.building.tools import BuildError
@@ -214,27 +215,36 @@ def _manifest_files(root: Path, current: Path) -> list[Path]:
 
 def _objects(path: Path, budget: list[int]) -> list[dict[str, Any]]:
     data = path.read_bytes()
-    budget[0] -= len(data)
-    if (
-        budget[0] < 0
-        or b"\r" in data
-        or data.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff"))
-    ):
-        raise _NotPlain
-    if _MAYBE_SPECIAL.search(data) and _has_special_syntax(data):
-        raise _NotPlain
     try:
-        documents = list(yaml.load_all(data, Loader=_StrictLoader))
-    except yaml.YAMLError:
-        raise _NotPlain from None
+        documents = _documents(data)
+    except _NotPlain:
+        # A file the generated kustomization leaves out (a CI config with
+        # anchors, Helm values with `on:` keys) does not matter to kustomize.
+        if has_manifests(path):
+            raise
+        return []
     # The generated kustomization leaves out files with no object at all
     # (`kustomizations.has_manifests`); a file with one must hold only objects.
     if not any(isinstance(d, dict) and ("apiVersion" in d or "kind" in d) for d in documents):
         return []
+    budget[0] -= len(data)
+    if budget[0] < 0:
+        raise _NotPlain
     objects = [d for d in documents if d is not None]
     for obj in objects:
         _check_object(obj)
     return objects
+
+
+def _documents(data: bytes) -> list[Any]:
+    if b"\r" in data or data.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+        raise _NotPlain
+    if _MAYBE_SPECIAL.search(data) and _has_special_syntax(data):
+        raise _NotPlain
+    try:
+        return list(yaml.load_all(data, Loader=_StrictLoader))
+    except yaml.YAMLError:
+        raise _NotPlain from None
 
 
 def _has_special_syntax(data: bytes) -> bool:

@@ -139,17 +139,21 @@ def _environment(monkeypatch: pytest.MonkeyPatch, home: Path, **variables: str) 
         monkeypatch.setenv(name, value.replace("{home}", str(home)))
 
 
-async def test_requests_take_no_worker_thread_without_a_proxy_or_netrc(
+def test_requests_take_no_worker_thread_without_a_proxy_or_netrc(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # aiohttp's trust_env lookups run in the loop's default executor, which
-    # exists only once something has used it.
+    # exists only once something has used it: a fresh loop shows whether it was.
     _environment(monkeypatch, tmp_path)
-    async with RecordingHttpsServer() as trap:
-        await version(Credentials(trap.url, ca_data=trap.ca_pem, token="t0ken"))
-        await version(Credentials(trap.url, ca_data=trap.ca_pem, token="t0ken"))
-    assert len(trap.requests) == 2
-    assert asyncio.get_running_loop()._default_executor is None  # type: ignore[attr-defined]
+
+    async def two_requests() -> object:
+        async with RecordingHttpsServer() as trap:
+            await version(Credentials(trap.url, ca_data=trap.ca_pem, token="t0ken"))
+            await version(Credentials(trap.url, ca_data=trap.ca_pem, token="t0ken"))
+        assert len(trap.requests) == 2
+        return asyncio.get_running_loop()._default_executor  # type: ignore[attr-defined]
+
+    assert asyncio.run(two_requests()) is None
 
 
 @pytest.mark.parametrize(

@@ -107,7 +107,60 @@ ORDER = "---\n".join(
     ]
 )
 
+GENERATED = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  creationTimestamp: null
+  labels:
+    app: web
+  name: web
+  namespace: ""
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: web
+  strategy: {}
+  template:
+    metadata:
+      creationTimestamp: null
+      labels:
+        app: web
+    spec:
+      containers:
+      - image: nginx
+        name: nginx
+        resources: {}
+        env:
+        - name: FLAG
+          value: "true"
+        - name: EMPTY
+          value: ""
+        ports:
+        - containerPort: 80
+          protocol: TCP
+status: {}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  annotations:
+    json: '{"a": [1, 2], "b": null}'
+    multi: |
+      line1
+      line2
+spec:
+  ports:
+  - port: 80
+    targetPort: http
+  selector: {app: web}
+  type: ClusterIP
+"""
+
 PLAIN_TREES = [
+    pytest.param({"app.yaml": GENERATED}, {}, id="kubectl-generated-nulls-and-empty-namespace"),
     pytest.param({"cm.yaml": CM}, {}, id="one-object"),
     pytest.param(
         {"a.yaml": f"---\n# only a comment\n---\n{CM}---\n---\n" + obj("Secret", "s") + "...\n"},

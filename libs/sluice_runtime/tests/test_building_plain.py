@@ -159,7 +159,37 @@ spec:
   type: ClusterIP
 """
 
+FLUX = """
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: apps
+  namespace: flux-system
+spec:
+  interval: 10m0s
+  path: ./apps
+  prune: true
+  sourceRef:
+    kind: GitRepository
+    name: flux-system
+  postBuild:
+    substitute:
+      cluster: prod
+---
+apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata:
+  name: flux-system
+  namespace: flux-system
+spec:
+  interval: 1m0s
+  ref:
+    branch: main
+  url: ssh://git@github.com/org/repo
+"""
+
 PLAIN_TREES = [
+    pytest.param({"flux.yaml": FLUX}, {}, id="flux-kustomization-kind"),
     pytest.param({"app.yaml": GENERATED}, {}, id="kubectl-generated-nulls-and-empty-namespace"),
     pytest.param({"cm.yaml": CM}, {}, id="one-object"),
     pytest.param(

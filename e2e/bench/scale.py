@@ -7,7 +7,8 @@ processes with their default flags against the local control plane. Each
 run uses a fresh namespace, GitRepository and Kustomization; the figures are
 medians over `--runs`:
 
-- build: `sluice_runtime.building.build` + `substituting.substitute`,
+- build: `sluice_runtime.building.build` (in-process for these plain
+  manifests, no kustomize process) + `substituting.substitute`,
   called in this process on a copy of the same tree with the same spec (the
   controller's build and substitution steps; no download, no API).
 - apply: from creating the Kustomization (its source already has the
@@ -20,8 +21,9 @@ medians over `--runs`:
   then counted through the API.
 
 Also per phase: the controller's own reconcile time
-(`gotk_reconcile_duration_seconds`) and API requests
-(`rest_client_requests_total`); and the kustomize-controller's idle RSS and
+(`gotk_reconcile_duration_seconds`), its process CPU (its own and its
+children's, a kustomize process's: unlike wall time, independent of the
+load) and API requests (`rest_client_requests_total`); and the kustomize-controller's idle RSS and
 peak memory (VmHWM, over every run). Kustomizations of finished runs are
 deleted with `deletionPolicy: Orphan`, so they do not stay in its cache.
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import secrets
 import shutil
@@ -62,6 +65,7 @@ from e2e.bench.cluster import (
     rss_mib,
 )
 from e2e.bench.common import median, table, write
+from e2e.bench.profiling import cpu_seconds
 from sluice_api.kustomize import KustomizationSpec
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane, free_port
@@ -149,11 +153,15 @@ class _Phase:
     def __enter__(self) -> _Phase:
         self.requests = metric(self.controller, "rest_client_requests_total")
         self.reconcile = self._reconcile_seconds()
+        self.cpu = sum(cpu_seconds(self.controller))
         return self
 
     def __exit__(self, *_: object) -> None:
         self.requests = metric(self.controller, "rest_client_requests_total") - self.requests
         self.reconcile = self._reconcile_seconds() - self.reconcile
+        # Its own CPU and its children's (a kustomize process): on a shared
+        # machine this, unlike wall time, does not depend on the load.
+        self.cpu = sum(cpu_seconds(self.controller)) - self.cpu
 
     def _reconcile_seconds(self) -> float:
         return metric(
@@ -195,6 +203,7 @@ async def _one_run(
         _, at = await kss.wait(name, done, timeout=args.timeout)
     result["apply"] = {
         "seconds": at - start,
+        "cpu": phase.cpu,
         "reconcile": phase.reconcile,
         "requests": phase.requests,
     }
@@ -213,6 +222,7 @@ async def _one_run(
         _, at = await kss.wait(name, done, timeout=args.timeout)
     result["no_change"] = {
         "seconds": at - start,
+        "cpu": phase.cpu,
         "reconcile": phase.reconcile,
         "requests": phase.requests,
     }
@@ -236,6 +246,7 @@ async def _one_run(
         _, at = await kss.wait(name, done, timeout=args.timeout)
     result["prune"] = {
         "seconds": at - start,
+        "cpu": phase.cpu,
         "fetch_seconds": fetched_at - start,
         "reconcile": phase.reconcile,
         "requests": phase.requests,
@@ -333,29 +344,34 @@ def main(argv: list[str] | None = None) -> None:
         "substitution_seconds": substitution,
         "apply_seconds": med("apply", "seconds"),
         "apply_reconcile_seconds": med("apply", "reconcile"),
+        "apply_controller_cpu_seconds": med("apply", "cpu"),
         "apply_api_requests": med("apply", "requests"),
         "apply_objects_per_second": args.objects / med("apply", "seconds"),
         "no_change_seconds": med("no_change", "seconds"),
         "no_change_reconcile_seconds": med("no_change", "reconcile"),
+        "no_change_controller_cpu_seconds": med("no_change", "cpu"),
         "no_change_api_requests": med("no_change", "requests"),
         "prune_seconds": med("prune", "seconds"),
         "prune_fetch_seconds": med("prune", "fetch_seconds"),
         "prune_reconcile_seconds": med("prune", "reconcile"),
+        "prune_controller_cpu_seconds": med("prune", "cpu"),
         "prune_api_requests": med("prune", "requests"),
         "pruned_objects": half,
         "kustomize_controller_idle_rss_mib": measured["idle_rss_mib"],
         "kustomize_controller_peak_mib": measured["peak_mib"],
     }
     rows = [
-        ["build (kustomize build)", build, "-", "-"],
-        ["substitution", substitution, "-", "-"],
+        ["build (in-process: plain manifests)", build, "-", "-", "-"],
+        ["substitution", substitution, "-", "-", "-"],
         [f"apply: {args.objects} new objects", summary["apply_seconds"],
-         summary["apply_reconcile_seconds"], int(summary["apply_api_requests"])],
+         summary["apply_reconcile_seconds"], summary["apply_controller_cpu_seconds"],
+         int(summary["apply_api_requests"])],
         [f"no change: {args.objects} unchanged", summary["no_change_seconds"],
-         summary["no_change_reconcile_seconds"], int(summary["no_change_api_requests"])],
+         summary["no_change_reconcile_seconds"], summary["no_change_controller_cpu_seconds"],
+         int(summary["no_change_api_requests"])],
         [f"prune {half} (incl. fetch {summary['prune_fetch_seconds']:.2f}s)",
          summary["prune_seconds"], summary["prune_reconcile_seconds"],
-         int(summary["prune_api_requests"])],
+         summary["prune_controller_cpu_seconds"], int(summary["prune_api_requests"])],
     ]  # fmt: skip
     print()
     print(
@@ -363,7 +379,9 @@ def main(argv: list[str] | None = None) -> None:
         f"kustomize-controller --kube-api-qps {args.kube_api_qps:g} "
         f"--kube-api-burst {args.kube_api_burst}"
     )
-    print(table(["phase", "wall s", "reconcile s (controller)", "API requests"], rows))
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores shared)")
+    headers = ["phase", "wall s", "reconcile s (controller)", "controller CPU s", "API requests"]
+    print(table(headers, rows))
     print(
         f"\nkustomize-controller memory: idle {measured['idle_rss_mib']:.0f} MiB RSS, "
         f"peak {measured['peak_mib']:.0f} MiB (VmHWM); "

@@ -37,10 +37,16 @@ directory has none. `commonMetadata` is set on the built objects afterwards,
 as Flux does at apply time, so it reaches only each object's own metadata
 (never selectors or pod templates).
 
+A directory of plain manifests (no kustomization file anywhere below it)
+built for a spec that asks kustomize for nothing is read in this process
+instead, with kustomize's result (`plain`); anything it is not sure of
+still goes to kustomize.
+
 The package, by concern: `tools` (the sandbox and which kustomize),
 `manifests` (YAML as Kubernetes reads it), `kustomizations` (the file a
 build reads, generated and merged), `references` (keeping the build inside
-the artifact), `running` (the confined kustomize process).
+the artifact), `running` (the confined kustomize process), `plain` (plain
+manifests read without kustomize, with kustomize's result).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from sluice_runtime.building.manifests import (
     set_common_metadata,
     yaml_problem,
 )
+from sluice_runtime.building.plain import build_plain
 from sluice_runtime.building.references import (
     KUSTOMIZATION_FILES,
     check_references,
@@ -133,24 +140,37 @@ async def build(
     sandbox = sandbox or default_sandbox()
     given_root = Path(root)
     real_root = Path(os.path.realpath(given_root))
+    plain: list[dict[str, Any]] | None = None
     try:
-        directory = await asyncio.to_thread(prepare, real_root, spec, allow_remote_bases, sandbox)
+        if decrypt is None:  # SOPS must see the files first: kustomize reads the plaintext
+            directory = await asyncio.to_thread(resolve_path, real_root, spec.path)
+            plain = await asyncio.to_thread(
+                build_plain, real_root, directory, spec, max_output=max_output
+            )
+        if plain is None:
+            directory = await asyncio.to_thread(
+                prepare, real_root, spec, allow_remote_bases, sandbox
+            )
     except OSError as error:
         where = relative(real_root, Path(os.path.realpath(error.filename or real_root)))
         raise BuildError(f"cannot read '{where}' in the artifact: {error.strerror}") from None
-    if decrypt is not None:
-        await decrypt(real_root, await asyncio.to_thread(decryptable_files, real_root, directory))
-    output = await run(
-        kustomize,
-        directory,
-        roots=(given_root, real_root),
-        sandbox=sandbox,
-        allow_remote_bases=allow_remote_bases,
-        timeout=timeout,
-        max_output=max_output,
-        max_memory=max_memory,
-    )
-    objects = await asyncio.to_thread(parse_output, output)
+    if plain is not None:
+        objects = plain
+    else:
+        if decrypt is not None:
+            files = await asyncio.to_thread(decryptable_files, real_root, directory)
+            await decrypt(real_root, files)
+        output = await run(
+            kustomize,
+            directory,
+            roots=(given_root, real_root),
+            sandbox=sandbox,
+            allow_remote_bases=allow_remote_bases,
+            timeout=timeout,
+            max_output=max_output,
+            max_memory=max_memory,
+        )
+        objects = await asyncio.to_thread(parse_output, output)
     if spec.common_metadata is not None:
         set_common_metadata(objects, spec.common_metadata)
     return objects

@@ -125,7 +125,7 @@ async def test_root_is_the_default_path_and_a_leading_slash_means_the_root(
         "apps",
         "root",
     ]
-    (tmp_path / "kustomization.yaml").unlink()
+    (tmp_path / "kustomization.yaml").unlink(missing_ok=True)  # written only when kustomize builds
     (tmp_path / "apps/kustomization.yaml").unlink(missing_ok=True)
     assert list(by_name(await build(tmp_path, spec(path="/apps"), kustomize=kustomize))) == ["apps"]
 
@@ -446,7 +446,8 @@ async def test_files_elsewhere_in_the_artifact_may_be_referenced(
 
 
 async def test_a_slow_build_times_out(tmp_path: Path, kustomize: Kustomize) -> None:
-    write(tmp_path, {"cm.yaml": config_map("cm")})
+    # A kustomization file, so that kustomize (not the in-process reader) builds it.
+    write(tmp_path, {"cm.yaml": config_map("cm"), "kustomization.yaml": "resources: [cm.yaml]\n"})
 
     with pytest.raises(BuildError, match=r"^kustomize build timed out after 0.001s$"):
         await build(tmp_path, spec(), kustomize=kustomize, timeout=0.001)

@@ -3,6 +3,7 @@ what it verifies, and that no key material stays on disk."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sys
@@ -125,3 +126,61 @@ async def test_a_failing_exec_plugin_is_reported_without_its_output(tmp_path: Pa
         await KubeClient.from_credentials(Credentials("https://127.0.0.1:1", exec=plugin))
     assert "exited with 3: plugin says no" in str(raised.value)
     assert "leaked" not in str(raised.value) and json.dumps("leaked") not in str(raised.value)
+
+
+_PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def _environment(monkeypatch: pytest.MonkeyPatch, home: Path, **variables: str) -> None:
+    for name in _PROXY_VARIABLES + tuple(n.lower() for n in _PROXY_VARIABLES) + ("NETRC",):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value.replace("{home}", str(home)))
+
+
+def test_requests_take_no_worker_thread_without_a_proxy_or_netrc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # aiohttp's trust_env lookups run in the loop's default executor, which
+    # exists only once something has used it: a fresh loop shows whether it was.
+    _environment(monkeypatch, tmp_path)
+
+    async def two_requests() -> object:
+        async with RecordingHttpsServer() as trap:
+            await version(Credentials(trap.url, ca_data=trap.ca_pem, token="t0ken"))
+            await version(Credentials(trap.url, ca_data=trap.ca_pem, token="t0ken"))
+        assert len(trap.requests) == 2
+        return asyncio.get_running_loop()._default_executor  # type: ignore[attr-defined]
+
+    assert asyncio.run(two_requests()) is None
+
+
+@pytest.mark.parametrize(
+    ("variables", "trusted"),
+    [
+        pytest.param({}, False, id="nothing-to-find"),
+        pytest.param({"HTTPS_PROXY": "http://127.0.0.1:9"}, True, id="https-proxy"),
+        pytest.param({"no_proxy": "example.com"}, True, id="lower-case-variable"),
+        pytest.param({"NETRC": "{home}/netrc"}, True, id="netrc-variable"),
+    ],
+)
+async def test_the_environment_is_consulted_only_when_it_holds_something(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], trusted: bool
+) -> None:
+    _environment(monkeypatch, tmp_path, **variables)
+    (tmp_path / "netrc").write_text("machine example.com login a password b\n")
+    client = await KubeClient.from_credentials(Credentials("https://127.0.0.1:9"), verify=False)
+    try:
+        assert client._shared.api.rest_client.pool_manager.trust_env is trusted
+    finally:
+        await client.close()
+
+
+async def test_a_netrc_file_is_still_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _environment(monkeypatch, tmp_path)
+    (tmp_path / ".netrc").write_text("machine 127.0.0.1 login robot password s3cret\n")
+    async with RecordingHttpsServer() as trap:
+        await version(Credentials(trap.url, ca_data=trap.ca_pem))
+    expected = "Basic " + base64.b64encode(b"robot:s3cret").decode()
+    assert trap.requests[0].headers.get("Authorization") == expected

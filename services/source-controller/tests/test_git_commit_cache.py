@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.harness import condition, make_secret
 
@@ -16,6 +18,12 @@ async def create(sc: SourceController, *objs: dict[str, Any]) -> None:
         await sc.client.create(GITREPO, obj, namespace=sc.namespace)
 
 
+def clones(entries: list[dict[str, Any]]) -> tuple[int, int]:
+    """(checkouts, artifacts from the commit cache) the controller logged."""
+    events = [e["event"] for e in entries]
+    return events.count("fetched"), events.count("artifact from the commit cache")
+
+
 async def test_gitrepositories_of_the_same_commit_share_one_clone(
     source_controller: SourceController, git_http: GitHttpServer
 ) -> None:
@@ -23,13 +31,13 @@ async def test_gitrepositories_of_the_same_commit_share_one_clone(
     name = f"shared-{sc.namespace}"
     work = seeded(git_http, name)
     url = git_http.url(name)
-    # Created together: the later ones wait for the first one's clone.
-    await create(sc, *(gitrepo(f"app-{i}", url, ref={"branch": "main"}) for i in range(4)))
-    ready = await asyncio.gather(*(sc.wait_ready(GITREPO, f"app-{i}") for i in range(4)))
-
-    spent = git_http.stats(name)
-    assert spent.upload_pack_posts == 1, "one clone for four GitRepositories"
-    assert spent.upload_pack_advertisements >= 4, "each listed the refs itself"
+    with capture_logs() as entries:
+        # Created together: the later ones wait for the first one's clone.
+        await create(sc, *(gitrepo(f"app-{i}", url, ref={"branch": "main"}) for i in range(4)))
+        ready = await asyncio.gather(*(sc.wait_ready(GITREPO, f"app-{i}") for i in range(4)))
+    assert clones(entries) == (1, 3), "one clone for four GitRepositories"
+    # Each listed the refs itself (4), and one worker cloned (its own listing + pack).
+    assert git_http.stats(name).upload_pack_advertisements == 5
     artifacts = [obj["status"]["artifact"] for obj in ready]
     assert {a["revision"] for a in artifacts} == {f"main@sha1:{work.head}"}
     assert len({a["digest"] for a in artifacts}) == 1
@@ -43,11 +51,11 @@ async def test_gitrepositories_of_the_same_commit_share_one_clone(
     # A new commit is a new entry: fetched once more, not served from the old one.
     work.commit("second", files={"deploy/extra.yaml": MANIFEST})
     work.push()
-    before = git_http.stats(name)
-    moved = await sc.poke(GITREPO, "app-0", "1")
+    with capture_logs() as entries:
+        moved = await sc.poke(GITREPO, "app-0", "1")
     assert moved["status"]["artifact"]["revision"] == f"main@sha1:{work.head}"
     assert "deploy/extra.yaml" in await served_files(moved)
-    assert (git_http.stats(name) - before).upload_pack_posts == 1
+    assert clones(entries) == (1, 0)
 
 
 async def test_wrong_credentials_fail_even_when_the_commit_is_cached(
@@ -63,6 +71,7 @@ async def test_wrong_credentials_fail_even_when_the_commit_is_cached(
     url = git_http_auth.url(name)
     await create(sc, gitrepo("owner", url, ref={"branch": "main"}, secretRef={"name": "good"}))
     await sc.wait_ready(GITREPO, "owner")
+    before = git_http_auth.stats(name)
     await create(
         sc,
         gitrepo("intruder", url, ref={"branch": "main"}, secretRef={"name": "bad"}),
@@ -79,9 +88,13 @@ async def test_wrong_credentials_fail_even_when_the_commit_is_cached(
     )
     # The right credentials in another object still share the clone.
     await make_secret(sc.client, sc.namespace, "also-good", good)
-    await create(sc, gitrepo("peer", url, ref={"branch": "main"}, secretRef={"name": "also-good"}))
-    await sc.wait_ready(GITREPO, "peer")
-    assert git_http_auth.stats(name).upload_pack_posts == 1
+    with capture_logs() as entries:
+        await create(
+            sc, gitrepo("peer", url, ref={"branch": "main"}, secretRef={"name": "also-good"})
+        )
+        await sc.wait_ready(GITREPO, "peer")
+    assert clones(entries) == (0, 1)
+    assert (git_http_auth.stats(name) - before).upload_pack_posts == 0, "nothing was fetched"
 
 
 async def test_different_content_config_gets_its_own_artifact(

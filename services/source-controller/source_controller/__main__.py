@@ -34,6 +34,7 @@ from source_controller import (
     artifactgenerator,
     bucket,
     charts,
+    gitcache,
     gitcontexts,
     gitrepository,
     helmchart,
@@ -92,6 +93,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest Git checkout (files, submodules included) and fetched pack, in bytes",
     )
     parser.add_argument(
+        "--git-cache-max-size",
+        type=app.size,
+        default=gitcache.DEFAULT_MAX_SIZE,
+        help="bytes of finished Git tarballs kept for GitRepositories of the same commit (0: off)",
+    )
+    parser.add_argument(
         "--helm-index-max-size",
         type=int,
         default=helmrepository.DEFAULT_INDEX_MAX_SIZE,
@@ -137,7 +144,13 @@ async def setup(runtime: app.Runtime) -> None:
     git = runtime.controller(
         gitrepository.reconciler(
             gitcontexts.GitServices(
-                storage=storage, repositories=repositories, gates=gate_store, limits=limits
+                storage=storage,
+                repositories=repositories,
+                gates=gate_store,
+                limits=limits,
+                cache=gitcache.CommitCache(
+                    storage.root / ".cache" / "git", max_size=options.git_cache_max_size
+                ),
             )
         )
     )

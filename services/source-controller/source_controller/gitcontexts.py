@@ -10,6 +10,7 @@ from sluice_api.source import GitRepository, GitRepositoryInclude
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.git import client as gitclient
 from sluice_runtime.informing.watching import Store
+from source_controller.gitcache import CommitCache, Entry
 from source_controller.refs import ResolvedRef
 from source_controller.sources import Limits, SourceContext
 
@@ -24,6 +25,8 @@ class GitServices:
     gates: Store | None = None
     include_requeue: float = 10.0
     limits: Limits = field(default_factory=Limits)
+    cache: CommitCache | None = None
+    """Finished tarballs by URL, commit and content config (None: no sharing)."""
 
 
 @dataclass(kw_only=True)
@@ -37,3 +40,7 @@ class GitRepositoryContext(SourceContext[GitRepository]):
     noop: bool = False
     includes: list[tuple[GitRepositoryInclude, Artifact]] = field(default_factory=list)
     content_checksum: str = ""
+    cache_key: str | None = None
+    """Set when this reconcile may use and fill the commit cache."""
+    cached: Entry | None = None
+    """The cache's tarball for this commit and content, used instead of a checkout."""

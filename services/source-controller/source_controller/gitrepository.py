@@ -49,6 +49,7 @@ from source_controller.sources import (
     record_artifact,
     source_reconciler,
     write_archive,
+    write_file,
 )
 
 # -- step 2 ------------------------------------------------------------------
@@ -91,6 +92,8 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
         return None
 
     mark_outdated(ctx, resolved.revision)
+    if await _from_cache(ctx, refs):
+        return None
     ctx.workdir = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="git-")))
     try:
         checked_out = await gitclient.checkout(
@@ -117,6 +120,32 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
         objects=checked_out.received_objects,
     )
     return None
+
+
+async def _from_cache(ctx: GitRepositoryContext, refs: dict[str, str]) -> bool:
+    """Whether the commit cache had this artifact (see gitcache for who may share)."""
+    cache, spec, resolved = ctx.services.cache, ctx.obj.spec, ctx.resolved
+    assert resolved is not None
+    if (
+        cache is None
+        or cache.max_size <= 0
+        # Only what this tenant's own ls-remote advertised to it.
+        or resolved.commit not in refs.values()
+        or spec.include
+        or spec.verify is not None
+        or spec.recurse_submodules
+    ):
+        return False
+    ctx.cache_key = cache.key(spec.url, resolved.commit, ctx.content_checksum)
+    # Held to the end of the reconcile: concurrent GitRepositories of the same
+    # commit wait for the first one's tarball instead of cloning alongside it.
+    await ctx.cleanup.enter_async_context(cache.building(ctx.cache_key))
+    ctx.cached = await asyncio.to_thread(cache.lookup, ctx.cache_key)
+    if ctx.cached is None:
+        return False
+    ctx.checkout_message = ctx.cached.message
+    ctx.log.info("artifact from the commit cache", revision=resolved.revision)
+    return True
 
 
 def _validate_url(url: str) -> None:
@@ -275,10 +304,33 @@ async def reconcile_artifact(ctx: GitRepositoryContext) -> Result | None:
         mark_stored(ctx, resolved.revision)
         return done()
 
-    assert ctx.workdir is not None
-    if repo.spec.sparse_checkout:
-        await asyncio.to_thread(_keep_only, ctx.workdir, repo.spec.sparse_checkout)
-    written = await write_archive(ctx, f"{resolved.commit}.tar.gz", ctx.workdir, repo.spec.ignore)
+    filename = f"{resolved.commit}.tar.gz"
+    if ctx.cached is not None:
+        written = await write_file(ctx, filename, ctx.cached.tarball)
+        if written.digest != ctx.cached.digest:
+            raise StepError(
+                SourceReason.ARCHIVE_OPERATION_FAILED,
+                "cached artifact changed while being copied; fetching again",
+                condition=SourceCondition.STORAGE_OPERATION_FAILED,
+            )
+    else:
+        assert ctx.workdir is not None
+        if repo.spec.sparse_checkout:
+            await asyncio.to_thread(_keep_only, ctx.workdir, repo.spec.sparse_checkout)
+        written = await write_archive(ctx, filename, ctx.workdir, repo.spec.ignore)
+        if ctx.cache_key is not None and ctx.services.cache is not None:
+            try:
+                await asyncio.to_thread(
+                    ctx.services.cache.put,
+                    ctx.cache_key,
+                    ctx.storage.path(written.path),
+                    digest=written.digest,
+                    size=written.size,
+                    message=ctx.checkout_message,
+                )
+            except OSError as error:
+                # The artifact is stored; only the sharing is lost.
+                ctx.log.warning("commit cache not updated", error=str(error))
     status.content_config_checksum = ctx.content_checksum
     status.observed_ignore = repo.spec.ignore
     status.observed_recurse_submodules = repo.spec.recurse_submodules

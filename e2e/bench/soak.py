@@ -102,11 +102,15 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     c.name: {m: [] for m in MEASURES} for c in controllers
                 }
                 reconciles_before = {c.name: c.reconciles() for c in controllers}
+                # The 1-minute load average next to every sample: on a shared machine the
+                # figures mean little without it.
+                load: list[tuple[float, float]] = []
                 t0 = time.monotonic()
                 published = t0
                 revisions = 1
                 while time.monotonic() - t0 < args.minutes * 60:
                     now = time.monotonic()
+                    load.append((now - t0, os.getloadavg()[0]))
                     for controller in controllers:
                         if controller.proc.poll() is not None:
                             raise RuntimeError(f"{controller.name} exited during the soak")
@@ -132,6 +136,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         "max": max((v for _, v in points), default=float("nan")),
                         "slope_per_hour": slope_per_hour(points),
                         "samples": len(points),
+                        # The raw series, so a slope can be told from a sawtooth afterwards.
+                        "series": [[round(t, 1), v] for t, v in points],
                     }
                 results[controller.name] = found
             return {
@@ -140,6 +146,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 "interval": args.interval,
                 "revisions_published": revisions,
                 "ready_seconds": ready,
+                "load_average_1m": {
+                    "min": min((v for _, v in load), default=float("nan")),
+                    "mean": sum(v for _, v in load) / len(load) if load else float("nan"),
+                    "max": max((v for _, v in load), default=float("nan")),
+                    "series": [[round(t, 1), v] for t, v in load],
+                },
                 "controllers": results,
             }
         finally:
@@ -176,5 +188,9 @@ def main(argv: list[str] | None = None) -> None:
         "(least-squares slope per hour)"
     )
     print(table(["controller", "reconciles", "RSS MiB", "open fds", "asyncio tasks"], rows))
-    print(f"\nmachine: {os.cpu_count()} cores, shared; everything on one host")
+    loadavg = result["load_average_1m"]
+    print(
+        f"\nmachine: {os.cpu_count()} cores, shared; everything on one host; load average (1m) "
+        f"during the soak {loadavg['min']:.1f}-{loadavg['max']:.1f}, mean {loadavg['mean']:.1f}"
+    )
     write(args.out, "soak", result)

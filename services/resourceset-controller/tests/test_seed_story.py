@@ -128,6 +128,17 @@ def manifests(app: str, version: str, namespace: str) -> dict[str, str]:
     return {"overlays/production/app.yaml": json.dumps(cm)}
 
 
+async def app_gone(f: Fleet, app: str) -> bool:
+    """Nothing of `app` is left: its Kustomization, its OCIRepository, what it deployed."""
+    return not any(
+        [
+            await f.exists(KUSTOMIZATION, f"app-{app}"),
+            await f.exists(OCIREPO, f"app-{app}"),
+            await f.exists(CONFIG_MAP, app),
+        ]
+    )
+
+
 async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
     fleet: Fleet,
 ) -> None:
@@ -208,16 +219,9 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
             namespace=ns,
         )
 
-        async def app3_gone() -> bool:
-            return not any(
-                [
-                    await f.exists(KUSTOMIZATION, "app-microservice3"),
-                    await f.exists(OCIREPO, "app-microservice3"),
-                    await f.exists(CONFIG_MAP, "microservice3"),
-                ]
-            )
-
-        await f.wait_for(app3_gone, timeout=60, what="microservice3 uninstalled")
+        await f.wait_for(
+            lambda: app_gone(f, "microservice3"), timeout=60, what="microservice3 uninstalled"
+        )
 
         # Deleting a tag uninstalls its app too.
         registry.delete(repo, "manifests", digests[1])
@@ -227,16 +231,9 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
             == 200
         )
 
-        async def app1_gone() -> bool:
-            return not any(
-                [
-                    await f.exists(KUSTOMIZATION, "app-microservice1"),
-                    await f.exists(OCIREPO, "app-microservice1"),
-                    await f.exists(CONFIG_MAP, "microservice1"),
-                ]
-            )
-
-        await f.wait_for(app1_gone, timeout=60, what="microservice1 uninstalled")
+        await f.wait_for(
+            lambda: app_gone(f, "microservice1"), timeout=60, what="microservice1 uninstalled"
+        )
         rset = await f.observe.wait(
             RSET,
             "app-microservices",

@@ -78,7 +78,7 @@ def sample(controller: Controller) -> dict[str, float]:
     return found
 
 
-def reconciles(controller: Controller) -> float:
+def reconcile_count(controller: Controller) -> float:
     """The controller's reconcile count, asked until its busy loop answers (a few minutes)."""
     for _ in range(20):
         try:
@@ -118,7 +118,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 series: dict[str, dict[str, list[tuple[float, float]]]] = {
                     c.name: {m: [] for m in MEASURES} for c in controllers
                 }
-                reconciles_before = {c.name: reconciles(c) for c in controllers}
+                reconciles_before = {c.name: reconcile_count(c) for c in controllers}
                 # The 1-minute load average next to every sample: on a shared machine the
                 # figures mean little without it.
                 load: list[tuple[float, float]] = []
@@ -141,7 +141,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         revisions += 1
                         published = now
                     await asyncio.sleep(args.sample)
-                reconciles = {c.name: reconciles(c) - reconciles_before[c.name]
+                reconciles = {c.name: reconcile_count(c) - reconciles_before[c.name]
                               for c in controllers}  # fmt: skip
             results: dict[str, Any] = {}
             for controller in controllers:

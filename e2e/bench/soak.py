@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import tempfile
 import time
@@ -46,7 +47,7 @@ from sluice_envtest.workloads import simulated_rollouts
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.installing import install_crds
 
-MEASURES = ("rss_mib", "fds", "asyncio_tasks")
+MEASURES = ("rss_mib", "fds", "asyncio_tasks", "metrics_seconds")
 
 
 def slope_per_hour(samples: list[tuple[float, float]]) -> float:
@@ -63,12 +64,28 @@ def slope_per_hour(samples: list[tuple[float, float]]) -> float:
 
 
 def sample(controller: Controller) -> dict[str, float]:
+    """RSS and fds from /proc; the tasks from /metrics, which the controller's busy event
+    loop may answer late: then the tasks are missing from this sample (`nan`), not the run.
+    `metrics_seconds` is how long the answer took (the loop's lag, as a caller sees it)."""
     pid = controller.proc.pid
-    return {
-        "rss_mib": rss_mib(controller),
-        "fds": float(len(os.listdir(f"/proc/{pid}/fd"))),
-        "asyncio_tasks": metric(controller, "python_asyncio_tasks"),
-    }
+    found = {"rss_mib": rss_mib(controller), "fds": float(len(os.listdir(f"/proc/{pid}/fd")))}
+    asked = time.monotonic()
+    try:
+        found["asyncio_tasks"] = metric(controller, "python_asyncio_tasks")
+    except OSError:  # a timeout, a refused or reset connection
+        found["asyncio_tasks"] = float("nan")
+    found["metrics_seconds"] = time.monotonic() - asked
+    return found
+
+
+def reconcile_count(controller: Controller) -> float:
+    """The controller's reconcile count, asked until its busy loop answers (a few minutes)."""
+    for _ in range(20):
+        try:
+            return controller.reconciles()
+        except OSError:
+            time.sleep(1)
+    return float("nan")
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -101,17 +118,22 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 series: dict[str, dict[str, list[tuple[float, float]]]] = {
                     c.name: {m: [] for m in MEASURES} for c in controllers
                 }
-                reconciles_before = {c.name: c.reconciles() for c in controllers}
+                reconciles_before = {c.name: reconcile_count(c) for c in controllers}
+                # The 1-minute load average next to every sample: on a shared machine the
+                # figures mean little without it.
+                load: list[tuple[float, float]] = []
                 t0 = time.monotonic()
                 published = t0
                 revisions = 1
                 while time.monotonic() - t0 < args.minutes * 60:
                     now = time.monotonic()
+                    load.append((now - t0, os.getloadavg()[0]))
                     for controller in controllers:
                         if controller.proc.poll() is not None:
                             raise RuntimeError(f"{controller.name} exited during the soak")
                         for name, value in sample(controller).items():
-                            series[controller.name][name].append((now - t0, value))
+                            if not math.isnan(value):
+                                series[controller.name][name].append((now - t0, value))
                     if now - published >= args.publish_every * 60:
                         # A new revision: every artifact, build and apply changes.
                         app = APP.replace('cpu: "${MCPU}"', f'cpu: "{revisions + 1}m"')
@@ -119,7 +141,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         revisions += 1
                         published = now
                     await asyncio.sleep(args.sample)
-                reconciles = {c.name: c.reconciles() - reconciles_before[c.name]
+                reconciles = {c.name: reconcile_count(c) - reconciles_before[c.name]
                               for c in controllers}  # fmt: skip
             results: dict[str, Any] = {}
             for controller in controllers:
@@ -132,6 +154,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         "max": max((v for _, v in points), default=float("nan")),
                         "slope_per_hour": slope_per_hour(points),
                         "samples": len(points),
+                        "missed": len(series[controller.name]["rss_mib"]) - len(points),
+                        # The raw series, so a slope can be told from a sawtooth afterwards.
+                        "series": [[round(t, 1), v] for t, v in points],
                     }
                 results[controller.name] = found
             return {
@@ -140,6 +165,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 "interval": args.interval,
                 "revisions_published": revisions,
                 "ready_seconds": ready,
+                "load_average_1m": {
+                    "min": min((v for _, v in load), default=float("nan")),
+                    "mean": sum(v for _, v in load) / len(load) if load else float("nan"),
+                    "max": max((v for _, v in load), default=float("nan")),
+                    "series": [[round(t, 1), v] for t, v in load],
+                },
                 "controllers": results,
             }
         finally:
@@ -175,6 +206,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{result['interval']}, {result['revisions_published']} revisions; first -> last "
         "(least-squares slope per hour)"
     )
-    print(table(["controller", "reconciles", "RSS MiB", "open fds", "asyncio tasks"], rows))
-    print(f"\nmachine: {os.cpu_count()} cores, shared; everything on one host")
+    headers = ["controller", "reconciles", "RSS MiB", "open fds", "asyncio tasks", "metrics s"]
+    print(table(headers, rows))
+    loadavg = result["load_average_1m"]
+    print(
+        f"\nmachine: {os.cpu_count()} cores, shared; everything on one host; load average (1m) "
+        f"during the soak {loadavg['min']:.1f}-{loadavg['max']:.1f}, mean {loadavg['mean']:.1f}"
+    )
     write(args.out, "soak", result)

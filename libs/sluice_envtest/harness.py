@@ -16,15 +16,22 @@ import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from sluice_envtest.controlplane import free_port
 from sluice_runtime import app
 from sluice_runtime.conditions import condition_of
 from sluice_runtime.conditions import is_ready as is_ready
 from sluice_runtime.controller import ReconcileObserver
 from sluice_runtime.kube.client import JSON, KubeClient
-from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, ResourceType
+from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import CONFIG_MAP, SECRET, SERVICE_ACCOUNT, ResourceType
+
+GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
+ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 
 
 @contextlib.asynccontextmanager
@@ -66,6 +73,18 @@ async def running_service(
         observer=observer,
     ) as runtime:
         yield runtime
+
+
+def source_storage_argv(storage: Path) -> list[str]:
+    """The source-controller's storage flags: `storage` served on a free loopback port,
+    advertised as itself (the kustomize- and helm-controller in the same test download
+    from there)."""
+    port = free_port()
+    return [
+        "--storage-path", str(storage),
+        "--storage-addr", f"127.0.0.1:{port}",
+        "--storage-adv-addr", f"127.0.0.1:{port}",
+    ]  # fmt: skip
 
 
 condition = condition_of
@@ -112,6 +131,15 @@ class Observer:
             name,
             lambda o: (condition(o, "Ready") or {}).get("reason") == reason,
             what=f"Ready reason {reason}",
+            **kw,
+        )
+
+    async def wait_stalled(self, rt: ResourceType, name: str, **kw: Any) -> JSON:
+        return await self.wait(
+            rt,
+            name,
+            lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+            what="Stalled=True",
             **kw,
         )
 
@@ -162,6 +190,58 @@ async def make_config_map(
             "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": namespace},
             "data": data,
+        },
+    )
+
+
+async def exists(client: KubeClient, rt: ResourceType, name: str, namespace: str) -> bool:
+    try:
+        await client.get(rt, name, namespace)
+    except NotFound:
+        return False
+    return True
+
+
+async def make_git_repository(
+    client: KubeClient, namespace: str, name: str, url: str, *, branch: str = "main"
+) -> None:
+    """A GitRepository following `branch` of `url`, on an hour's interval: the tests
+    move it by a poke or a webhook, never by waiting for the interval."""
+    await client.create(
+        GITREPO,
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "GitRepository",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"url": url, "interval": "1h", "ref": {"branch": branch}},
+        },
+    )
+
+
+async def make_tenant(client: KubeClient, namespace: str, resources: Sequence[str]) -> None:
+    """ServiceAccount `tenant`, allowed every verb on `resources` (core group) of
+    `namespace` only."""
+    meta = {"name": "tenant", "namespace": namespace}
+    await client.create(
+        SERVICE_ACCOUNT, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}
+    )
+    await client.create(
+        ROLE,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [{"apiGroups": [""], "resources": list(resources), "verbs": ["*"]}],
+        },
+    )
+    await client.create(
+        ROLE_BINDING,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}],
         },
     )
 

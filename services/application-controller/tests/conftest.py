@@ -18,9 +18,13 @@ import pytest_asyncio
 import yaml
 
 from sluice_envtest.chartrepo import ChartRepository
-from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
-from sluice_envtest.harness import Observer, running_service
+from sluice_envtest.harness import (
+    Observer,
+    make_git_repository,
+    running_service,
+    source_storage_argv,
+)
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
 from sluice_runtime.helming import helm_binary
@@ -28,7 +32,6 @@ from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import EVENT, NAMESPACE, ResourceType
 
 APPLICATION = ResourceType("gitops.kubesphere.io", "v1alpha1", "applications", "Application")
-GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
 HELMREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "helmrepositories", "HelmRepository")
 HELMCHART = ResourceType("source.toolkit.fluxcd.io", "v1", "helmcharts", "HelmChart")
 HELMRELEASE = ResourceType("helm.toolkit.fluxcd.io", "v2", "helmreleases", "HelmRelease")
@@ -51,20 +54,8 @@ class Fleet:
         return self.git.create_repo(f"{name}-{self.namespace}")
 
     async def git_repository(self, name: str) -> None:
-        await self.kube.create(
-            GITREPO,
-            {
-                "apiVersion": "source.toolkit.fluxcd.io/v1",
-                "kind": "GitRepository",
-                "metadata": {"name": name},
-                "spec": {
-                    "url": self.git.url(f"{name}-{self.namespace}"),
-                    "interval": "1h",
-                    "ref": {"branch": "main"},
-                },
-            },
-            namespace=self.namespace,
-        )
+        url = self.git.url(f"{name}-{self.namespace}")
+        await make_git_repository(self.kube, self.namespace, name, url)
 
     async def apply_yaml(self, text: str) -> JSON:
         """Create an Application from its manifest, as `kubectl create -f` would."""
@@ -119,21 +110,14 @@ async def fleet(
 
     charts = ChartRepository(tmp_path / "repo")
     await charts.start()
-    port = free_port()
     home = tmp_path / "home"
     home.mkdir()
     kubeconfig = str(cluster.kubeconfig)
     try:
         async with (
             running_service(
-                source_main,
-                kubeconfig=kubeconfig,
-                namespace=namespace,
-                argv=[
-                    "--storage-path", str(tmp_path / "storage"),
-                    "--storage-addr", f"127.0.0.1:{port}",
-                    "--storage-adv-addr", f"127.0.0.1:{port}",
-                ],
+                source_main, kubeconfig=kubeconfig, namespace=namespace,
+                argv=source_storage_argv(tmp_path / "storage"),
             ),
             running_service(
                 kustomize_main, kubeconfig=kubeconfig, namespace=namespace,

@@ -8,10 +8,10 @@ import asyncio
 import time
 from typing import Any
 
-from sluice_envtest.harness import condition, is_ready, make_secret
+from sluice_envtest.harness import GITREPO, condition, is_ready, make_secret
 from sluice_runtime.kube.errors import NotFound
 
-from .conftest import APPLICATION, CONFIG_MAP, GITREPO, KUSTOMIZATION, Fleet, remote_namespace
+from .conftest import APPLICATION, CONFIG_MAP, KUSTOMIZATION, Fleet, remote_namespace
 
 
 def config_map(name: str, **data: str) -> str:

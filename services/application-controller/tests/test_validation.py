@@ -30,12 +30,7 @@ CHART = {"chart": "./chart"}
 
 
 async def stalled(f: Fleet, name: str) -> str:
-    obj = await f.observe.wait(
-        APPLICATION,
-        name,
-        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
-        what="Stalled",
-    )
+    obj = await f.observe.wait_stalled(APPLICATION, name)
     ready = condition(obj, "Ready")
     assert ready is not None and ready["status"] == "False"
     assert ready["reason"] == "InvalidApplication"
@@ -96,12 +91,7 @@ async def test_invalid_applications_stall_naming_the_field_and_create_nothing(
 
     # The Secret appears: the Application is looked at again and expanded.
     await make_secret(f.kube, ns, "prod", {"value": f.cluster.kubeconfig.read_text()})
-    obj = await f.observe.wait(
-        APPLICATION,
-        "no-secret",
-        lambda o: (condition(o, "Ready") or {}).get("reason") == "ChildrenNotReady",
-        what="expanded once the Secret exists",
-    )
+    obj = await f.observe.wait_reason(APPLICATION, "no-secret", "ChildrenNotReady")
     assert condition(obj, "Stalled") is None
     assert sorted(await children(f, "no-secret")) == ["no-secret-prod-web", "no-secret-web"]
 
@@ -120,12 +110,7 @@ async def test_invalid_applications_stall_naming_the_field_and_create_nothing(
         },
         namespace=ns,
     )
-    obj = await f.observe.wait(
-        APPLICATION,
-        "no-template",
-        lambda o: (condition(o, "Ready") or {}).get("reason") == "ChildrenNotReady",
-        what="expanded",
-    )
+    obj = await f.observe.wait_reason(APPLICATION, "no-template", "ChildrenNotReady")
     assert condition(obj, "Stalled") is None
     assert await children(f, "no-template") == ["no-template-web"]
     assert obj["metadata"]["labels"]["gitops.kubesphere.io/ready-number"] == "0-1"

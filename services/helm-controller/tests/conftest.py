@@ -17,8 +17,7 @@ from typing import Any
 import pytest_asyncio
 
 from sluice_envtest.chartrepo import ChartRepository
-from sluice_envtest.controlplane import free_port
-from sluice_envtest.harness import Observer, make_secret, running_service
+from sluice_envtest.harness import Observer, make_secret, running_service, source_storage_argv
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
 from sluice_runtime.helming import helm_binary
@@ -66,21 +65,21 @@ class HelmDelivery:
     async def helm_release(
         self, name: str, *, chart: str = "app", version: str = "*", **spec: Any
     ) -> JSON:
+        """A release of `chart` from the HelmRepository `charts` (see helm_repository)."""
+        source = {"kind": "HelmRepository", "name": "charts"}
+        template = {"spec": {"chart": chart, "version": version, "sourceRef": source}}
+        return await self.release(name, chart=template, **spec)
+
+    async def release_by_ref(self, name: str, kind: str, source: str, **spec: Any) -> JSON:
+        """A release of the chart a HelmChart or OCIRepository `source` holds (chartRef)."""
+        return await self.release(name, chartRef={"kind": kind, "name": source}, **spec)
+
+    async def release(self, name: str, **spec: Any) -> JSON:
         body = {
             "apiVersion": "helm.toolkit.fluxcd.io/v2",
             "kind": "HelmRelease",
             "metadata": {"name": name},
-            "spec": {
-                "interval": "1h",
-                "chart": {
-                    "spec": {
-                        "chart": chart,
-                        "version": version,
-                        "sourceRef": {"kind": "HelmRepository", "name": "charts"},
-                    }
-                },
-                **spec,
-            },
+            "spec": {"interval": "1h", **spec},
         }
         return await self.kube.create(HELMRELEASE, body, namespace=self.namespace)
 
@@ -125,7 +124,6 @@ async def helm_delivery(
 
     charts = ChartRepository(tmp_path / "repo", username="charts", password="s3cret-pw")
     await charts.start()
-    port = free_port()
     home = tmp_path / "home"
     home.mkdir()
     try:
@@ -134,11 +132,7 @@ async def helm_delivery(
                 source_main,
                 kubeconfig=str(cluster.kubeconfig),
                 namespace=namespace,
-                argv=[
-                    "--storage-path", str(tmp_path / "storage"),
-                    "--storage-addr", f"127.0.0.1:{port}",
-                    "--storage-adv-addr", f"127.0.0.1:{port}",
-                ],
+                argv=source_storage_argv(tmp_path / "storage"),
             ),
             running_service(
                 helm_main,

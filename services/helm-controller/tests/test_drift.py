@@ -158,12 +158,7 @@ async def test_a_deleted_object_is_recreated_and_an_unusable_ignore_rule_stalls(
         {"spec": {"driftDetection": {"ignore": [{"paths": ["spec/replicas"]}]}}},
         namespace=ns,
     )
-    obj = await d.observe.wait(
-        HELMRELEASE,
-        "web",
-        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
-        timeout=30,
-    )
+    obj = await d.observe.wait_stalled(HELMRELEASE, "web", timeout=30)
     ready = condition(obj, "Ready")
     assert ready is not None and ready["reason"] == "InitFailed"
     assert "spec.driftDetection.ignore" in ready["message"]

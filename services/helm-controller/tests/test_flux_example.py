@@ -15,16 +15,22 @@ import pytest_asyncio
 
 from sluice_api import ArtifactGenerator, ExternalArtifact
 from sluice_envtest.chartrepo import ChartRepository
-from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer
-from sluice_envtest.harness import Observer, condition, make_secret, running_service
+from sluice_envtest.harness import (
+    GITREPO,
+    Observer,
+    condition,
+    make_git_repository,
+    make_secret,
+    running_service,
+    source_storage_argv,
+)
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.resources import ResourceType
 
 from .conftest import CONFIG_MAP, HELMRELEASE
 
-GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
 KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
 GENERATOR = ResourceType.of_model(ArtifactGenerator)
 EXTERNAL = ResourceType.of_model(ExternalArtifact)
@@ -38,18 +44,11 @@ async def observe(
     from kustomize_controller import __main__ as kustomize_main
     from source_controller import __main__ as source_main
 
-    port = free_port()
     kubeconfig = str(cluster.kubeconfig)
     async with (
         running_service(
-            source_main,
-            kubeconfig=kubeconfig,
-            namespace=namespace,
-            argv=[
-                "--storage-path", str(tmp_path / "storage"),
-                "--storage-addr", f"127.0.0.1:{port}",
-                "--storage-adv-addr", f"127.0.0.1:{port}",
-            ],
+            source_main, kubeconfig=kubeconfig, namespace=namespace,
+            argv=source_storage_argv(tmp_path / "storage"),
         ),
         running_service(
             kustomize_main, kubeconfig=kubeconfig, namespace=namespace,
@@ -61,6 +60,22 @@ async def observe(
         ),
     ):  # fmt: skip
         yield Observer(kube, namespace)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def charts(observe: Observer, tmp_path: Path) -> AsyncIterator[ChartRepository]:
+    """The example's chart repository (ingress and podinfo), behind basic auth whose
+    credentials are in Secret `charts-auth`."""
+    repo = ChartRepository(tmp_path / "repo", username="charts", password="s3cret-pw")
+    repo.add("ingress", "4.0.0")
+    repo.add("podinfo", "6.5.0")
+    await repo.start()
+    try:
+        auth = {"username": "charts", "password": "s3cret-pw"}
+        await make_secret(observe.client, observe.namespace, "charts-auth", auth)
+        yield repo
+    finally:
+        await repo.stop()
 
 
 def helm_release(name: str, chart: str, greeting: str) -> str:
@@ -86,23 +101,15 @@ spec:
 
 
 async def test_infrastructure_then_apps_from_git(
-    observe: Observer, git_http: GitHttpServer, tmp_path: Path
+    observe: Observer, git_http: GitHttpServer, charts: ChartRepository
 ) -> None:
     kube, ns = observe.client, observe.namespace
-    charts = ChartRepository(tmp_path / "repo", username="charts", password="s3cret-pw")
-    charts.add("ingress", "4.0.0")
-    charts.add("podinfo", "6.5.0")
-    await charts.start()
-    try:
-        await make_secret(kube, ns, "charts-auth", {"username": "charts", "password": "s3cret-pw"})
-        work = git_http.create_repo(f"fleet-{ns}")
-        work.commit(
-            "fleet",
-            files={
-                "infrastructure/kustomization.yaml": (
-                    "resources: [repository.yaml, ingress.yaml]\n"
-                ),
-                "infrastructure/repository.yaml": f"""apiVersion: source.toolkit.fluxcd.io/v1
+    work = git_http.create_repo(f"fleet-{ns}")
+    work.commit(
+        "fleet",
+        files={
+            "infrastructure/kustomization.yaml": ("resources: [repository.yaml, ingress.yaml]\n"),
+            "infrastructure/repository.yaml": f"""apiVersion: source.toolkit.fluxcd.io/v1
 kind: HelmRepository
 metadata:
   name: charts
@@ -112,66 +119,51 @@ spec:
   secretRef:
     name: charts-auth
 """,
-                "infrastructure/ingress.yaml": helm_release("ingress", "ingress", "infra"),
-                "apps/kustomization.yaml": "resources: [podinfo.yaml]\n",
-                "apps/podinfo.yaml": helm_release("podinfo", "podinfo", "apps"),
-            },
-        )
-        work.push()
+            "infrastructure/ingress.yaml": helm_release("ingress", "ingress", "infra"),
+            "apps/kustomization.yaml": "resources: [podinfo.yaml]\n",
+            "apps/podinfo.yaml": helm_release("podinfo", "podinfo", "apps"),
+        },
+    )
+    work.push()
+    await make_git_repository(kube, ns, "fleet", git_http.url(f"fleet-{ns}"))
+    for name, path, extra in (
+        ("infrastructure", "./infrastructure", {"wait": True}),
+        ("apps", "./apps", {"dependsOn": [{"name": "infrastructure"}], "wait": True}),
+    ):
         await kube.create(
-            GITREPO,
+            KUSTOMIZATION,
             {
-                "apiVersion": "source.toolkit.fluxcd.io/v1",
-                "kind": "GitRepository",
-                "metadata": {"name": "fleet"},
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+                "kind": "Kustomization",
+                "metadata": {"name": name},
                 "spec": {
-                    "url": git_http.url(f"fleet-{ns}"),
                     "interval": "1h",
-                    "ref": {"branch": "main"},
+                    "path": path,
+                    "prune": True,
+                    "targetNamespace": ns,
+                    "timeout": "2m",
+                    "sourceRef": {"kind": "GitRepository", "name": "fleet"},
+                    **extra,
                 },
             },
             namespace=ns,
         )
-        for name, path, extra in (
-            ("infrastructure", "./infrastructure", {"wait": True}),
-            ("apps", "./apps", {"dependsOn": [{"name": "infrastructure"}], "wait": True}),
-        ):
-            await kube.create(
-                KUSTOMIZATION,
-                {
-                    "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
-                    "kind": "Kustomization",
-                    "metadata": {"name": name},
-                    "spec": {
-                        "interval": "1h",
-                        "path": path,
-                        "prune": True,
-                        "targetNamespace": ns,
-                        "timeout": "2m",
-                        "sourceRef": {"kind": "GitRepository", "name": "fleet"},
-                        **extra,
-                    },
-                },
-                namespace=ns,
-            )
-        apps = await observe.wait_ready(KUSTOMIZATION, "apps", timeout=120)
-        infra = await observe.get(KUSTOMIZATION, "infrastructure")
-        # apps waited for infrastructure, whose wait covered its HelmRelease being Ready.
-        assert (
-            condition(infra, "Ready")["lastTransitionTime"]
-            <= condition(apps, "Ready")["lastTransitionTime"]
-        )  # type: ignore[index]
-        for name, chart, greeting in (
-            ("ingress", "ingress-4.0.0", "infra"),
-            ("podinfo", "podinfo-6.5.0", "apps"),
-        ):
-            hr = await observe.wait_ready(HELMRELEASE, name, timeout=30)
-            assert hr["status"]["history"][0]["chartVersion"] == chart.rsplit("-", 1)[1]
-            cm = await kube.get(CONFIG_MAP, f"{name}-config", ns)
-            assert cm["data"]["greeting"] == greeting
-            assert cm["metadata"]["labels"]["chart"] == chart
-    finally:
-        await charts.stop()
+    apps = await observe.wait_ready(KUSTOMIZATION, "apps", timeout=120)
+    infra = await observe.get(KUSTOMIZATION, "infrastructure")
+    # apps waited for infrastructure, whose wait covered its HelmRelease being Ready.
+    assert (
+        condition(infra, "Ready")["lastTransitionTime"]
+        <= condition(apps, "Ready")["lastTransitionTime"]
+    )  # type: ignore[index]
+    for name, chart, greeting in (
+        ("ingress", "ingress-4.0.0", "infra"),
+        ("podinfo", "podinfo-6.5.0", "apps"),
+    ):
+        hr = await observe.wait_ready(HELMRELEASE, name, timeout=30)
+        assert hr["status"]["history"][0]["chartVersion"] == chart.rsplit("-", 1)[1]
+        cm = await kube.get(CONFIG_MAP, f"{name}-config", ns)
+        assert cm["data"]["greeting"] == greeting
+        assert cm["metadata"]["labels"]["chart"] == chart
 
 
 def _example_repository(ns: str, charts_url: str) -> dict[str, str]:
@@ -297,98 +289,75 @@ spec:
 
 
 async def test_the_example_through_an_artifact_generator_from_git(
-    observe: Observer, git_http: GitHttpServer, tmp_path: Path
+    observe: Observer, git_http: GitHttpServer, charts: ChartRepository
 ) -> None:
     kube, ns = observe.client, observe.namespace
-    charts = ChartRepository(tmp_path / "repo", username="charts", password="s3cret-pw")
-    charts.add("ingress", "4.0.0")
-    charts.add("podinfo", "6.5.0")
-    await charts.start()
-    try:
-        await make_secret(kube, ns, "charts-auth", {"username": "charts", "password": "s3cret-pw"})
-        work = git_http.create_repo(f"example-{ns}")
-        commit = work.commit("example", files=_example_repository(ns, charts.url))
-        work.push()
-        await kube.create(
-            GITREPO,
-            {
-                "apiVersion": "source.toolkit.fluxcd.io/v1",
-                "kind": "GitRepository",
-                "metadata": {"name": "flux-system"},
-                "spec": {
-                    "url": git_http.url(f"example-{ns}"),
-                    "interval": "1h",
-                    "ref": {"branch": "main"},
-                },
+    work = git_http.create_repo(f"example-{ns}")
+    commit = work.commit("example", files=_example_repository(ns, charts.url))
+    work.push()
+    await make_git_repository(kube, ns, "flux-system", git_http.url(f"example-{ns}"))
+    # The bootstrap Kustomization, as `flux bootstrap` makes it, applies the cluster dir.
+    await kube.create(
+        KUSTOMIZATION,
+        {
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+            "kind": "Kustomization",
+            "metadata": {"name": "flux-system"},
+            "spec": {
+                "interval": "1h",
+                "path": "./clusters/staging",
+                "prune": True,
+                "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
             },
-            namespace=ns,
-        )
-        # The bootstrap Kustomization, as `flux bootstrap` makes it, applies the cluster dir.
-        await kube.create(
-            KUSTOMIZATION,
-            {
-                "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
-                "kind": "Kustomization",
-                "metadata": {"name": "flux-system"},
-                "spec": {
-                    "interval": "1h",
-                    "path": "./clusters/staging",
-                    "prune": True,
-                    "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
-                },
-            },
-            namespace=ns,
-        )
-        await observe.wait_ready(KUSTOMIZATION, "flux-system", timeout=60)
-        apps = await observe.wait_ready(KUSTOMIZATION, "apps", timeout=180)
-        generator = await observe.wait_ready(GENERATOR, "flux-system")
-        assert sorted(r["name"] for r in generator["status"]["inventory"]) == [
-            "apps",
-            "infrastructure",
-        ]
-        external = await observe.get(EXTERNAL, "apps")
-        artifact = external["status"]["artifact"]
-        assert artifact["revision"] == f"latest@{artifact['digest']}"
-        assert artifact["metadata"] == {"org.opencontainers.image.revision": f"main@sha1:{commit}"}
-        assert external["spec"]["sourceRef"] == {
-            "apiVersion": "source.extensions.fluxcd.io/v1beta1",
-            "kind": "ArtifactGenerator",
-            "name": "flux-system",
-            "namespace": ns,
-        }
-        assert apps["status"]["lastAppliedRevision"] == artifact["revision"]
-        for name, greeting in (("ingress", "base"), ("podinfo", "staging")):
-            await observe.wait_ready(HELMRELEASE, name, timeout=60)
-            cm = await kube.get(CONFIG_MAP, f"{name}-config", ns)
-            assert cm["data"]["greeting"] == greeting
-        assert (await kube.get(CONFIG_MAP, "issuer", ns))["data"] == {"email": "ops@example.com"}
+        },
+        namespace=ns,
+    )
+    await observe.wait_ready(KUSTOMIZATION, "flux-system", timeout=60)
+    apps = await observe.wait_ready(KUSTOMIZATION, "apps", timeout=180)
+    generator = await observe.wait_ready(GENERATOR, "flux-system")
+    assert sorted(r["name"] for r in generator["status"]["inventory"]) == [
+        "apps",
+        "infrastructure",
+    ]
+    external = await observe.get(EXTERNAL, "apps")
+    artifact = external["status"]["artifact"]
+    assert artifact["revision"] == f"latest@{artifact['digest']}"
+    assert artifact["metadata"] == {"org.opencontainers.image.revision": f"main@sha1:{commit}"}
+    assert external["spec"]["sourceRef"] == {
+        "apiVersion": "source.extensions.fluxcd.io/v1beta1",
+        "kind": "ArtifactGenerator",
+        "name": "flux-system",
+        "namespace": ns,
+    }
+    assert apps["status"]["lastAppliedRevision"] == artifact["revision"]
+    for name, greeting in (("ingress", "base"), ("podinfo", "staging")):
+        await observe.wait_ready(HELMRELEASE, name, timeout=60)
+        cm = await kube.get(CONFIG_MAP, f"{name}-config", ns)
+        assert cm["data"]["greeting"] == greeting
+    assert (await kube.get(CONFIG_MAP, "issuer", ns))["data"] == {"email": "ops@example.com"}
 
-        # A commit touching only apps/ gives apps a new artifact; infrastructure's digest stays.
-        infra_digest = (await observe.get(EXTERNAL, "infrastructure"))["status"]["artifact"][
-            "digest"
-        ]
-        work.commit(
-            "staging greeting",
-            files={
-                "apps/staging/podinfo-values.yaml": (
-                    "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\n"
-                    "metadata:\n  name: podinfo\nspec:\n  values:\n    greeting: hello\n"
-                )
-            },
-        )
-        work.push()
-        await observe.poke(GITREPO, "flux-system", "next")
-        await observe.wait(
-            CONFIG_MAP,
-            "podinfo-config",
-            lambda o: o["data"]["greeting"] == "hello",
-            timeout=90,
-            what="podinfo upgraded from the new apps artifact",
-        )
-        infra = await observe.get(EXTERNAL, "infrastructure")
-        assert infra["status"]["artifact"]["digest"] == infra_digest
-        assert (await observe.get(EXTERNAL, "apps"))["status"]["artifact"]["digest"] != artifact[
-            "digest"
-        ]
-    finally:
-        await charts.stop()
+    # A commit touching only apps/ gives apps a new artifact; infrastructure's digest stays.
+    infra_digest = (await observe.get(EXTERNAL, "infrastructure"))["status"]["artifact"]["digest"]
+    work.commit(
+        "staging greeting",
+        files={
+            "apps/staging/podinfo-values.yaml": (
+                "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\n"
+                "metadata:\n  name: podinfo\nspec:\n  values:\n    greeting: hello\n"
+            )
+        },
+    )
+    work.push()
+    await observe.poke(GITREPO, "flux-system", "next")
+    await observe.wait(
+        CONFIG_MAP,
+        "podinfo-config",
+        lambda o: o["data"]["greeting"] == "hello",
+        timeout=90,
+        what="podinfo upgraded from the new apps artifact",
+    )
+    infra = await observe.get(EXTERNAL, "infrastructure")
+    assert infra["status"]["artifact"]["digest"] == infra_digest
+    assert (await observe.get(EXTERNAL, "apps"))["status"]["artifact"]["digest"] != artifact[
+        "digest"
+    ]

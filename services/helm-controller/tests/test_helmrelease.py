@@ -7,7 +7,7 @@ import contextlib
 from typing import Any
 
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE
-from sluice_envtest.harness import condition, make_config_map, make_secret
+from sluice_envtest.harness import condition, make_config_map, make_secret, make_tenant
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import ResourceType
 
@@ -108,12 +108,7 @@ async def test_a_failed_upgrade_is_rolled_back_and_stalls_when_retries_are_exhau
         },
     )
     await d.observe.poke(HELMREPO, "charts", "bad")
-    obj = await d.observe.wait(
-        HELMRELEASE,
-        "web",
-        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
-        timeout=90,
-    )
+    obj = await d.observe.wait_stalled(HELMRELEASE, "web", timeout=90)
     ready, released = condition(obj, "Ready"), condition(obj, "Released")
     assert ready is not None and ready["reason"] == "RetriesExhausted"
     assert ready["message"].startswith("Failed to upgrade after 2 attempt(s): Helm upgrade failed")
@@ -213,7 +208,8 @@ async def test_impersonation_refuses_objects_outside_the_tenant_namespace(
 ) -> None:
     d = helm_delivery
     ns = d.namespace
-    await make_tenant(d)
+    # configmaps and secrets: helm's storage.
+    await make_tenant(d.kube, d.namespace, ["configmaps", "secrets"])
     d.charts.add("app", "1.0.0")
     d.charts.add(
         "escape",
@@ -292,9 +288,6 @@ async def test_a_closed_gate_holds_the_install_until_it_opens_and_depends_on_wai
 
 
 GATE = ResourceType("gating.toolkit.fluxcd.io", "v1alpha1", "gates", "Gate")
-SERVICE_ACCOUNT = ResourceType("", "v1", "serviceaccounts", "ServiceAccount")
-ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
-ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 
 
 async def set_gate(d: HelmDelivery, name: str, *, opened: bool) -> None:
@@ -317,38 +310,6 @@ async def set_gate(d: HelmDelivery, name: str, *, opened: bool) -> None:
         },
         namespace=d.namespace,
         subresource="status",
-    )
-
-
-async def make_tenant(d: HelmDelivery) -> None:
-    """ServiceAccount `tenant`, allowed everything on configmaps and secrets (helm's
-    storage) of the test's namespace only."""
-    ns = d.namespace
-    await d.kube.create(
-        SERVICE_ACCOUNT,
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}},
-        namespace=ns,
-    )
-    await d.kube.create(
-        ROLE,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "tenant"},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["*"]}],
-        },
-        namespace=ns,
-    )
-    await d.kube.create(
-        ROLE_BINDING,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "tenant"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
-        },
-        namespace=ns,
     )
 
 
@@ -455,20 +416,7 @@ async def test_chart_ref_to_a_helmchart_and_suspend_holds_a_values_change(
         },
         namespace=ns,
     )
-    await d.kube.create(
-        HELMRELEASE,
-        {
-            "apiVersion": "helm.toolkit.fluxcd.io/v2",
-            "kind": "HelmRelease",
-            "metadata": {"name": "byref"},
-            "spec": {
-                "interval": "1h",
-                "chartRef": {"kind": "HelmChart", "name": "shared"},
-                "values": {"greeting": "one"},
-            },
-        },
-        namespace=ns,
-    )
+    await d.release_by_ref("byref", "HelmChart", "shared", values={"greeting": "one"})
     obj = await d.observe.wait_ready(HELMRELEASE, "byref", timeout=60)
     assert "helmChart" not in obj["status"]  # not created, so not owned
     assert history(obj) == [(1, "deployed", "1.0.0")]

@@ -142,20 +142,7 @@ async def test_a_chart_from_an_oci_repository_chart_ref_is_released_and_repushed
         },
         namespace=ns,
     )
-    await d.kube.create(
-        HELMRELEASE,
-        {
-            "apiVersion": "helm.toolkit.fluxcd.io/v2",
-            "kind": "HelmRelease",
-            "metadata": {"name": "web"},
-            "spec": {
-                "interval": "1h",
-                "chartRef": {"kind": "OCIRepository", "name": "app"},
-                "values": {"greeting": "by-ref"},
-            },
-        },
-        namespace=ns,
-    )
+    await d.release_by_ref("web", "OCIRepository", "app", values={"greeting": "by-ref"})
     obj = await d.observe.wait_ready(HELMRELEASE, "web", timeout=60)
     source = await d.kube.get(OCIREPO, "app", ns)
     digest = source["status"]["artifact"]["digest"].removeprefix("sha256:")

@@ -38,11 +38,8 @@ RENDERERS: list[dict[str, Any]] = [
 ]
 
 
-async def test_post_renderers_patch_and_retag_what_helm_installs(
-    helm_delivery: HelmDelivery,
-) -> None:
-    d = helm_delivery
-    ns = d.namespace
+async def web_chart(d: HelmDelivery) -> None:
+    """Chart `app` 1.0.0 (a Deployment and a ConfigMap) in the HelmRepository `charts`."""
     d.charts.add(
         "app",
         "1.0.0",
@@ -50,6 +47,14 @@ async def test_post_renderers_patch_and_retag_what_helm_installs(
         templates={"d.yaml": DEPLOYMENT_TEMPLATE, "cm.yaml": CONFIGMAP_TEMPLATE},
     )
     await d.helm_repository()
+
+
+async def test_post_renderers_patch_and_retag_what_helm_installs(
+    helm_delivery: HelmDelivery,
+) -> None:
+    d = helm_delivery
+    ns = d.namespace
+    await web_chart(d)
     await d.helm_release("web", postRenderers=RENDERERS, **NO_WAIT)
     await d.observe.wait_ready(HELMRELEASE, "web", timeout=60)
     cm = await d.kube.get(CONFIG_MAP, "web-config", ns)
@@ -130,13 +135,7 @@ async def test_common_metadata_reaches_every_object_after_the_post_renderers(
 ) -> None:
     d = helm_delivery
     ns = d.namespace
-    d.charts.add(
-        "app",
-        "1.0.0",
-        values={"image": "nginx:1.25", "greeting": "hi"},
-        templates={"d.yaml": DEPLOYMENT_TEMPLATE, "cm.yaml": CONFIGMAP_TEMPLATE},
-    )
-    await d.helm_repository()
+    await web_chart(d)
     await d.helm_release(
         "web",
         commonMetadata={"labels": {"team": "a", "app": "common"}, "annotations": {"owner": "me"}},

@@ -90,12 +90,7 @@ async def test_a_kubeconfig_that_reads_controller_files_stalls_naming_the_field(
         entry["user"] = {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
     await make_secret(d.kube, ns, "sneaky", {"value": yaml.safe_dump(config)})
     await d.helm_release("web", kubeConfig={"secretRef": {"name": "sneaky"}})
-    obj = await d.observe.wait(
-        HELMRELEASE,
-        "web",
-        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
-        timeout=30,
-    )
+    obj = await d.observe.wait_stalled(HELMRELEASE, "web", timeout=30)
     ready = condition(obj, "Ready")
     assert ready is not None and ready["reason"] == "InitFailed"
     assert f"kubeconfig secret '{ns}/sneaky'" in ready["message"]

@@ -20,12 +20,10 @@ import aiohttp
 import pytest_asyncio
 import yaml
 
-from sluice_envtest.controlplane import free_port
-from sluice_envtest.harness import Observer, running_service
+from sluice_envtest.harness import Observer, exists, running_service, source_storage_argv
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
 from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import ResourceType
 
 RSET = ResourceType("fluxcd.controlplane.io", "v1", "resourcesets", "ResourceSet")
@@ -72,11 +70,7 @@ class Fleet:
                 await self.kube.create(types[doc["kind"]], doc, namespace=self.namespace)
 
     async def exists(self, rt: ResourceType, name: str) -> bool:
-        try:
-            await self.kube.get(rt, name, self.namespace)
-        except NotFound:
-            return False
-        return True
+        return await exists(self.kube, rt, name, self.namespace)
 
     async def wait_ready(self, rt: ResourceType, name: str, *, timeout: float = 60.0) -> Any:
         """Wait for `name` to exist and be Ready (it may not have been generated yet)."""
@@ -113,7 +107,6 @@ async def fleet(
     from source_controller import __main__ as source_main
 
     kubeconfig = str(cluster.kubeconfig)
-    port = free_port()
     wiring = notification_main.Wiring()
     async with (
         running_service(
@@ -128,14 +121,8 @@ async def fleet(
             setup=wiring.setup,
         ),
         running_service(
-            source_main,
-            kubeconfig=kubeconfig,
-            namespace=namespace,
-            argv=[
-                "--storage-path", str(tmp_path / "storage"),
-                "--storage-addr", f"127.0.0.1:{port}",
-                "--storage-adv-addr", f"127.0.0.1:{port}",
-            ],
+            source_main, kubeconfig=kubeconfig, namespace=namespace,
+            argv=source_storage_argv(tmp_path / "storage"),
         ),
         running_service(kustomize_main, kubeconfig=kubeconfig, namespace=namespace),
         running_service(
@@ -166,11 +153,7 @@ class Alone:
         return await self.kube.create(rt, body, namespace=self.namespace)
 
     async def exists(self, rt: ResourceType, name: str) -> bool:
-        try:
-            await self.kube.get(rt, name, self.namespace)
-        except NotFound:
-            return False
-        return True
+        return await exists(self.kube, rt, name, self.namespace)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

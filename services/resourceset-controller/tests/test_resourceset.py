@@ -14,13 +14,10 @@ from typing import Any
 import pytest_asyncio
 from aiohttp import web
 
-from sluice_envtest.harness import condition, make_secret
-from sluice_runtime.kube.resources import SECRET, SERVICE_ACCOUNT, ResourceType
+from sluice_envtest.harness import condition, make_secret, make_tenant
+from sluice_runtime.kube.resources import SECRET, ResourceType
 
 from .conftest import CONFIG_MAP, KUSTOMIZATION, RSET, RSIP, Alone
-
-ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
-ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 
 
 def config_map(name: str, **data: str) -> dict[str, Any]:
@@ -30,6 +27,22 @@ def config_map(name: str, **data: str) -> dict[str, Any]:
 def stalled(obj: dict[str, Any]) -> str | None:
     cond = condition(obj, "Stalled")
     return cond["message"] if cond and cond["status"] == "True" else None
+
+
+def unhealthy_deployment(name: str) -> dict[str, Any]:
+    """A Deployment that never becomes healthy here: no kubelet runs its pods."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "example.invalid/none"}]},
+            },
+        },
+    }
 
 
 async def wait_stalled(a: Alone, rt: ResourceType, name: str) -> str:
@@ -226,41 +239,10 @@ async def test_depends_on_waits_for_a_ready_expression(alone: Alone) -> None:
     assert message.startswith("spec.dependsOn[0].readyExpr 'data.open ==' is invalid")
 
 
-async def make_tenant(a: Alone, resources: list[str]) -> None:
-    """ServiceAccount `tenant`, allowed everything on `resources` of the namespace only."""
-    ns = a.namespace
-    await a.kube.create(
-        SERVICE_ACCOUNT,
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}},
-        namespace=ns,
-    )
-    await a.kube.create(
-        ROLE,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "tenant"},
-            "rules": [{"apiGroups": [""], "resources": resources, "verbs": ["*"]}],
-        },
-        namespace=ns,
-    )
-    await a.kube.create(
-        ROLE_BINDING,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "tenant"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
-        },
-        namespace=ns,
-    )
-
-
 async def test_copy_from_and_the_tenants_rights(alone: Alone) -> None:
     a = alone
     ns = a.namespace
-    await make_tenant(a, ["configmaps"])
+    await make_tenant(a.kube, ns, ["configmaps"])
     await make_secret(a.kube, ns, "registry-creds", {"token": "t0ps3cret"})
     copy = {
         "apiVersion": "v1",
@@ -351,18 +333,7 @@ async def test_providers_by_selector_wait_and_the_controlplane_annotations(alone
     assert len(rset["status"]["inventory"]["entries"]) == 2
 
     # wait: a Deployment no kubelet runs never becomes healthy within reconcileTimeout.
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "never"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "never"}},
-            "template": {
-                "metadata": {"labels": {"app": "never"}},
-                "spec": {"containers": [{"name": "c", "image": "example.invalid/none"}]},
-            },
-        },
-    }
+    deployment = unhealthy_deployment("never")
     await a.create(
         RSET,
         "waits",
@@ -416,18 +387,7 @@ async def test_steps_apply_in_order_each_healthy_before_the_next(alone: Alone) -
     assert (await a.observe.get(CONFIG_MAP, "app-config"))["data"] == {"source": "resources"}
 
     # A step that never becomes healthy holds the ones after it.
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "migrate"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "migrate"}},
-            "template": {
-                "metadata": {"labels": {"app": "migrate"}},
-                "spec": {"containers": [{"name": "c", "image": "example.invalid/none"}]},
-            },
-        },
-    }
+    deployment = unhealthy_deployment("migrate")
     await a.create(
         RSET,
         "held",

@@ -147,6 +147,17 @@ async def sluice(*args: str, home: Path) -> tuple[int, str]:
     return done.returncode, out.decode() + err.decode()
 
 
+async def app_gone(f: Fleet, app: str) -> bool:
+    """Nothing of `app` is left: its Kustomization, its OCIRepository, what it deployed."""
+    return not any(
+        [
+            await f.exists(KUSTOMIZATION, f"app-{app}"),
+            await f.exists(OCIREPO, f"app-{app}"),
+            await f.exists(CONFIG_MAP, app),
+        ]
+    )
+
+
 async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
     fleet: Fleet, tmp_path: Path
 ) -> None:
@@ -252,16 +263,9 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
             namespace=ns,
         )
 
-        async def app3_gone() -> bool:
-            return not any(
-                [
-                    await f.exists(KUSTOMIZATION, "app-microservice3"),
-                    await f.exists(OCIREPO, "app-microservice3"),
-                    await f.exists(CONFIG_MAP, "microservice3"),
-                ]
-            )
-
-        await f.wait_for(app3_gone, timeout=60, what="microservice3 uninstalled")
+        await f.wait_for(
+            lambda: app_gone(f, "microservice3"), timeout=60, what="microservice3 uninstalled"
+        )
 
         # Deleting a tag uninstalls its app too.
         registry.delete(repo, "manifests", digests[1])
@@ -271,16 +275,9 @@ async def test_one_app_per_tag_upgraded_by_webhook_and_removed_with_its_tag(
             == 200
         )
 
-        async def app1_gone() -> bool:
-            return not any(
-                [
-                    await f.exists(KUSTOMIZATION, "app-microservice1"),
-                    await f.exists(OCIREPO, "app-microservice1"),
-                    await f.exists(CONFIG_MAP, "microservice1"),
-                ]
-            )
-
-        await f.wait_for(app1_gone, timeout=60, what="microservice1 uninstalled")
+        await f.wait_for(
+            lambda: app_gone(f, "microservice1"), timeout=60, what="microservice1 uninstalled"
+        )
         rset = await f.observe.wait(
             RSET,
             "app-microservices",

@@ -216,6 +216,14 @@ class Controller(Generic[C]):
                     self._work(), name=f"{self.rt.kind.lower()}-worker-{index}"
                 )
             )
+        # One more worker, for requested reconciles only: ahead of the queue is
+        # not enough when every worker is in a long reconcile (1000 apps being
+        # delivered), and a webhook's push must not wait for one to finish.
+        self._workers.append(
+            asyncio.get_running_loop().create_task(
+                self._work(urgent_only=True), name=f"{self.rt.kind.lower()}-worker-requested"
+            )
+        )
 
     async def stop(self, *, deadline: float = 30.0) -> None:
         """Stop taking keys; let reconciles in flight finish within `deadline`."""
@@ -232,10 +240,10 @@ class Controller(Generic[C]):
             log.warning("reconciles cut off at shutdown", kind=self.rt.kind, count=len(pending))
         self._workers.clear()
 
-    async def _work(self) -> None:
+    async def _work(self, *, urgent_only: bool = False) -> None:
         while True:
             try:
-                key = await self.queue.get()
+                key = await self.queue.get(urgent_only=urgent_only)
             except QueueShutDown:
                 return
             started = time.perf_counter()

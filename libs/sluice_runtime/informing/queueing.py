@@ -18,7 +18,10 @@ controller both prompt and calm:
   handed out before every key queued by an interval, a watch or a retry, so
   a receiver's push does not wait behind a thousand queued reconciles. A
   waiting key asked for urgently moves to the front; urgent keys keep their
-  order among themselves.
+  order among themselves;
+- `get(urgent_only=True)` is for a worker kept for those requests: with every
+  other worker busy in a long reconcile, a requested key would still wait
+  for one of them to finish, however far ahead of the queue it stands.
 """
 
 from __future__ import annotations
@@ -106,6 +109,8 @@ class WorkQueue:
         self._delayed_at: dict[str, float] = {}
         self._seq = itertools.count()
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._urgent_waiters: deque[asyncio.Future[None]] = deque()
+        """Workers that take only urgent keys."""
         self._timer_wakeup = asyncio.Event()
         self._shutdown = False
         self._timer: asyncio.Task[None] | None = None
@@ -132,6 +137,7 @@ class WorkQueue:
                 if key not in self._processing:
                     self._queue.remove(key)
                     self._urgent.append(key)
+                    self._notify(urgent=True)
             return
         self._observer.added()
         self._dirty.add(key)
@@ -143,9 +149,10 @@ class WorkQueue:
         self._push(key)
 
     def _push(self, key: str) -> None:
-        (self._urgent if key in self._urgent_keys else self._queue).append(key)
+        urgent = key in self._urgent_keys
+        (self._urgent if urgent else self._queue).append(key)
         self._observer.depth(len(self))
-        self._notify()
+        self._notify(urgent=urgent)
 
     def add_after(self, key: str, delay: float) -> None:
         if self._shutdown:
@@ -188,12 +195,13 @@ class WorkQueue:
         """Drop a pending `add_after` (the heap entry is skipped lazily)."""
         self._delayed_at.pop(key, None)
 
-    async def get(self) -> str:
-        while not self._queue and not self._urgent:
+    async def get(self, *, urgent_only: bool = False) -> str:
+        """The next key to reconcile; with `urgent_only`, the next urgent one."""
+        while not self._urgent and (urgent_only or not self._queue):
             if self._shutdown:
                 raise QueueShutDown
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+            (self._urgent_waiters if urgent_only else self._waiters).append(waiter)
             try:
                 await waiter
             finally:
@@ -220,14 +228,21 @@ class WorkQueue:
             self._timer.cancel()
         self._notify()
 
-    def _notify(self) -> None:
-        # Wake one idle worker per queued key; on shutdown wake them all.
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                if not self._shutdown:
-                    return
+    def _notify(self, *, urgent: bool = False) -> None:
+        # Wake one idle worker per queued key (an urgent key: the kept worker
+        # first, if idle); on shutdown wake them all.
+        for waiters in (self._urgent_waiters, self._waiters) if urgent else (self._waiters,):
+            while waiters:
+                waiter = waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    if not self._shutdown:
+                        return
+        if self._shutdown:
+            for waiter in self._urgent_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._urgent_waiters.clear()
 
     async def _run_timer(self) -> None:
         while not self._shutdown:

@@ -170,6 +170,40 @@ async def test_requested_at_annotation_reconciles_promptly_and_is_recorded(
     assert harness.journal.count(f"{namespace}/poke") == 2
 
 
+async def test_a_requested_reconcile_runs_while_every_worker_is_busy(
+    kube: KubeClient, namespace: str
+) -> None:
+    release = asyncio.Event()
+
+    async def hold_busy(ctx: RecordingContext) -> Result | None:
+        if ctx.obj.metadata.name == "busy":
+            await release.wait()
+        return None
+
+    step = Step(fn=hold_busy, name="hold_busy", conditions=())
+    async with running_controller(kube, namespace, extra_steps=[step], concurrency=1) as harness:
+        await kube.create(GITREPO, gitrepo("busy", namespace))
+        busy = f"{namespace}/busy"
+        await eventually(
+            lambda: busy in harness.controller.queue.processing, message="the worker is busy"
+        )
+        await kube.create(GITREPO, gitrepo("queued", namespace))
+        await kube.create(GITREPO, gitrepo("asked", namespace))
+        await kube.merge_patch(
+            GITREPO,
+            "asked",
+            {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": "now"}}},
+            namespace=namespace,
+        )
+        # The one worker is held; the asked-for key is reconciled anyway, the
+        # merely queued one is not (the kept worker takes requests only).
+        await eventually(lambda: ready(kube, namespace, "asked"), message="requested key Ready")
+        assert harness.journal.count(f"{namespace}/queued") == 0
+        assert busy in harness.controller.queue.processing
+        release.set()
+        await eventually(lambda: ready(kube, namespace, "queued"), message="the rest goes on")
+
+
 async def test_a_stalling_error_is_not_retried_until_the_spec_changes(
     kube: KubeClient, namespace: str
 ) -> None:

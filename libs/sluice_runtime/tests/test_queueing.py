@@ -208,6 +208,36 @@ async def test_a_thousand_interval_requeues_do_not_delay_a_requested_key() -> No
     assert await queue.get() == "ns/pushed"
 
 
+async def test_a_worker_kept_for_requests_takes_only_requested_keys() -> None:
+    queue = WorkQueue()
+    queue.add("ns/interval")
+    kept = asyncio.ensure_future(queue.get(urgent_only=True))
+    await asyncio.sleep(0)
+    assert not kept.done(), "an interval requeue is not for the kept worker"
+    queue.add("ns/pushed", urgent=True)
+    assert await asyncio.wait_for(kept, 2) == "ns/pushed"
+    assert await queue.get() == "ns/interval"
+
+
+async def test_a_queued_key_asked_for_wakes_the_kept_worker() -> None:
+    queue = WorkQueue()
+    queue.add("ns/a")
+    kept = asyncio.ensure_future(queue.get(urgent_only=True))
+    await asyncio.sleep(0)
+    queue.add("ns/a", urgent=True)  # a webhook for a key already waiting
+    assert await asyncio.wait_for(kept, 2) == "ns/a"
+    assert len(queue) == 0
+
+
+async def test_shutdown_releases_the_kept_worker() -> None:
+    queue = WorkQueue()
+    kept = asyncio.ensure_future(queue.get(urgent_only=True))
+    await asyncio.sleep(0)
+    queue.shutdown()
+    with pytest.raises(QueueShutDown):
+        await asyncio.wait_for(kept, 2)
+
+
 def _obj(annotations: dict[str, str] | None = None, generation: int = 1) -> dict[str, object]:
     return {"metadata": {"generation": generation, "annotations": annotations or {}}}
 

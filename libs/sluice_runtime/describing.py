@@ -16,6 +16,8 @@ import socket
 import ssl
 from collections.abc import Iterator
 
+import aiohttp
+
 from sluice_runtime.kube.errors import (
     ApiError,
     ApiUnavailable,
@@ -92,6 +94,15 @@ def describe_transport(error: BaseException) -> str:
             return f"TLS certificate not trusted: {cause.verify_message or cause.reason}"
         if isinstance(cause, ssl.SSLError):
             return f"TLS failed: {getattr(cause, 'reason', None) or _ssl_words(cause)}"
+        if isinstance(cause, aiohttp.ClientPayloadError):
+            # aiohttp puts the body parser's error into the message as a repr (and the
+            # reset after it as text), not as a cause: name what happened instead.
+            text = str(cause)
+            if "ContentLengthError" in text:
+                return "the connection ended before the length the server announced"
+            if "TransferEncodingError" in text:
+                return "the connection ended inside a chunked body"
+            return "the response body could not be read"
         if (
             isinstance(cause, TimeoutError | socket.timeout)
             or "timeout" in type(cause).__name__.lower()

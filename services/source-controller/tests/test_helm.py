@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -516,6 +517,11 @@ async def test_a_helmchart_from_an_oci_helm_repository_with_basic_auth_and_value
         pytest.param(Fault.RESET, "connection reset by the server", id="reset"),
         pytest.param(Fault.ERROR, "500 Internal Server Error", id="server-error"),
         pytest.param(Fault.HANG, "timed out", id="hang"),
+        pytest.param(
+            Fault.TRUNCATE,
+            "the connection ended before the length the server announced",
+            id="truncated",
+        ),
     ],
 )
 async def test_a_failing_chart_server_is_a_fetch_error_in_words(
@@ -532,6 +538,8 @@ async def test_a_failing_chart_server_is_a_fetch_error_in_words(
                 await fetch(url, creds=Credentials(), max_size=1 << 20, timeout=1.0)
             assert str(raised.value).startswith(f"failed to fetch {url}: ")
             assert message in str(raised.value), str(raised.value)
+            # Words, not a library's repr of its exception.
+            assert not re.search(r"<|\w+Error\(", str(raised.value)), str(raised.value)
             proxy.set(Fault.NONE)
             fetched = await fetch(url, creds=Credentials(), max_size=1 << 20, timeout=1.0)
             assert fetched.body == (repo.charts / "index.yaml").read_bytes()

@@ -17,6 +17,7 @@ import ssl
 from collections.abc import Iterator
 
 import aiohttp
+from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 
 from sluice_runtime.kube.errors import (
     ApiError,
@@ -94,20 +95,19 @@ def describe_transport(error: BaseException) -> str:
             return f"TLS certificate not trusted: {cause.verify_message or cause.reason}"
         if isinstance(cause, ssl.SSLError):
             return f"TLS failed: {getattr(cause, 'reason', None) or _ssl_words(cause)}"
-        if isinstance(cause, aiohttp.ClientPayloadError):
-            # aiohttp puts the body parser's error into the message as a repr (and the
-            # reset after it as text), not as a cause: name what happened instead.
-            text = str(cause)
-            if "ContentLengthError" in text:
-                return "the connection ended before the length the server announced"
-            if "TransferEncodingError" in text:
-                return "the connection ended inside a chunked body"
-            return "the response body could not be read"
+        # A body cut off midway: aiohttp's ClientPayloadError carries the parser's
+        # error as its cause, and a repr of it in its own message.
+        if isinstance(cause, ContentLengthError):
+            return "the connection ended before the length the server announced"
+        if isinstance(cause, TransferEncodingError):
+            return "the connection ended inside a chunked body"
         if (
             isinstance(cause, TimeoutError | socket.timeout)
             or "timeout" in type(cause).__name__.lower()
         ):
             return "timed out"
+    if isinstance(error, aiohttp.ClientPayloadError):
+        return "the response body could not be read"
     if isinstance(error, ApiUnavailable):
         return fold(str(error))
     return fold(str(error)) or type(error).__name__

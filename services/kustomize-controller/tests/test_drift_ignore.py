@@ -1,13 +1,19 @@
-"""driftIgnoreRules: ignored paths are left to other managers; the rest is corrected."""
+"""driftIgnoreRules, and Flux 2.9's `ignore` (the same rule under another name):
+ignored paths are left to other managers; the rest is corrected."""
 
 from __future__ import annotations
+
+import pytest
 
 from sluice_envtest.harness import condition
 
 from .conftest import CONFIG_MAP, KUSTOMIZATION, Delivery, config_map
 
+FIELDS = pytest.mark.parametrize("field", ["driftIgnoreRules", "ignore"])
 
-async def test_ignored_path_is_not_corrected(delivery: Delivery) -> None:
+
+@FIELDS
+async def test_ignored_path_is_not_corrected(delivery: Delivery, field: str) -> None:
     d = delivery
     ns = d.namespace
     repo = d.repo("app")
@@ -24,9 +30,7 @@ async def test_ignored_path_is_not_corrected(delivery: Delivery) -> None:
         "app",
         source="app",
         interval="2s",
-        driftIgnoreRules=[
-            {"paths": ["/data/ignored"], "target": {"kind": "ConfigMap", "name": "tun.*"}}
-        ],
+        **{field: [{"paths": ["/data/ignored"], "target": {"kind": "ConfigMap", "name": "tun.*"}}]},
     )
     await d.observe.wait_ready(KUSTOMIZATION, "app")
     # Created whole: rules have no effect on creation.
@@ -47,15 +51,17 @@ async def test_ignored_path_is_not_corrected(delivery: Delivery) -> None:
     assert (condition(ks, "Ready") or {}).get("status") == "True"
 
 
-async def test_invalid_pointer_stalls_naming_it(delivery: Delivery) -> None:
+@FIELDS
+async def test_invalid_pointer_stalls_naming_it(delivery: Delivery, field: str) -> None:
     d = delivery
     repo = d.repo("app")
     repo.commit("v1", files={"cm.yaml": config_map("cm", d.namespace)})
     repo.push()
     await d.git_repository("app")
-    await d.kustomization("app", source="app", driftIgnoreRules=[{"paths": ["data/x"]}])
+    await d.kustomization("app", source="app", **{field: [{"paths": ["data/x"]}]})
     stalled = await d.observe.wait(
         KUSTOMIZATION, "app", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
     )
     message = condition(stalled, "Stalled")["message"]  # type: ignore[index]
-    assert message.startswith("driftIgnoreRules: invalid JSON pointer 'data/x'")
+    assert message.startswith(f"{field}: invalid JSON pointer 'data/x'")
+    assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]

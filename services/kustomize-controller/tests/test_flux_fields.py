@@ -159,59 +159,6 @@ def test_ignore_rules_are_kept_by_field() -> None:
     assert [rule.paths for rule in by_field["ignore"]] == [("/data/b",)]
 
 
-async def test_ignore_rules_leave_their_paths_to_other_managers(delivery: Delivery) -> None:
-    """`spec.ignore` (Flux 2.9) is honoured as `driftIgnoreRules` is: the ignored
-    path keeps another manager's value, the rest of the object is corrected."""
-    d = delivery
-    ns = d.namespace
-    repo = d.repo("app")
-    repo.commit(
-        "v1",
-        files={
-            "cm.yaml": config_map("tuned", ns, managed="v1", ignored="original"),
-            "other.yaml": config_map("other", ns, ignored="original"),
-        },
-    )
-    repo.push()
-    await d.git_repository("app")
-    await d.kustomization(
-        "app",
-        source="app",
-        interval="2s",
-        ignore=[{"paths": ["/data/ignored"], "target": {"kind": "ConfigMap", "name": "tun.*"}}],
-    )
-    await d.observe.wait_ready(KUSTOMIZATION, "app")
-    assert (await d.kube.get(CONFIG_MAP, "tuned", ns))["data"]["ignored"] == "original"
-
-    drift = {"data": {"managed": "tampered", "ignored": "theirs"}}
-    await d.kube.merge_patch(CONFIG_MAP, "tuned", drift, namespace=ns)
-    await d.kube.merge_patch(CONFIG_MAP, "other", {"data": {"ignored": "theirs"}}, namespace=ns)
-    await d.observe.wait(
-        CONFIG_MAP, "other", lambda o: o["data"].get("ignored") == "original", timeout=20
-    )
-    tuned = await d.observe.wait(
-        CONFIG_MAP, "tuned", lambda o: o["data"].get("managed") == "v1", timeout=20
-    )
-    assert tuned["data"]["ignored"] == "theirs"
-    ks_obj = await d.kube.get(KUSTOMIZATION, "app", ns)
-    assert (condition(ks_obj, "Ready") or {}).get("status") == "True"
-
-
-async def test_an_unusable_ignore_rule_stalls_naming_the_field(delivery: Delivery) -> None:
-    d = delivery
-    repo = d.repo("app")
-    repo.commit("v1", files={"cm.yaml": config_map("cm", d.namespace)})
-    repo.push()
-    await d.git_repository("app")
-    await d.kustomization("app", source="app", ignore=[{"paths": ["data/x"]}])
-    stalled = await d.observe.wait(
-        KUSTOMIZATION, "app", lambda o: (condition(o, "Stalled") or {}).get("status") == "True"
-    )
-    message = condition(stalled, "Stalled")["message"]  # type: ignore[index]
-    assert message.startswith("ignore: invalid JSON pointer 'data/x'")
-    assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
-
-
 @pytest.mark.parametrize(
     ("kube_config", "message"),
     [

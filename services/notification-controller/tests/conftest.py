@@ -9,8 +9,11 @@ import contextlib
 import functools
 import hashlib
 import secrets
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,8 @@ from sluice_envtest.harness import (
     make_secret,
     running_service,
 )
+from sluice_envtest.measuring import exceptions_in_log
+from sluice_envtest.processes import spawn, stop, wait_ready
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import JSON, KubeClient
@@ -315,3 +320,57 @@ async def platform(
             aiohttp.ClientSession() as session,
         ):  # fmt: skip
             yield platform_of(kube, namespace, git_http, notification, session)
+
+
+@dataclass
+class NotificationProcess:
+    """The notification-controller as its own process, as it runs in a pod: what
+    a test measures of it (memory, descriptors) is the controller's alone."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    receiver_url: str
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def exceptions(self) -> list[str]:
+        """Lines of its output (stdout and stderr) that carry an exception."""
+        return exceptions_in_log(self.log.read_text(errors="replace"))
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def notification_process(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> AsyncIterator[NotificationProcess]:
+    """The notification-controller started as `python -m notification_controller`
+    with its default limits and log level, watching the test's namespace."""
+    health, receiver = free_port(), free_port()
+    log = tmp_path / "notification-controller.log"
+    argv = [
+        sys.executable, "-m", "notification_controller",
+        "--kubeconfig", str(cluster.kubeconfig),
+        "--watch-namespace", namespace,
+        "--health-addr", f"127.0.0.1:{health}",
+        "--metrics-addr", f"127.0.0.1:{health}",
+        "--receiver-addr", f"127.0.0.1:{receiver}",
+        "--events-addr", f"127.0.0.1:{free_port()}",
+        "--events-token-file", events_token_file(),
+    ]  # fmt: skip
+    process = spawn(argv, log=log)
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    await asyncio.to_thread(
+        wait_ready, ready, process=process, name="notification-controller", log=log, timeout=60
+    )
+    try:
+        yield NotificationProcess(process, log, f"http://127.0.0.1:{receiver}")
+    finally:
+        await asyncio.to_thread(stop, process, grace=30)

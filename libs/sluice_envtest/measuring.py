@@ -1,0 +1,103 @@
+"""A controller process measured from outside, as a node's kubelet would see it.
+
+A test that claims "memory flat" must measure the controller alone: run in
+the test's process, its resident memory is mixed with the test's own (the
+load generator, Hypothesis' example database and shrinker). These helpers
+read a child's VmRSS and open descriptors from /proc, find the exceptions
+its log carries, and judge whether a series of samples grows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def resident_mib(pid: int) -> float:
+    """The process's resident memory (VmRSS), in MiB."""
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise ValueError(f"/proc/{pid}/status has no VmRSS (a zombie?)")
+
+
+def open_fds(pid: int) -> int:
+    """How many file descriptors the process holds open."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def exceptions_in_log(text: str) -> list[str]:
+    """Lines of a controller's output that carry an exception.
+
+    Two shapes reach it: a JSON line (the runtime's structlog rendering)
+    with an `exception` field, which holds the type and frames but no
+    "Traceback" text; and the first line of a plain traceback, from a
+    library that logs through the stdlib (aiohttp's "Error handling
+    request", asyncio's "Task exception was never retrieved") or from an
+    exception that escaped to stderr.
+    """
+    found = []
+    for line in text.splitlines():
+        if line.startswith("Traceback (most recent call last)"):
+            found.append(line)
+            continue
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("exception"):
+            found.append(line[:500])
+    return found
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of (x, y) points; NaN with fewer than two distinct x."""
+    n = len(points)
+    if n < 2:
+        return float("nan")
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if spread == 0:
+        return float("nan")
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How a measured series moved after its warm-up."""
+
+    first: float
+    """The first sample of the series."""
+    at_warmup: float
+    """The first sample at or after the warm-up."""
+    last: float
+    peak: float
+    slope: float
+    """Least squares over the samples from the warm-up on, per unit of x."""
+
+    @property
+    def after_warmup(self) -> float:
+        """Last minus the sample at the warm-up: what steady work added."""
+        return self.last - self.at_warmup
+
+
+def growth(samples: Sequence[tuple[float, float]], *, warmup: float) -> Growth:
+    """The growth of (x, y) samples (x ascending) once x reaches `warmup`."""
+    if not samples:
+        raise ValueError("no samples")
+    steady = [(x, y) for x, y in samples if x >= warmup]
+    if not steady:
+        raise ValueError(f"no sample at or after the warm-up ({warmup:g})")
+    return Growth(
+        first=samples[0][1],
+        at_warmup=steady[0][1],
+        last=samples[-1][1],
+        peak=max(y for _, y in samples),
+        slope=slope(steady),
+    )

@@ -1,13 +1,15 @@
 """Webhook receiver fuzz: generated malformed requests against a Receiver of every type.
 
 Hypothesis draws each request (path, method, headers, signatures, encodings,
-body, size) and sends it over HTTP to the running notification-controller,
-which has a Ready Receiver of every type, each targeting its own parked
-GitRepository. The fuzzer never knows a token, so for every type that checks
-one, no request may be accepted or annotate its target; for the types whose
-URL is the only secret, a request on any other path must be a 404. Every
-answer must be one the contract documents (webhooks.py), and nothing may
-log a traceback. `SLUICE_FUZZ_REQUESTS` sets the number of requests.
+body, size) and sends it over HTTP to the notification-controller, running
+as its own process as in a pod, which has a Ready Receiver of every type,
+each targeting its own parked GitRepository. The fuzzer never knows a token,
+so for every type that checks one, no request may be accepted or annotate
+its target; for the types whose URL is the only secret, a request on any
+other path must be a 404. Every answer must be one the contract documents
+(webhooks.py), the controller's output may carry no exception, and its
+memory and descriptors must stay flat (below). `SLUICE_FUZZ_REQUESTS` sets
+the number of requests.
 """
 
 from __future__ import annotations
@@ -35,23 +37,27 @@ from sluice_runtime.kube.client import KubeClient
 from .conftest import GITREPO, RECEIVER, NotificationProcess
 from .test_receivers import requested_at
 
-# 2,000 in the default run (about 30 s); `tox -e chaos` sends 10,000.
+# 2,000 in the default run (about 15 s); `tox -e chaos` sends 10,000.
 REQUESTS = int(os.environ.get("SLUICE_FUZZ_REQUESTS", "2000"))
 TOKEN = "fuzz-token-never-sent-by-the-fuzzer"
 DEBOUNCE = 2.0  # the controller's default --receiver-debounce
 
-# "Memory flat", measured on the controller's process alone: VmRSS sampled every
-# SAMPLE_EVERY requests; the first WARMUP requests fill what fills once (imports,
-# regex and pydantic caches, allocator arenas); over the rest, the least-squares
-# slope must stay under MAX_RSS_SLOPE MiB per 1,000 requests (about 200 bytes kept
-# per request; flat measures +0.01) and the open descriptors may not grow by more
-# than MAX_FD_GROWTH (a connection or two of the client's pool). Asserted from
-# FLAT_FROM requests (the chaos size): at the CI size the warm-up leaves too few
-# samples for a slope that one allocator step cannot tip, so it is only reported.
+# "Memory flat", measured on the controller's process alone (in the test's process
+# Hypothesis' own growth, 12.6 MiB per 1,000, hid it): VmRSS sampled every
+# SAMPLE_EVERY requests; the first WARMUP requests fill what fills once (lazy
+# imports, regex and pydantic caches, allocator arenas); over the rest the
+# least-squares slope must stay under MAX_RSS_SLOPE MiB per 1,000 requests, and
+# the open descriptors may not grow by more than MAX_FD_GROWTH (the client's
+# pooled connections). Measured: the controller as it is, +0.01; with 1 KiB kept
+# per request, +0.88 (fails); with 256 bytes kept, +0.10 (passes: below what RSS,
+# with the allocator reusing freed blocks, resolves robustly). The bound leaves
+# room for a 1.5 MiB allocator step mid-run (+0.26). Asserted from FLAT_FROM
+# requests (the chaos size); at the CI size the warm-up leaves four samples, too
+# few for a slope one such step cannot tip, so it is only reported.
 SAMPLE_EVERY = 500
 WARMUP = min(2000, REQUESTS // 4)
 FLAT_FROM = 10_000
-MAX_RSS_SLOPE = 0.2
+MAX_RSS_SLOPE = 0.3
 MAX_FD_GROWTH = 4
 
 TOKEN_TYPES = ("generic-hmac", "github", "gitlab", "bitbucket", "harbor", "nexus")

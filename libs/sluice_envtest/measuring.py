@@ -3,14 +3,16 @@
 A test that claims "memory flat" must measure the controller alone: run in
 the test's process, its resident memory is mixed with the test's own (the
 load generator, Hypothesis' example database and shrinker). These helpers
-read a child's VmRSS and open descriptors from /proc, find the exceptions
-its log carries, and judge whether a series of samples grows.
+read a child's VmRSS and open descriptors from /proc and a gauge from its
+metrics, find the exceptions its log carries, and judge whether a series of
+samples grows.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +29,13 @@ def resident_mib(pid: int) -> float:
 def open_fds(pid: int) -> int:
     """How many file descriptors the process holds open."""
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def metric_total(exposition: str, name: str) -> float:
+    """The sum of every series of `name` in a Prometheus text exposition; NaN if absent."""
+    pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", re.MULTILINE)
+    values = [float(found.group(1)) for found in pattern.finditer(exposition)]
+    return sum(values) if values else float("nan")
 
 
 def exceptions_in_log(text: str) -> list[str]:

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from sluice_envtest.measuring import exceptions_in_log, growth, open_fds, resident_mib, slope
+from sluice_envtest.measuring import (
+    exceptions_in_log,
+    growth,
+    metric_total,
+    open_fds,
+    resident_mib,
+    slope,
+)
 
 
 def test_resident_memory_and_descriptors_are_read_from_proc(tmp_path: Path) -> None:
@@ -25,6 +32,28 @@ def test_resident_memory_and_descriptors_are_read_from_proc(tmp_path: Path) -> N
         held[page] = 1
     assert resident_mib(pid) - before >= 60
     del held
+
+
+EXPOSITION = """# HELP python_asyncio_tasks asyncio tasks not yet done.
+# TYPE python_asyncio_tasks gauge
+python_asyncio_tasks{service_name="notification-controller"} 31.0
+python_asyncio_tasks_created_total 7.0
+workqueue_depth{name="Receiver"} 2.0
+workqueue_depth{name="Alert"} 3.0
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("python_asyncio_tasks", 31.0, id="labelled"),
+        pytest.param("python_asyncio_tasks_created_total", 7.0, id="no-labels-not-a-prefix"),
+        pytest.param("workqueue_depth", 5.0, id="summed"),
+        pytest.param("python_asyncio", math.nan, id="absent"),
+    ],
+)
+def test_metric_total(name: str, expected: float) -> None:
+    assert metric_total(EXPOSITION, name) == pytest.approx(expected, nan_ok=True)
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from sluice_envtest.harness import (
     make_secret,
     running_service,
 )
-from sluice_envtest.measuring import exceptions_in_log
+from sluice_envtest.measuring import exceptions_in_log, metric_total
 from sluice_envtest.processes import spawn, stop, wait_ready
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.informing.watching import Store
@@ -330,10 +330,17 @@ class NotificationProcess:
     process: subprocess.Popen[bytes]
     log: Path
     receiver_url: str
+    metrics_port: int
 
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    def asyncio_tasks(self) -> float:
+        """The asyncio tasks alive on its event loop (`python_asyncio_tasks`)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return metric_total(answer.read().decode(), "python_asyncio_tasks")
 
     def exceptions(self) -> list[str]:
         """Lines of its output (stdout and stderr) that carry an exception."""
@@ -371,6 +378,6 @@ async def notification_process(
         wait_ready, ready, process=process, name="notification-controller", log=log, timeout=60
     )
     try:
-        yield NotificationProcess(process, log, f"http://127.0.0.1:{receiver}")
+        yield NotificationProcess(process, log, f"http://127.0.0.1:{receiver}", health)
     finally:
         await asyncio.to_thread(stop, process, grace=30)

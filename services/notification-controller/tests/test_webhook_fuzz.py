@@ -59,6 +59,9 @@ WARMUP = min(2000, REQUESTS // 4)
 FLAT_FROM = 10_000
 MAX_RSS_SLOPE = 0.3
 MAX_FD_GROWTH = 4
+# Tasks come and go with the work: the request being answered, and at most one
+# trailing action per Receiver pending (ten). More than that left over is a leak.
+MAX_TASK_GROWTH = 11
 
 TOKEN_TYPES = ("generic-hmac", "github", "gitlab", "bitbucket", "harbor", "nexus")
 URL_ONLY_TYPES = ("generic", "dockerhub", "quay", "acr")
@@ -222,14 +225,17 @@ def check_answer(request: Fuzzed, status: int, text: str, findings: Findings) ->
 
 @dataclass
 class Samples:
-    """The controller's resident memory and open descriptors, every SAMPLE_EVERY requests."""
+    """The controller's resident memory, open descriptors and live asyncio tasks,
+    every SAMPLE_EVERY requests."""
 
     rss: list[tuple[int, float]] = field(default_factory=list)
     fds: list[tuple[int, float]] = field(default_factory=list)
+    tasks: list[tuple[int, float]] = field(default_factory=list)
 
-    def take(self, sent: int, pid: int) -> None:
-        self.rss.append((sent, resident_mib(pid)))
-        self.fds.append((sent, float(open_fds(pid))))
+    def take(self, sent: int, controller: NotificationProcess) -> None:
+        self.rss.append((sent, resident_mib(controller.pid)))
+        self.fds.append((sent, float(open_fds(controller.pid))))
+        self.tasks.append((sent, controller.asyncio_tasks()))
 
 
 async def routed(session: aiohttp.ClientSession, url: str) -> None:
@@ -312,7 +318,7 @@ async def fuzz_the_receivers(
     loop = asyncio.get_running_loop()
     findings = Findings()
     samples = Samples()
-    samples.take(0, controller.pid)
+    samples.take(0, controller)
     stop = threading.Event()
 
     async def send(request: Fuzzed) -> tuple[int, str]:
@@ -345,7 +351,7 @@ async def fuzz_the_receivers(
             return
         check_answer(request, status, text, findings)
         if findings.sent % SAMPLE_EVERY == 0:
-            samples.take(findings.sent, controller.pid)
+            samples.take(findings.sent, controller)
         assert not findings.problems, findings.problems[:5]
 
     started = time.monotonic()
@@ -361,6 +367,7 @@ async def fuzz_the_receivers(
     exceptions = controller.exceptions()
     rss = growth(samples.rss, warmup=WARMUP)
     fds = growth(samples.fds, warmup=WARMUP)
+    tasks = growth(samples.tasks, warmup=WARMUP)
     report(
         f"FUZZ webhooks: requests={findings.sent} in {elapsed:.0f}s "
         f"(load average {os.getloadavg()[0]:.1f}) statuses={dict(sorted(findings.statuses.items()))} "
@@ -368,6 +375,7 @@ async def fuzz_the_receivers(
         f"rss_mib={rss.first:.1f}->{rss.at_warmup:.1f}@{WARMUP}->{rss.last:.1f} "
         f"(peak {rss.peak:.1f}) slope_after_warmup={rss.slope * 1000:+.3f}MiB/1k "
         f"fds={fds.first:.0f}->{fds.last:.0f} (peak {fds.peak:.0f}) "
+        f"asyncio_tasks={tasks.first:.0f}->{tasks.last:.0f} (peak {tasks.peak:.0f}) "
         f"rss_series={[round(y, 1) for _, y in samples.rss]}"
     )
     assert controller.process.poll() is None, "the controller exited"
@@ -379,3 +387,4 @@ async def fuzz_the_receivers(
     if REQUESTS >= FLAT_FROM:
         assert rss.slope * 1000 <= MAX_RSS_SLOPE, f"memory grows: {samples.rss}"
         assert fds.last - fds.at_warmup <= MAX_FD_GROWTH, f"descriptors grow: {samples.fds}"
+        assert tasks.last - tasks.at_warmup <= MAX_TASK_GROWTH, f"tasks grow: {samples.tasks}"

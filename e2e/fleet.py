@@ -25,6 +25,7 @@ from typing import Any
 from sluice_envtest.controlplane import die_with_parent, free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import is_ready
+from sluice_envtest.measuring import exceptions_in_log
 from sluice_envtest.registry import OciRegistry
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import NAMESPACE, SERVICE_ACCOUNT, ResourceType
@@ -176,9 +177,9 @@ class Controller:
         return sum(float(value) for value in found)
 
     def tracebacks(self) -> list[str]:
-        """Lines of its log that show an unhandled exception."""
-        text = self.log.read_text(errors="replace")
-        return [line for line in text.splitlines() if "Traceback" in line]
+        """Lines of its log that carry an exception: a plain traceback, or the runtime's
+        JSON line with an `exception` field (which holds no "Traceback" text)."""
+        return exceptions_in_log(self.log.read_text(errors="replace"))
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -119,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = 10  # a client that stops sending holds its thread no longer than this
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         path = self.path.partition("?")[0]
         heartbeat = self.server.heartbeat
         if path == "/metrics" and self.server.metrics:
@@ -163,7 +163,7 @@ class _Handler(BaseHTTPRequestHandler):
             for piece in pieces:
                 self.wfile.write(piece)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass  # no access log, as the aiohttp servers
 
 

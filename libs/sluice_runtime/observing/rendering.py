@@ -40,6 +40,8 @@ from prometheus_client.core import (
 from prometheus_client.core import Metric as Family
 from prometheus_client.registry import Collector
 
+_Factory = type[CounterMetricFamily] | type[GaugeMetricFamily] | type[HistogramMetricFamily]
+
 BATCH = 50
 """Data points per rendered piece: a histogram point is 17 lines, about 2.5 KB of text."""
 
@@ -75,7 +77,7 @@ def _scope_labels(metrics_data: MetricsData) -> Iterator[tuple[Metric, dict[str,
                 yield metric, labels
 
 
-def _family_type(metric: Metric) -> type[Family] | None:
+def _family_type(metric: Metric) -> _Factory | None:
     data = metric.data
     if isinstance(data, Sum):
         # Prometheus's compatibility rules: a cumulative sum that can go down is a gauge.
@@ -91,14 +93,15 @@ def _family_type(metric: Metric) -> type[Family] | None:
 def _labels(point: Any, scope: Mapping[str, Any]) -> dict[str, str]:
     return {
         sanitize_attribute(key): _label_value(value)
-        for key, value in chain(scope.items(), point.attributes.items())
+        for key, value in chain(scope.items(), (point.attributes or {}).items())
     }
 
 
 def _add(family: Any, values: list[str], point: Any) -> None:
     if isinstance(point, HistogramDataPoint):
         running, buckets = 0, []
-        for bound, count in zip(chain(point.explicit_bounds, ["+Inf"]), point.bucket_counts):
+        bounds = chain(point.explicit_bounds, ["+Inf"])
+        for bound, count in zip(bounds, point.bucket_counts, strict=False):
             running += count
             buckets.append((f"{bound}", running))
         family.add_metric(labels=values, buckets=buckets, sum_value=point.sum)
@@ -110,7 +113,7 @@ def _render_family(
     name: str,
     documentation: str,
     unit: str,
-    factory: type[Family],
+    factory: _Factory,
     members: Sequence[tuple[Metric, dict[str, Any]]],
 ) -> Iterator[bytes]:
     """One family (every metric the exporter would merge into it): the header, then
@@ -119,7 +122,7 @@ def _render_family(
     keys: set[str] = set()
     for metric, scope in members:
         for point in metric.data.data_points:
-            keys.update(sanitize_attribute(key) for key in chain(scope, point.attributes))
+            keys.update(sanitize_attribute(key) for key in chain(scope, point.attributes or {}))
     label_keys = sorted(keys)
 
     def empty() -> Any:
@@ -148,17 +151,18 @@ def render(metrics_data: MetricsData | None) -> Iterator[bytes]:
     for resource_metrics in metrics_data.resource_metrics:
         resource.update(resource_metrics.resource.attributes)
     info = {sanitize_attribute(key): _label_value(value) for key, value in resource.items()}
-    target = InfoMetricFamily("target", "Target metadata", labels=info)
+    target = InfoMetricFamily("target", "Target metadata", labels=list(info))
     target.add_metric(labels=list(info), value=info)
     yield _text(target)
 
-    families: dict[tuple[str, str, str, str], list[tuple[Metric, dict[str, Any]]]] = {}
+    # The exporter's family key: metrics alike in all four share one HELP/TYPE.
+    families: dict[tuple[str, str, str, _Factory], list[tuple[Metric, dict[str, Any]]]] = {}
     for metric, scope in _scope_labels(metrics_data):
         factory = _family_type(metric)
         if factory is None:
             continue
-        key = (sanitize_full_name(metric.name), metric.description or "", map_unit(metric.unit or ""))
-        families.setdefault((*key, factory.__name__), []).append((metric, scope))
-    factories = {f.__name__: f for f in (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)}
-    for (name, documentation, unit, kind), members in families.items():
-        yield from _render_family(name, documentation, unit, factories[kind], members)
+        name, unit = sanitize_full_name(metric.name), map_unit(metric.unit or "")
+        key = (name, metric.description or "", unit, factory)
+        families.setdefault(key, []).append((metric, scope))
+    for (name, documentation, unit, factory), members in families.items():
+        yield from _render_family(name, documentation, unit, factory, members)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -46,7 +47,7 @@ def both(objects: int, odd_labels: bool) -> tuple[bytes, list[bytes]]:
 
     meter.create_observable_gauge("python_asyncio_tasks", callbacks=[observe], description="Tasks.")
     for i in range(objects):
-        labels = {"kind": "OCIRepository", "name": f"app-{i}", "namespace": "apps"}
+        labels: dict[str, Any] = {"kind": "OCIRepository", "name": f"app-{i}", "namespace": "apps"}
         if odd_labels and i % 7 == 0:
             # Label values needing escapes, a non-string value, and a key only some
             # points have (the others must show it as "").
@@ -73,7 +74,9 @@ def test_the_text_is_the_exporters_byte_for_byte(objects: int, odd_labels: bool)
     expected, pieces = both(objects, odd_labels)
     assert b"".join(pieces) == expected
     families = {f.name: f for f in text_string_to_metric_families(expected.decode())}
-    durations = [s for s in families["gotk_reconcile_duration_seconds"].samples if s.name.endswith("_count")]
+    durations = [
+        s for s in families["gotk_reconcile_duration_seconds"].samples if s.name.endswith("_count")
+    ]
     assert len(durations) == objects
 
 

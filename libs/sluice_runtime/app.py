@@ -28,7 +28,7 @@ import structlog
 from sluice_api.meta import parse_duration
 from sluice_runtime.allocating import smaller_tls_buffers, tune_malloc
 from sluice_runtime.controller import Controller, Informers, ReconcileObserver
-from sluice_runtime.endpoints import metrics_app, probes_app, serving
+from sluice_runtime.endpoints import Heartbeat, probing
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_line
@@ -290,16 +290,16 @@ async def running(
             sampler.start(service)
             stack.callback(sampler.stop)
 
-        same_addr = options.metrics_addr == options.health_addr
-
         def ready() -> bool:
             return informers.synced() and (runtime.leading or not runtime.leader_only)
 
+        beats = await stack.enter_async_context(Heartbeat(ready).beating())
+        same_addr = options.metrics_addr == options.health_addr
         await stack.enter_async_context(
-            serving(probes_app(ready, with_metrics=same_addr), options.health_addr)
+            probing(options.health_addr, heartbeat=beats, metrics=same_addr)
         )
         if not same_addr and options.metrics_addr:
-            await stack.enter_async_context(serving(metrics_app(), options.metrics_addr))
+            await stack.enter_async_context(probing(options.metrics_addr, metrics=True))
 
         await informers.start()
         stack.push_async_callback(informers.stop)

@@ -9,10 +9,9 @@ the queue record them; steps never do.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import (
     CallbackOptions,
     Counter,
@@ -22,23 +21,27 @@ from opentelemetry.metrics import (
     UpDownCounter,
 )
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import REGISTRY, generate_latest
 
 from sluice_runtime.kube.attributing import Request
+from sluice_runtime.observing.rendering import render
 
 _RECONCILE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _QUEUE_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 5, 10, 60, 300)
 
 _provider: MeterProvider | None = None
+# Cumulative for every instrument, as the Prometheus exporter asks; read per scrape.
+_reader = InMemoryMetricReader()
 
 
 def meter(service: str) -> Meter:
     global _provider
     if _provider is None:
         _provider = MeterProvider(
-            metric_readers=[PrometheusMetricReader()],
+            metric_readers=[_reader],
             resource=Resource.create({"service.name": service}),
             views=[
                 View(
@@ -116,9 +119,17 @@ class RequestMetrics:
         self._seconds.add(request.seconds, labels)
 
 
+def exposition_pieces() -> Iterator[bytes]:
+    """The Prometheus text format of every metric of this process, a piece at a time
+    (see rendering): prometheus_client's own process and runtime families first, then
+    the OpenTelemetry ones, in the order and bytes the OpenTelemetry exporter gave."""
+    yield generate_latest(REGISTRY)
+    if _provider is not None:
+        yield from render(_reader.get_metrics_data())
+
+
 def exposition() -> bytes:
-    """The Prometheus text format of every metric of this process."""
-    return generate_latest(REGISTRY)
+    return b"".join(exposition_pieces())
 
 
 @dataclass

@@ -98,6 +98,22 @@ def test_process_serves_probes_and_metrics_and_stops_cleanly(cluster: Cluster) -
         stop(proc)
 
 
+def test_metrics_on_their_own_address_leave_the_health_address_to_the_probes(
+    cluster: Cluster,
+) -> None:
+    metrics_port = free_port()
+    proc, port = start(cluster.kubeconfig, "--metrics-addr", f"127.0.0.1:{metrics_port}")
+    try:
+        wait_ready(proc, port)
+        assert get(f"http://127.0.0.1:{port}/healthz") == (200, "ok")
+        assert get(f"http://127.0.0.1:{port}/metrics")[0] == 404
+        code, metrics = get(f"http://127.0.0.1:{metrics_port}/metrics")
+        assert code == 200 and "python_asyncio_tasks" in metrics
+        assert get(f"http://127.0.0.1:{metrics_port}/readyz")[0] == 404
+    finally:
+        stop(proc)
+
+
 def run_to_exit(kubeconfig: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:
     proc, _ = start(kubeconfig, *extra)
     stdout, stderr = proc.communicate(timeout=60)

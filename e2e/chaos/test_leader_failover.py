@@ -43,7 +43,14 @@ from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.resources import ResourceType
 
 LEASE = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
-LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4.0, 3.0, 0.5
+# 4 s at the CI size. At the chaos size (200 apps) the host's two cores run at a load of
+# 20-40, the API server and etcd included: a renewal (a GET and a PUT of the Lease) missed a
+# 3 s deadline there, the leader stepped down mid-delivery as it must, and the test then took
+# the dead replica for the standby. Flux's defaults are 35 s / 30 s / 5 s; the promise checked
+# (failover within the lease plus a retry period) is the same at either size.
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = (
+    (4.0, 3.0, 0.5) if apps(8) <= 8 else (15.0, 10.0, 1.0)
+)
 
 
 async def holder(client: KubeClient, ns: str, service: str = "kustomize-controller") -> str:
@@ -107,6 +114,9 @@ async def test_the_standby_takes_over_when_the_leader_is_killed(
             by_pid = {r.proc.pid: r for r in replicas}
             leader = by_pid[int((await holder(kube, namespace)).rsplit("_", 1)[1])]
             standby = next(r for r in replicas if r is not leader)
+            assert standby.proc.poll() is None, (
+                f"{standby.name} exited (lost the Lease?): {standby.log.read_text()[-3000:]}"
+            )
             assert standby.reconciles() == 0, "the standby reconciled while not the leader"
 
             phases["r2"] = revision_of(origin, origin.publish(manifests("r2")))
@@ -187,6 +197,9 @@ async def test_the_source_controller_standby_takes_over_and_serves_artifacts(
             identity = await holder(kube, namespace, "source-controller")
             leader = by_pid[int(identity.rsplit("_", 1)[1])]
             standby = next(r for r in replicas if r is not leader)
+            assert standby.proc.poll() is None, (
+                f"{standby.name} exited (lost the Lease?): {standby.log.read_text()[-3000:]}"
+            )
             assert leader.ready() and serves(leader.storage_port)
             assert not standby.ready(), "the standby is Ready: a Service would route to it"
             assert not serves(standby.storage_port), "the standby serves its empty storage"

@@ -271,7 +271,7 @@ class ElectionThread:
             await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if acquiring.done() and acquiring.exception() is not None:
                 with contextlib.suppress(concurrent.futures.InvalidStateError):
-                    acquired.set_exception(acquiring.exception())  # type: ignore[arg-type]
+                    acquired.set_exception(acquiring.exception())
             elif acquiring.done():
                 try:
                     acquired.set_result(None)

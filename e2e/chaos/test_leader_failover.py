@@ -39,7 +39,7 @@ from e2e.fleet import (
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_envtest.registry import OciRegistry
 from sluice_envtest.workloads import simulated_rollouts
-from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import ResourceType
 
 LEASE = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
@@ -62,6 +62,12 @@ def download(url: str) -> bytes:
     assert url.startswith("http://127.0.0.1:")
     with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - checked above
         return bytes(answer.read())
+
+
+def on_port(source: JSON, port: int) -> bool:
+    """The source's artifact is stored and served by the replica on `port`."""
+    url = str(((source.get("status") or {}).get("artifact") or {}).get("url", ""))
+    return url.startswith(f"http://127.0.0.1:{port}/")
 
 
 def serves(port: int) -> bool:
@@ -223,6 +229,11 @@ async def test_the_source_controller_standby_takes_over_and_serves_artifacts(
             await all_ready(kube, KUSTOMIZATION, namespace, count, limit=300,
                             check=lambda k: applied(k, phases["r2"]))  # fmt: skip
             converged = time.monotonic() - killed
+            # Kustomizations that got r2 from the dead leader before the kill converge at
+            # once; their sources move to the new leader's storage only as its workers
+            # reach them (at 200 apps, after the sweep below had begun: 108 "missing").
+            await all_ready(kube, origin.rt, namespace, count, limit=300,
+                            check=lambda s: on_port(s, standby.storage_port))  # fmt: skip
             restarted_reconciles = leader.reconciles()
             restarted_ready = leader.ready()
         await check_fleet(kube, namespace, phases=phases, order=["r1", "r2"],

@@ -64,7 +64,7 @@ from sluice_envtest.harness import condition, is_ready
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_envtest.registry import OciRegistry
 from sluice_envtest.workloads import simulated_rollouts
-from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import ResourceType
 
 HELMREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "helmrepositories", "HelmRepository")
@@ -154,11 +154,25 @@ async def artifact_problems(
     return problems
 
 
-async def wait_for(what: str, check: Any, limit: float) -> float:
+def describe(obj: JSON) -> str:
+    """Kind/name, revision and Ready condition: what a convergence failure must show."""
+    status = obj.get("status") or {}
+    ready = condition(obj, "Ready") or {}
+    revision = status.get("lastAppliedRevision") or (status.get("artifact") or {}).get("revision")
+    return (
+        f"{obj.get('kind', '')}/{obj['metadata']['name']} at {revision}: Ready={ready.get('status')} "
+        f"{ready.get('reason')} {str(ready.get('message'))[:200]}"
+    )
+
+
+async def wait_for(what: str, check: Any, limit: float, lagging: list[str] | None = None) -> float:
     start = time.monotonic()
     while not await check():
         if time.monotonic() - start > limit:
-            raise AssertionError(f"{what} not reached in {limit}s")
+            behind = lagging or []
+            raise AssertionError(
+                f"{what} not reached in {limit}s; {len(behind)} behind: " + "; ".join(behind[:15])
+            )
         await asyncio.sleep(0.5)
     return time.monotonic() - start
 
@@ -218,18 +232,29 @@ async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
         published[phase] = revisions
         return revisions
 
+    lagging: list[str] = []  # what the last `delivered` found behind, for a failure's message
+
     async def delivered(revisions: dict[str, str]) -> bool:
+        behind: list[str] = []
         for ks in (await kube.list(KUSTOMIZATION, namespace=ns)).items:
             if not applied(ks, revisions[f"Kustomization/{ks['metadata']['name']}"]):
-                return False
+                behind.append(describe(ks))
         for chart in (await kube.list(HELMCHART, namespace=ns)).items:
             revision = ((chart.get("status") or {}).get("artifact") or {}).get("revision")
             if (
                 not is_ready(chart)
                 or revision != revisions[f"HelmChart/{chart['metadata']['name']}"]
             ):
-                return False
-        return all(is_ready(r) for r in (await kube.list(HELMREPO, namespace=ns)).items)
+                behind.append(describe(chart))
+        behind += [describe(r) for r in (await kube.list(HELMREPO, namespace=ns)).items
+                   if not is_ready(r)]  # fmt: skip
+        if behind:  # sources too: a Kustomization waits on its source
+            for rt, name in sources.all():
+                source = await kube.get(rt, name, ns)
+                if not is_ready(source):
+                    behind.append(describe(source))
+        lagging[:] = behind
+        return not behind
 
     async def stored_revisions() -> dict[str, str]:
         """What every source and Kustomization holds now: the last good revisions."""
@@ -277,7 +302,7 @@ async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
                      "spec": {"chart": "podinfo", "version": "*", "interval": "1h",
                               "sourceRef": {"kind": "HelmRepository", "name": f"charts-{i}"}}},
                 )  # fmt: skip
-            await wait_for("the first revision", lambda: delivered(first), 240 + 3 * count)
+            await wait_for("the first revision", lambda: delivered(first), 240 + 3 * count, lagging)
 
             for index, (phase, fault, only) in enumerate(PHASES, start=1):
                 good = await stored_revisions()
@@ -350,7 +375,10 @@ async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
                 # No poke: the backoff's retries alone must bring the new revision.
                 converge_times.append(
                     await wait_for(
-                        f"{phase}: convergence", lambda r=revisions: delivered(r), 120 + 2 * count
+                        f"{phase}: convergence",
+                        lambda r=revisions: delivered(r),
+                        120 + 2 * count,
+                        lagging,
                     )
                 )
                 figures[phase]["converged"] = round(converge_times[-1], 1)

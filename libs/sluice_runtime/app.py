@@ -32,7 +32,7 @@ from sluice_runtime.endpoints import Heartbeat, probing
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_line
-from sluice_runtime.leading import LeaderElector
+from sluice_runtime.leading import ElectionThread
 from sluice_runtime.observing import logging as sluice_logging
 from sluice_runtime.observing import tracing
 from sluice_runtime.observing.metrics import (
@@ -305,8 +305,9 @@ async def running(
         stack.push_async_callback(informers.stop)
 
         if options.enable_leader_election:
-            elector = LeaderElector(
-                client,
+            # Its own thread and connection: reconcile load must not delay a renewal.
+            elector = ElectionThread(
+                lambda: KubeClient.connect(kubeconfig=options.kubeconfig),
                 name=f"{service}-leader-election",
                 namespace=runtime_namespace(),
                 identity=f"{socket.gethostname()}_{os.getpid()}",
@@ -314,8 +315,7 @@ async def running(
                 renew_deadline=options.leader_election_renew_deadline,
                 retry_period=options.leader_election_retry_period,
             )
-            await elector.acquire()
-            elector.keep(on_lost_leadership or (lambda: None))
+            await elector.acquire(on_lost_leadership or (lambda: None))
             stack.push_async_callback(elector.release)
 
         await informers.wait_synced()

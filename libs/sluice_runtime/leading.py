@@ -12,10 +12,13 @@ is released so the next leader need not wait for it to expire.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 
@@ -93,15 +96,26 @@ class LeaderElector:
         last_renewed = self.clock()
         while True:
             await asyncio.sleep(self.retry_period)
+            started = self.clock()
+            outcome = "refused (held by another replica, a conflicting write or an API error)"
             try:
                 renewed = await asyncio.wait_for(
                     self._try_acquire_or_renew(), timeout=self.renew_deadline
                 )
             except TimeoutError:
-                renewed = False
+                renewed, outcome = False, "no answer within the renew deadline"
             if renewed:
                 last_renewed = self.clock()
-            elif self.clock() - last_renewed >= self.renew_deadline:
+            else:
+                # Says where the time went when a leader steps down under load.
+                log.warning(
+                    "renewing the lease failed",
+                    lease=f"{self.namespace}/{self.name}",
+                    reason=outcome,
+                    attempt_seconds=round(self.clock() - started, 2),
+                    since_renewed_seconds=round(self.clock() - last_renewed, 2),
+                )
+            if not renewed and self.clock() - last_renewed >= self.renew_deadline:
                 self.is_leader = False
                 log.error("lost leadership", lease=f"{self.namespace}/{self.name}")
                 on_lost()
@@ -162,3 +176,114 @@ class LeaderElector:
 
     def _observe(self, lease: JSON, now: float) -> None:
         self._observed = (str(lease["metadata"].get("resourceVersion", "")), now)
+
+
+class ElectionThread:
+    """A LeaderElector on a thread with an event loop and API connection of its own.
+
+    On the controller's loop, a renewal waits its turn behind every ready
+    reconcile callback: with 200 sources fetched on a starved node one turn
+    took longer than the renew deadline, the leader stepped down mid-delivery
+    and exited (the chaos suite's source-controller failover at 200 apps).
+    client-go renews on a goroutine of its own, which reconcile load does not
+    hold up; a thread is Python's nearest equivalent (the interpreter hands it
+    the GIL every few milliseconds however busy the loop is). A loop wedged
+    for good then keeps the Lease, as a wedged Go reconciler does: the
+    liveness probe, served by that loop, is what restarts it.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[KubeClient]],
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        lease_duration: float,
+        renew_deadline: float,
+        retry_period: float,
+    ) -> None:
+        self._connect = connect
+        self._settings: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "identity": identity,
+            "lease_duration": lease_duration,
+            "renew_deadline": renew_deadline,
+            "retry_period": retry_period,
+        }
+        self._elector: LeaderElector | None = None
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()  # bound to the thread's loop on first use
+        self._thread: threading.Thread | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._elector is not None and self._elector.is_leader
+
+    async def acquire(self, on_lost: Callable[[], None]) -> None:
+        """Return once we hold the lease; `on_lost` then runs on the caller's loop
+        if the lease slips away."""
+        caller = asyncio.get_running_loop()
+        acquired: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def lost() -> None:
+            with contextlib.suppress(RuntimeError):  # the caller's loop already closed
+                caller.call_soon_threadsafe(on_lost)
+
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete,
+            args=(self._elect(acquired, lost),),
+            name="leader-election",
+            daemon=True,
+        )
+        self._thread.start()
+        try:
+            await asyncio.wrap_future(acquired)
+        except BaseException:
+            self._signal_stop()  # stopped (or failed) while standing by
+            raise
+
+    async def release(self) -> None:
+        """Stop renewing and hand the lease over (the thread releases it)."""
+        self._signal_stop()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+        self._loop.close()
+
+    def _signal_stop(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the thread's loop already finished
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def _elect(
+        self, acquired: concurrent.futures.Future[None], lost: Callable[[], None]
+    ) -> None:
+        try:
+            client = await self._connect()
+        except BaseException as error:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                acquired.set_exception(error)
+            return
+        try:
+            self._elector = elector = LeaderElector(client, **self._settings)
+            acquiring = asyncio.create_task(elector.acquire())
+            stopping = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if acquiring.done() and acquiring.exception() is not None:
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    acquired.set_exception(acquiring.exception())
+            elif acquiring.done():
+                try:
+                    acquired.set_result(None)
+                except concurrent.futures.InvalidStateError:
+                    pass  # the caller gave up waiting: release below
+                else:
+                    elector.keep(lost)
+                await stopping
+            acquiring.cancel()
+            stopping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acquiring
+            await elector.release()
+        finally:
+            await client.close()

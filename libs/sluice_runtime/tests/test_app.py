@@ -247,6 +247,65 @@ async def test_with_leader_election_only_the_leader_reconciles_until_it_stops(
                 proc.communicate()
 
 
+async def no_controllers(runtime: app.Runtime) -> None:
+    """A controller process's wiring without reconcilers: leadership is what is tested."""
+
+
+@pytest.mark.timeout(120)
+async def test_a_leader_whose_event_loop_is_busy_keeps_its_lease(
+    cluster: Cluster, kube: KubeClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reconcile work holding the event loop past the lease duration (as 200 sources
+    fetched on a starved node did) must not cost the leader its Lease: the standby,
+    a process of its own, must not take it over meanwhile."""
+    flags = [
+        "--enable-leader-election",
+        "--leader-election-lease-duration", "2s",
+        "--leader-election-renew-deadline", "1500ms",
+        "--leader-election-retry-period", "200ms",
+    ]  # fmt: skip
+    monkeypatch.setenv("RUNTIME_NAMESPACE", namespace)
+    options = app.parser(service="gating-controller", description="test", concurrency=1)
+    parsed = options.parse_args(
+        ["--kubeconfig", str(cluster.kubeconfig), "--health-addr", "127.0.0.1:0",
+         "--metrics-addr", "127.0.0.1:0", "--watch-namespace", namespace, *flags]
+    )  # fmt: skip
+    ours = f"_{os.getpid()}"
+    standby: subprocess.Popen[str] | None = None
+    try:
+        async with app.running(
+            service="gating-controller", options=parsed, kinds=(Gate,), setup=no_controllers
+        ):
+            assert (await lease_holder(kube, namespace)).endswith(ours)
+            transitions = (await kube.get(LEASE, LEASE_NAME, namespace))["spec"]["leaseTransitions"]
+            standby, port = start(
+                cluster.kubeconfig, *flags, "--watch-namespace", namespace,
+                env={"RUNTIME_NAMESPACE": namespace},
+            )  # fmt: skip
+            await asyncio.to_thread(wait_ready, standby, port)
+            # CPU-bound work on the loop (not a sleep: it holds the GIL, as a parse does)
+            # for three lease durations, with no await in between.
+            busy_until = time.monotonic() + 6.0
+            while time.monotonic() < busy_until:
+                pass
+            lease = await kube.get(LEASE, LEASE_NAME, namespace)
+            assert lease["spec"]["holderIdentity"].endswith(ours), "the standby took over"
+            assert lease["spec"]["leaseTransitions"] == transitions
+        # Released on the way out: the standby takes over at once.
+        await eventually(
+            lambda: lease_holder_is(kube, namespace, f"_{standby.pid}" if standby else "?"),
+            timeout=15,
+            message="the standby takes over after the release",
+        )
+    finally:
+        if standby is not None:
+            stop(standby)
+
+
+async def lease_holder_is(kube: KubeClient, namespace: str, suffix: str) -> bool:
+    return (await lease_holder(kube, namespace)).endswith(suffix)
+
+
 @dataclass(frozen=True)
 class ExportedSpan:
     name: str

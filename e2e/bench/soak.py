@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,18 @@ def sample(controller: Controller) -> dict[str, float]:
     return found
 
 
+def heap_report(controller: Controller, *, trim: bool) -> dict[str, Any]:
+    """The controller's /debug/heap (SLUICE_TRACEMALLOC): traced and resident sizes and the
+    tracebacks that grew since the previous call; an error's text if it did not answer."""
+    url = f"http://127.0.0.1:{controller.port}/debug/heap?format=json&top=25&trim={int(trim)}"
+    try:
+        with urllib.request.urlopen(url, timeout=300) as answer:
+            found: dict[str, Any] = json.loads(answer.read())
+    except OSError as error:
+        return {"error": str(error)}
+    return found
+
+
 def reconcile_count(controller: Controller) -> float:
     """The controller's reconcile count, asked until its busy loop answers (a few minutes)."""
     for _ in range(20):
@@ -95,10 +109,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         ns = "soak"
         await prepare_namespace(client, ns)
         kubeconfig = str(plane.kubeconfig)
+        env = {"SLUICE_TRACEMALLOC": str(args.tracemalloc)} if args.tracemalloc else None
         controllers = [
-            source_controller(kubeconfig, workdir),
-            kustomize_controller(kubeconfig, workdir),
+            source_controller(kubeconfig, workdir, env=env),
+            kustomize_controller(kubeconfig, workdir, env=env),
         ]
+        # With tracemalloc: a snapshot of each controller at the same phase of every
+        # revision (just before the next is published), each diffed against the last.
+        heaps: dict[str, list[dict[str, Any]]] = {c.name: [] for c in controllers}
         registry = OciRegistry(workdir=workdir / "registry")
         registry.start()
         try:
@@ -135,6 +153,15 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                             if not math.isnan(value):
                                 series[controller.name][name].append((now - t0, value))
                     if now - published >= args.publish_every * 60:
+                        if args.tracemalloc:
+                            for controller in controllers:
+                                heap = heap_report(controller, trim=args.trim)
+                                heap["t"] = round(time.monotonic() - t0, 1)
+                                heap["revision"] = revisions
+                                heaps[controller.name].append(heap)
+                                print(f"{controller.name} r{revisions}: "
+                                      + json.dumps({k: v for k, v in heap.items() if k != "top"}),
+                                      flush=True)  # fmt: skip
                         # A new revision: every artifact, build and apply changes.
                         app = APP.replace('cpu: "${MCPU}"', f'cpu: "{revisions + 1}m"')
                         origin.publish({"podinfo.yaml": app})
@@ -158,6 +185,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         # The raw series, so a slope can be told from a sawtooth afterwards.
                         "series": [[round(t, 1), v] for t, v in points],
                     }
+                if args.tracemalloc:
+                    found["heap"] = heaps[controller.name]
                 results[controller.name] = found
             return {
                 "apps": args.apps,
@@ -188,6 +217,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sample", type=float, default=5.0, help="seconds between samples")
     parser.add_argument(
         "--publish-every", type=float, default=5.0, help="minutes between new revisions"
+    )
+    parser.add_argument(
+        "--tracemalloc", type=int, default=0, metavar="FRAMES",
+        help="run the controllers with SLUICE_TRACEMALLOC=FRAMES and record /debug/heap "
+        "before each new revision",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trim", action="store_true", help="with --tracemalloc: malloc_trim(0) at each snapshot"
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)

@@ -28,6 +28,7 @@ import structlog
 from sluice_api.meta import parse_duration
 from sluice_runtime.allocating import smaller_tls_buffers, tune_malloc
 from sluice_runtime.controller import Controller, Informers, ReconcileObserver
+from sluice_runtime.observing.heaptracing import start_from_env
 from sluice_runtime.endpoints import metrics_app, probes_app, serving
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
@@ -425,6 +426,11 @@ def main(
     options = arg_parser.parse_args(argv)
     sluice_logging.configure(level=options.log_level, encoding=options.log_encoding)
     tune_malloc()  # before any thread allocates: see allocating
+    try:
+        start_from_env()  # SLUICE_TRACEMALLOC: before the allocations it should see
+    except ValueError as error:
+        print(f"{service}: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     smaller_tls_buffers()  # before the first connection
     try:
         asyncio.run(

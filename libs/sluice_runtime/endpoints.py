@@ -1,4 +1,4 @@
-"""The process's operational HTTP endpoints: /healthz, /readyz and /metrics.
+"""The process's operational HTTP endpoints: /healthz, /readyz, /metrics (and /debug/heap).
 
 Kubelet probes and Prometheus scrape these; they stay up from the moment the
 process starts until it stops, independent of leadership. /readyz is true
@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from sluice_runtime.observing.heaptracing import heap_handler
 from sluice_runtime.observing.metrics import exposition
 
 
@@ -62,12 +63,15 @@ def probes_app(ready: Callable[[], bool], *, with_metrics: bool = False) -> web.
     app.router.add_get("/readyz", readyz)
     if with_metrics:
         app.router.add_get("/metrics", metrics_handler)
+        app.router.add_get("/debug/heap", heap_handler)
     return app
 
 
 def metrics_app() -> web.Application:
     app = web.Application()
     app.router.add_get("/metrics", metrics_handler)
+    # Next to the metrics, not the probes: an operator's diagnosis, not the kubelet's.
+    app.router.add_get("/debug/heap", heap_handler)
     return app
 
 

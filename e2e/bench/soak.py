@@ -65,12 +65,14 @@ def slope_per_hour(samples: list[tuple[float, float]]) -> float:
     return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in samples) / spread
 
 
-def sample(controller: Controller) -> dict[str, float]:
+def sample(controller: Controller, *, tasks: bool = True) -> dict[str, float]:
     """RSS and fds from /proc; the tasks from /metrics, which the controller's busy event
     loop may answer late: then the tasks are missing from this sample (`nan`), not the run.
     `metrics_seconds` is how long the answer took (the loop's lag, as a caller sees it)."""
     pid = controller.proc.pid
     found = {"rss_mib": rss_mib(controller), "fds": float(len(os.listdir(f"/proc/{pid}/fd")))}
+    if not tasks:
+        return found
     asked = time.monotonic()
     try:
         found["asyncio_tasks"] = metric(controller, "python_asyncio_tasks")
@@ -149,11 +151,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     for controller in controllers:
                         if controller.proc.poll() is not None:
                             raise RuntimeError(f"{controller.name} exited during the soak")
-                        for name, value in sample(controller).items():
+                        # Traced, a busy controller's /metrics takes long enough that
+                        # asking every few seconds piles requests up: RSS and fds only.
+                        measured = sample(controller, tasks=not args.tracemalloc)
+                        for name, value in measured.items():
                             if not math.isnan(value):
                                 series[controller.name][name].append((now - t0, value))
                     if now - published >= args.publish_every * 60:
-                        if args.tracemalloc:
+                        if args.tracemalloc or args.trim:
                             for controller in controllers:
                                 heap = heap_report(controller, trim=args.trim)
                                 heap["t"] = round(time.monotonic() - t0, 1)
@@ -185,7 +190,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         # The raw series, so a slope can be told from a sawtooth afterwards.
                         "series": [[round(t, 1), v] for t, v in points],
                     }
-                if args.tracemalloc:
+                if args.tracemalloc or args.trim:
                     found["heap"] = heaps[controller.name]
                 results[controller.name] = found
             return {
@@ -224,7 +229,8 @@ def main(argv: list[str] | None = None) -> None:
         "before each new revision",
     )  # fmt: skip
     parser.add_argument(
-        "--trim", action="store_true", help="with --tracemalloc: malloc_trim(0) at each snapshot"
+        "--trim", action="store_true", help="malloc_trim(0) in each controller before each new revision (/debug/heap?trim=1), "
+        "recording the resident size before and after"
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)

@@ -16,7 +16,8 @@ glibc's `malloc_trim(0)` and reports the resident size after it: what drops
 was free memory the allocator kept, what stays is in use or fragmented.
 
 Off unless the variable is set: tracemalloc then costs nothing, and the
-endpoint answers 404 saying how to turn it on. On, every allocation pays for
+endpoint answers 404 saying how to turn it on (with `trim=1`, it still
+trims and reports the resident size before and after). On, every allocation pays for
 its traceback (a third or more of the CPU, more memory): a diagnosis, not a
 default.
 """
@@ -166,15 +167,25 @@ _TRACER = HeapTracer()
 
 
 async def heap_handler(request: web.Request) -> web.Response:
+    trim = request.query.get("trim", "") in ("1", "true")
     if not tracemalloc.is_tracing():
+        off = f"heap tracing is off: start the process with {ENV}=<frames>, e.g. {ENV}=25"
+        if not trim:
+            return web.Response(status=404, text=off + "\n")
+        # Whether the allocator keeps freed memory needs no tracing: the resident
+        # size before and after a trim says it.
+        before = resident_mib()
+        trimmed = await asyncio.to_thread(trim_malloc)
+        found = {"rss_mib": before, "trimmed": trimmed, "rss_after_trim_mib": resident_mib()}
+        if request.query.get("format") == "json":
+            return web.Response(text=json.dumps(found), content_type="application/json")
         return web.Response(
-            status=404,
-            text=f"heap tracing is off: start the process with {ENV}=<frames>, e.g. {ENV}=25\n",
+            text=f"{off}\nresident {before:.1f} MiB, after malloc_trim(0): "
+            f"{found['rss_after_trim_mib']:.1f} MiB\n"
         )
     raw_top = request.query.get("top", str(DEFAULT_TOP))
     if not raw_top.isdigit() or not 1 <= int(raw_top) <= MAX_TOP:
         return web.Response(status=400, text=f"top={raw_top!r}: expected 1 to {MAX_TOP}\n")
-    trim = request.query.get("trim", "") in ("1", "true")
     # A snapshot of a big heap takes a while; in a thread, the loop still serves
     # between the GIL's switches instead of stalling for all of it.
     found = await asyncio.to_thread(_TRACER.report, top=int(raw_top), trim=trim)

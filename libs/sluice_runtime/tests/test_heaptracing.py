@@ -151,3 +151,11 @@ async def test_a_bad_top_is_refused(endpoint: str, tracing: None, top: str) -> N
     status, text = await get(f"{endpoint}?top={top}")
     assert status == 400
     assert f"top='{top}'" in text
+
+
+async def test_off_a_trim_still_reports_the_resident_size_around_it(endpoint: str) -> None:
+    if tracemalloc.is_tracing():
+        pytest.skip("this interpreter traces already")
+    status, text = await get(endpoint + "?trim=1")
+    assert status == 200
+    assert f"{ENV}=<frames>" in text and "after malloc_trim(0):" in text

@@ -27,21 +27,14 @@ per connection end before, 152 after).
 
 from __future__ import annotations
 
-import asyncio
 import asyncio.sslproto
-import contextlib
 import ctypes
 import os
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 ARENAS = 2
 MMAP_THRESHOLD = 256 * 1024
 
 TLS_READ_BUFFER = 64 * 1024
-
-TRIM_EVERY = 60.0
-TRIM_AFTER_GROWTH_MIB = 2.0
 
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
@@ -72,53 +65,6 @@ def trim_malloc() -> bool:
     malloc_trim.argtypes = [ctypes.c_size_t]
     malloc_trim.restype = ctypes.c_int
     return bool(malloc_trim(0))
-
-
-def resident_mib() -> float:
-    """This process's VmRSS, or NaN where /proc has none."""
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:
-        return float("nan")
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def trim_if_grown(floor: float, *, growth: float = TRIM_AFTER_GROWTH_MIB) -> float:
-    """Trim if the resident size rose `growth` MiB above `floor` (the size after the
-    last trim); the new floor. A burst of reconciles (a new revision reaching every
-    app) leaves the arenas holding what its threads freed: measured in the soak, the
-    kustomize-controller gave back 4-6 MiB at each revision, the source-controller 1.5."""
-    if not resident_mib() - floor >= growth:  # also NaN: nothing to compare
-        return floor
-    trim_malloc()
-    return resident_mib()
-
-
-@contextlib.asynccontextmanager
-async def trimming(every: float = TRIM_EVERY) -> AsyncIterator[None]:
-    """While the block runs, give freed memory back after bursts: every `every` seconds,
-    a trim if the process grew since the last one (a few milliseconds in a thread).
-    `SLUICE_MALLOC_TRIM=0` turns it off (an operator's choice, and the soak's baseline)."""
-    if os.environ.get("SLUICE_MALLOC_TRIM", "").strip() == "0":
-        yield
-        return
-
-    async def loop() -> None:
-        floor = resident_mib()
-        while True:
-            await asyncio.sleep(every)
-            floor = await asyncio.to_thread(trim_if_grown, floor)
-
-    task = asyncio.get_running_loop().create_task(loop(), name="malloc-trim")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def smaller_tls_buffers() -> None:

@@ -26,8 +26,9 @@ from typing import Any
 import structlog
 
 from sluice_api.meta import parse_duration
-from sluice_runtime.allocating import smaller_tls_buffers, trimming, tune_malloc
+from sluice_runtime.allocating import smaller_tls_buffers, tune_malloc
 from sluice_runtime.controller import Controller, Informers, ReconcileObserver
+from sluice_runtime.observing.heaptracing import start_from_env
 from sluice_runtime.endpoints import metrics_app, probes_app, serving
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
@@ -35,7 +36,6 @@ from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_lin
 from sluice_runtime.leading import LeaderElector
 from sluice_runtime.observing import logging as sluice_logging
 from sluice_runtime.observing import tracing
-from sluice_runtime.observing.heaptracing import start_from_env
 from sluice_runtime.observing.metrics import (
     RequestMetrics,
     observe_api_requests,
@@ -268,7 +268,6 @@ async def running(
         stack.push_async_callback(client.close)
         observe_api_requests(service, lambda: client.request_count)
         observe_asyncio_tasks(service, asyncio.get_running_loop())
-        await stack.enter_async_context(trimming())  # freed memory back after bursts
         client.observe(RequestMetrics(service))
         await require_kinds(client, kinds)
         recorder = EventRecorder(

@@ -31,11 +31,12 @@ import os
 import threading
 import tracemalloc
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from sluice_runtime.allocating import resident_mib, trim_malloc
+from sluice_runtime.allocating import trim_malloc
 
 ENV = "SLUICE_TRACEMALLOC"
 MAX_FRAMES = 100
@@ -71,6 +72,18 @@ def start_from_env(environ: Mapping[str, str] = os.environ) -> bool:
     if frames and not tracemalloc.is_tracing():
         tracemalloc.start(frames)
     return tracemalloc.is_tracing()
+
+
+def resident_mib() -> float:
+    """This process's VmRSS, or NaN where /proc has none."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return float("nan")
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 class HeapTracer:
@@ -124,8 +137,8 @@ def _entry(traceback: tracemalloc.Traceback, size: int, count: int) -> dict[str,
         "count": count,
         # Outermost first, as a Python traceback reads.
         "traceback": [
-            f"{f.filename}:{f.lineno}: {linecache.getline(f.filename, f.lineno).strip()}"
-            for f in reversed(traceback)
+            f"{frame.filename}:{frame.lineno}: {linecache.getline(frame.filename, frame.lineno).strip()}"
+            for frame in reversed(traceback)
         ],
     }
 
@@ -179,3 +192,4 @@ async def heap_handler(request: web.Request) -> web.Response:
     if request.query.get("format") == "json":
         return web.Response(text=json.dumps(found), content_type="application/json")
     return web.Response(text=as_text(found))
+

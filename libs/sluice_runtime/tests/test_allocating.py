@@ -137,27 +137,19 @@ async def test_tls_connections_hold_a_smaller_receive_buffer(tmp_path: Path) -> 
 
 TRIM_SCRIPT = r"""
 import sys
-from sluice_runtime.allocating import resident_mib, trim_if_grown, trim_malloc, tune_malloc
+from sluice_runtime.allocating import trim_malloc, tune_malloc
 def rss():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) // 1024
 tune_malloc()
-floor = resident_mib()  # before the burst
 # 100 MB in blocks under the mmap threshold (glibc's heap), the last one kept: the
 # free memory below it cannot leave from the top, only by trimming inside the heap.
 blocks = [bytearray(100_000) for _ in range(1000)]
 kept = blocks.pop()
 del blocks
 before = rss()
-if sys.argv[1] == "trim":
-    released = trim_malloc()
-elif sys.argv[1] == "after-burst":  # grown since the floor: trimmed
-    released = trim_if_grown(floor) < before - 80
-elif sys.argv[1] == "no-growth":  # the floor is now: nothing to give back by this rule
-    released = trim_if_grown(resident_mib()) < before - 80
-else:
-    released = False
+released = trim_malloc() if sys.argv[1] == "trim" else False
 print(before, rss(), released)
 """
 
@@ -166,9 +158,7 @@ print(before, rss(), released)
 @pytest.mark.parametrize(
     ("mode", "gives_back"),
     [pytest.param("keep", False, id="freed-memory-stays-resident"),
-     pytest.param("trim", True, id="trim-gives-it-back"),
-     pytest.param("after-burst", True, id="grown-since-the-last-trim-trims"),
-     pytest.param("no-growth", False, id="not-grown-no-trim")],
+     pytest.param("trim", True, id="trim-gives-it-back")],
 )  # fmt: skip
 def test_trim_gives_freed_heap_memory_back(
     mode: str, gives_back: bool, monkeypatch: pytest.MonkeyPatch

@@ -229,8 +229,10 @@ def main(argv: list[str] | None = None) -> None:
         "before each new revision",
     )  # fmt: skip
     parser.add_argument(
-        "--trim", action="store_true", help="malloc_trim(0) in each controller before each new revision (/debug/heap?trim=1), "
-        "recording the resident size before and after"
+        "--trim",
+        action="store_true",
+        help="malloc_trim(0) in each controller before each new revision (/debug/heap?trim=1), "
+        "recording the resident size before and after",
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)

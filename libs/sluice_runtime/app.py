@@ -28,7 +28,6 @@ import structlog
 from sluice_api.meta import parse_duration
 from sluice_runtime.allocating import smaller_tls_buffers, tune_malloc
 from sluice_runtime.controller import Controller, Informers, ReconcileObserver
-from sluice_runtime.observing.heaptracing import start_from_env
 from sluice_runtime.endpoints import metrics_app, probes_app, serving
 from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
@@ -36,6 +35,7 @@ from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_lin
 from sluice_runtime.leading import LeaderElector
 from sluice_runtime.observing import logging as sluice_logging
 from sluice_runtime.observing import tracing
+from sluice_runtime.observing.heaptracing import start_from_env
 from sluice_runtime.observing.metrics import (
     RequestMetrics,
     observe_api_requests,

@@ -137,8 +137,8 @@ def _entry(traceback: tracemalloc.Traceback, size: int, count: int) -> dict[str,
         "count": count,
         # Outermost first, as a Python traceback reads.
         "traceback": [
-            f"{frame.filename}:{frame.lineno}: {linecache.getline(frame.filename, frame.lineno).strip()}"
-            for frame in reversed(traceback)
+            f"{f.filename}:{f.lineno}: {linecache.getline(f.filename, f.lineno).strip()}"
+            for f in reversed(traceback)
         ],
     }
 
@@ -192,4 +192,3 @@ async def heap_handler(request: web.Request) -> web.Response:
     if request.query.get("format") == "json":
         return web.Response(text=json.dumps(found), content_type="application/json")
     return web.Response(text=as_text(found))
-

@@ -113,10 +113,10 @@ def test_trim_reports_the_resident_size_after(tracing: None) -> None:
 
 
 @pytest.fixture(params=["metrics", "probes-with-metrics"])
-async def endpoint(
-    request: pytest.FixtureRequest, unused_tcp_port: int
-) -> AsyncIterator[str]:
-    app = metrics_app() if request.param == "metrics" else probes_app(lambda: True, with_metrics=True)
+async def endpoint(request: pytest.FixtureRequest, unused_tcp_port: int) -> AsyncIterator[str]:
+    app = (
+        metrics_app() if request.param == "metrics" else probes_app(lambda: True, with_metrics=True)
+    )
     async with serving(app, f"127.0.0.1:{unused_tcp_port}"):
         yield f"http://127.0.0.1:{unused_tcp_port}/debug/heap"
 
@@ -145,7 +145,8 @@ async def test_on_the_endpoint_answers_text_and_json(endpoint: str, tracing: Non
 
 
 @pytest.mark.parametrize(
-    "top", [pytest.param("0", id="zero"), pytest.param("x", id="word"), pytest.param("501", id="big")]
+    "top",
+    [pytest.param("0", id="zero"), pytest.param("x", id="word"), pytest.param("501", id="big")],
 )
 async def test_a_bad_top_is_refused(endpoint: str, tracing: None, top: str) -> None:
     status, text = await get(f"{endpoint}?top={top}")

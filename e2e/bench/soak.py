@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -63,18 +65,32 @@ def slope_per_hour(samples: list[tuple[float, float]]) -> float:
     return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in samples) / spread
 
 
-def sample(controller: Controller) -> dict[str, float]:
+def sample(controller: Controller, *, tasks: bool = True) -> dict[str, float]:
     """RSS and fds from /proc; the tasks from /metrics, which the controller's busy event
     loop may answer late: then the tasks are missing from this sample (`nan`), not the run.
     `metrics_seconds` is how long the answer took (the loop's lag, as a caller sees it)."""
     pid = controller.proc.pid
     found = {"rss_mib": rss_mib(controller), "fds": float(len(os.listdir(f"/proc/{pid}/fd")))}
+    if not tasks:
+        return found
     asked = time.monotonic()
     try:
         found["asyncio_tasks"] = metric(controller, "python_asyncio_tasks")
     except OSError:  # a timeout, a refused or reset connection
         found["asyncio_tasks"] = float("nan")
     found["metrics_seconds"] = time.monotonic() - asked
+    return found
+
+
+def heap_report(controller: Controller, *, trim: bool) -> dict[str, Any]:
+    """The controller's /debug/heap (SLUICE_TRACEMALLOC): traced and resident sizes and the
+    tracebacks that grew since the previous call; an error's text if it did not answer."""
+    url = f"http://127.0.0.1:{controller.port}/debug/heap?format=json&top=25&trim={int(trim)}"
+    try:
+        with urllib.request.urlopen(url, timeout=300) as answer:
+            found: dict[str, Any] = json.loads(answer.read())
+    except OSError as error:
+        return {"error": str(error)}
     return found
 
 
@@ -95,10 +111,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         ns = "soak"
         await prepare_namespace(client, ns)
         kubeconfig = str(plane.kubeconfig)
+        env = {"SLUICE_TRACEMALLOC": str(args.tracemalloc)} if args.tracemalloc else None
         controllers = [
-            source_controller(kubeconfig, workdir),
-            kustomize_controller(kubeconfig, workdir),
+            source_controller(kubeconfig, workdir, env=env),
+            kustomize_controller(kubeconfig, workdir, env=env),
         ]
+        # With tracemalloc: a snapshot of each controller at the same phase of every
+        # revision (just before the next is published), each diffed against the last.
+        heaps: dict[str, list[dict[str, Any]]] = {c.name: [] for c in controllers}
         registry = OciRegistry(workdir=workdir / "registry")
         registry.start()
         try:
@@ -131,10 +151,22 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     for controller in controllers:
                         if controller.proc.poll() is not None:
                             raise RuntimeError(f"{controller.name} exited during the soak")
-                        for name, value in sample(controller).items():
+                        # Traced, a busy controller's /metrics takes long enough that
+                        # asking every few seconds piles requests up: RSS and fds only.
+                        measured = sample(controller, tasks=not args.tracemalloc)
+                        for name, value in measured.items():
                             if not math.isnan(value):
                                 series[controller.name][name].append((now - t0, value))
                     if now - published >= args.publish_every * 60:
+                        if args.tracemalloc or args.trim:
+                            for controller in controllers:
+                                heap = heap_report(controller, trim=args.trim)
+                                heap["t"] = round(time.monotonic() - t0, 1)
+                                heap["revision"] = revisions
+                                heaps[controller.name].append(heap)
+                                print(f"{controller.name} r{revisions}: "
+                                      + json.dumps({k: v for k, v in heap.items() if k != "top"}),
+                                      flush=True)  # fmt: skip
                         # A new revision: every artifact, build and apply changes.
                         app = APP.replace('cpu: "${MCPU}"', f'cpu: "{revisions + 1}m"')
                         origin.publish({"podinfo.yaml": app})
@@ -158,6 +190,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         # The raw series, so a slope can be told from a sawtooth afterwards.
                         "series": [[round(t, 1), v] for t, v in points],
                     }
+                if args.tracemalloc or args.trim:
+                    found["heap"] = heaps[controller.name]
                 results[controller.name] = found
             return {
                 "apps": args.apps,
@@ -188,6 +222,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sample", type=float, default=5.0, help="seconds between samples")
     parser.add_argument(
         "--publish-every", type=float, default=5.0, help="minutes between new revisions"
+    )
+    parser.add_argument(
+        "--tracemalloc", type=int, default=0, metavar="FRAMES",
+        help="run the controllers with SLUICE_TRACEMALLOC=FRAMES and record /debug/heap "
+        "before each new revision",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trim",
+        action="store_true",
+        help="malloc_trim(0) in each controller before each new revision (/debug/heap?trim=1), "
+        "recording the resident size before and after",
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)

@@ -54,6 +54,19 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_ARENA_MAX, ARENAS)) and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
+def trim_malloc() -> bool:
+    """Give the free memory glibc keeps back to the system (`malloc_trim(0)`): the top
+    of each arena and whole free pages inside it. True if anything was released;
+    False also where there is no glibc."""
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim.restype = ctypes.c_int
+    return bool(malloc_trim(0))
+
+
 def smaller_tls_buffers() -> None:
     """Give TLS connections made from now on a 64 KiB receive buffer.
 

@@ -35,6 +35,7 @@ from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_lin
 from sluice_runtime.leading import ElectionThread
 from sluice_runtime.observing import logging as sluice_logging
 from sluice_runtime.observing import tracing
+from sluice_runtime.observing.heaptracing import start_from_env
 from sluice_runtime.observing.metrics import (
     RequestMetrics,
     observe_api_requests,
@@ -425,6 +426,11 @@ def main(
     options = arg_parser.parse_args(argv)
     sluice_logging.configure(level=options.log_level, encoding=options.log_encoding)
     tune_malloc()  # before any thread allocates: see allocating
+    try:
+        start_from_env()  # SLUICE_TRACEMALLOC: before the allocations it should see
+    except ValueError as error:
+        print(f"{service}: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     smaller_tls_buffers()  # before the first connection
     try:
         asyncio.run(

@@ -1,5 +1,6 @@
 """HTTP servers on the event loop (`serving`: webhooks, artifacts) and, off it, the
-process's operational endpoints (`probing`: /healthz, /readyz, /metrics).
+process's operational endpoints (`probing`: /healthz, /readyz, /metrics and, next
+to the metrics, an operator's /debug/heap).
 
 Kubelet probes and Prometheus scrape the operational endpoints; they stay up from
 the moment the process starts until it stops, independent of leadership. They are
@@ -21,11 +22,13 @@ import contextlib
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from aiohttp import web
 
+from sluice_runtime.observing.heaptracing import heap_answer
 from sluice_runtime.observing.metrics import exposition_pieces
 
 
@@ -120,10 +123,14 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 10  # a client that stops sending holds its thread no longer than this
 
     def do_GET(self) -> None:
-        path = self.path.partition("?")[0]
+        path, _, query = self.path.partition("?")
         heartbeat = self.server.heartbeat
         if path == "/metrics" and self.server.metrics:
             self._metrics()
+        elif path == "/debug/heap" and self.server.metrics:
+            # Next to the metrics, not the probes: an operator's diagnosis, not the kubelet's.
+            status, content_type, text = heap_answer(dict(urllib.parse.parse_qsl(query)))
+            self._answer(status, text, content_type=content_type)
         elif path == "/healthz" and heartbeat is not None:
             age = heartbeat.age()
             if age <= heartbeat.stale_after:
@@ -142,10 +149,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._answer(404, "404: Not Found")
 
-    def _answer(self, status: int, text: str) -> None:
+    def _answer(
+        self, status: int, text: str, *, content_type: str = "text/plain; charset=utf-8"
+    ) -> None:
         body = text.encode()
         self.send_response(status)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -133,3 +133,42 @@ async def test_tls_connections_hold_a_smaller_receive_buffer(tmp_path: Path) -> 
     assert held_before > allocating.TLS_READ_BUFFER
     assert held_after == allocating.TLS_READ_BUFFER
     assert received == body
+
+
+TRIM_SCRIPT = r"""
+import sys
+from sluice_runtime.allocating import trim_malloc, tune_malloc
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+tune_malloc()
+# 100 MB in blocks under the mmap threshold (glibc's heap), the last one kept: the
+# free memory below it cannot leave from the top, only by trimming inside the heap.
+blocks = [bytearray(100_000) for _ in range(1000)]
+kept = blocks.pop()
+del blocks
+before = rss()
+released = trim_malloc() if sys.argv[1] == "trim" else False
+print(before, rss(), released)
+"""
+
+
+@pytest.mark.skipif(not has_glibc_malloc(), reason="glibc's malloc is not this process's")
+@pytest.mark.parametrize(
+    ("mode", "gives_back"),
+    [pytest.param("keep", False, id="freed-memory-stays-resident"),
+     pytest.param("trim", True, id="trim-gives-it-back")],
+)  # fmt: skip
+def test_trim_gives_freed_heap_memory_back(
+    mode: str, gives_back: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    answer = subprocess.run(
+        [sys.executable, "-c", TRIM_SCRIPT, mode], capture_output=True, text=True, check=True
+    )
+    before, after, released = answer.stdout.split()
+    assert int(before) > 80  # the freed blocks are still resident
+    assert (int(before) - int(after) > 80) is gives_back
+    assert released == str(gives_back)

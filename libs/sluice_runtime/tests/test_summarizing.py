@@ -155,6 +155,11 @@ def test_summarize(before: list[Condition], ending: Ending, after: Summary) -> N
             id="waiting-on-own-work-keeps-ready-unknown",
         ),
         pytest.param(
+            Waiting("Progressing", "health", requeue_after=1, in_progress=True, publish=False),
+            Ending("waiting", "Progressing", "health", 1, in_progress=True, publish=False),
+            id="status-left-to-the-reconcile-that-continues",
+        ),
+        pytest.param(
             ApiUnavailable("connection refused"),
             Ending("error", "ProgressingWithRetry", "connection refused"),
             id="api-unavailable-is-transient",

@@ -64,6 +64,8 @@ class HealthWait:
     """Readings already Current: a rollout that finished stays finished for this wait."""
     shown: bool = False
     """Whether status shows the wait (Ready=Unknown, "Running health checks") yet."""
+    nudged: bool = False
+    """An object waited for changed while a re-check was reading: look again at once."""
 
     def moved(self, oid: ObjectId, resource_version: str) -> bool:
         """Whether a change to `oid` may end the wait: one of the objects still

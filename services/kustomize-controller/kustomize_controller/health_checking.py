@@ -106,6 +106,7 @@ async def _judge(
     StepError when an object Failed or the wait timed out."""
     assert ctx.manager is not None and ctx.artifact is not None
     waits = ctx.services.health_waits
+    wait.nudged = False
     report = await check_health(
         ctx.manager.client,
         wait.targets,
@@ -127,7 +128,8 @@ async def _judge(
         for target, reading in zip(wait.targets, report.objects, strict=True)
         if reading.health.is_current
     }
-    delay = min(wait.delay, remaining)
+    # A change seen while reading may be the one waited for: no need to sleep on it.
+    delay = 0.0 if wait.nudged else min(wait.delay, remaining)
     wait.delay = min(wait.delay * 2, max(ctx.services.health_interval, FIRST_RECHECK))
     wait.shown = wait.shown or now - wait.started >= ctx.services.health_progress_after
     waits[ctx.key] = wait

@@ -272,5 +272,9 @@ async def test_a_rollout_waited_for_costs_one_status_patch(delivery: Delivery) -
     assert by_phase.get(("reconcile_health_recheck", "get"), 0) >= 1, shown
     rechecks = sum(n for (phase, _), n in by_phase.items() if phase == "reconcile_health_recheck")
     assert rechecks == by_phase[("reconcile_health_recheck", "get")], shown
+    # One dry-run per object: the rollout seen by the watch while the re-check
+    # that ended the wait ran does not queue a full reconcile after it.
+    assert by_phase[("reconcile_apply", "dry-run")] == 4, shown
+    assert ("events", "patch") not in by_phase, shown
     # Everything but the re-checks' reads: as the first reconcile above.
     assert counted.total() - rechecks <= 12, shown

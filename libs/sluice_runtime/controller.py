@@ -21,7 +21,7 @@ from typing import Generic, Protocol
 import structlog
 
 from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
-from sluice_runtime.informing.queueing import ExponentialBackoff, QueueShutDown, WorkQueue
+from sluice_runtime.informing.queueing import ExponentialBackoff, Lane, QueueShutDown, WorkQueue
 from sluice_runtime.informing.watching import Change, Informer
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import ResourceType
@@ -190,13 +190,15 @@ class Controller(Generic[C]):
                 return
             ahead = urgent is not None and urgent(change)
             for key in keys:
-                self.queue.add(key, urgent=ahead)
+                self.queue.add(key, lane=Lane.REQUESTED if ahead else Lane.NORMAL)
 
         informer.add_handler(handler)
         return informer
 
-    def enqueue(self, key: str) -> None:
-        self.queue.add(key)
+    def enqueue(self, key: str, *, lane: Lane = Lane.NORMAL) -> None:
+        """Reconcile `key`; `Lane.FOLLOW_UP` for the continuation of work already
+        applied (what a health wait waits for changed)."""
+        self.queue.add(key, lane=lane)
 
     def _on_primary(self, change: Change) -> None:
         if change.kind == "deleted":
@@ -204,9 +206,8 @@ class Controller(Generic[C]):
             self.queue.forget(change.key)
             return
         if primary_change_matters(change, self.reconciler.trigger_annotations):
-            self.queue.add(
-                change.key, urgent=requested(change, self.reconciler.trigger_annotations)
-            )
+            asked = requested(change, self.reconciler.trigger_annotations)
+            self.queue.add(change.key, lane=Lane.REQUESTED if asked else Lane.NORMAL)
 
     async def start(self) -> None:
         self.queue.start()
@@ -261,7 +262,10 @@ class Controller(Generic[C]):
             else:
                 self.queue.forget(key)
                 if outcome.requeue_after is not None:
-                    self.queue.requeue_after(key, outcome.requeue_after)
+                    # Work in progress (a health wait's re-check) goes ahead of
+                    # first reconciles: it is what turns an applied app Ready.
+                    lane = Lane.FOLLOW_UP if outcome.follow_up else Lane.NORMAL
+                    self.queue.requeue_after(key, outcome.requeue_after, lane=lane)
                 else:
                     self.queue.cancel_delayed(key)
             self.queue.done(key)

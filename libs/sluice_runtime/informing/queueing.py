@@ -13,13 +13,17 @@ controller both prompt and calm:
   earlier outcome (a 30 s dependency wait) must not cut a `retryInterval` short;
 - `add_rate_limited` backs a failing key off exponentially, per key, so one
   broken object never slows the others; `forget` resets its backoff;
-- `add(key, urgent=True)` is for reconciles someone asked for
-  (`reconcile.fluxcd.io/requestedAt` from a webhook or the CLI): they are
-  handed out before every key queued by an interval, a watch or a retry, so
-  a receiver's push does not wait behind a thousand queued reconciles. A
-  waiting key asked for urgently moves to the front; urgent keys keep their
-  order among themselves;
-- `get(urgent_only=True)` is for a worker kept for those requests: with every
+- every key waits in one of three lanes, served in this order (`Lane`):
+  REQUESTED, reconciles someone asked for (`reconcile.fluxcd.io/requestedAt`
+  from a webhook or the CLI), so a receiver's push does not wait behind a
+  thousand queued reconciles; FOLLOW_UP, the continuation of work already
+  applied (a health wait's re-check), which is a read or two and is what
+  turns an applied app Ready, so it must not queue behind first reconciles
+  of apps not yet applied; NORMAL, everything else (new objects, intervals,
+  watches, retries). A waiting key added again in a better lane moves to
+  that lane, never to a worse one; keys keep their order within a lane.
+  `add_after` and `requeue_after` carry the lane the key enters when due;
+- `get(urgent_only=True)` is for a worker kept for requests: with every
   other worker busy in a long reconcile, a requested key would still wait
   for one of them to finish, however far ahead of the queue it stands.
 """
@@ -33,7 +37,16 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable
+from enum import IntEnum
 from typing import Protocol
+
+
+class Lane(IntEnum):
+    """Where a queued key waits; lower lanes are served first."""
+
+    REQUESTED = 0
+    FOLLOW_UP = 1
+    NORMAL = 2
 
 
 class Clock(Protocol):
@@ -98,15 +111,15 @@ class WorkQueue:
         self._backoff = backoff or ExponentialBackoff()
         self._clock = clock
         self._observer = observer or _NoObserver()
-        self._queue: deque[str] = deque()
-        self._urgent: deque[str] = deque()
-        self._urgent_keys: set[str] = set()
-        """Keys asked for urgently and not handed out yet (waiting or to requeue)."""
+        self._lanes: tuple[deque[str], ...] = tuple(deque() for _ in Lane)
+        self._lane_of: dict[str, Lane] = {}
+        """The lane of every dirty key (waiting, or to requeue when its worker is done)."""
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
         self._added_at: dict[str, float] = {}
         self._delayed: list[tuple[float, int, str]] = []
         self._delayed_at: dict[str, float] = {}
+        self._delayed_lane: dict[str, Lane] = {}
         self._seq = itertools.count()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._urgent_waiters: deque[asyncio.Future[None]] = deque()
@@ -116,7 +129,7 @@ class WorkQueue:
         self._timer: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
-        return len(self._queue) + len(self._urgent)
+        return sum(len(lane) for lane in self._lanes)
 
     @property
     def processing(self) -> frozenset[str]:
@@ -128,50 +141,54 @@ class WorkQueue:
                 self._run_timer(), name="workqueue-delays"
             )
 
-    def add(self, key: str, *, urgent: bool = False) -> None:
+    def add(self, key: str, *, lane: Lane = Lane.NORMAL) -> None:
         if self._shutdown:
             return
         if key in self._dirty:
-            if urgent and key not in self._urgent_keys:
-                self._urgent_keys.add(key)
+            was = self._lane_of[key]
+            if lane < was:
+                self._lane_of[key] = lane
                 if key not in self._processing:
-                    self._queue.remove(key)
-                    self._urgent.append(key)
-                    self._notify(urgent=True)
+                    self._lanes[was].remove(key)
+                    self._lanes[lane].append(key)
+                    if lane is Lane.REQUESTED:
+                        self._notify(urgent=True)  # the kept worker may take it now
             return
         self._observer.added()
         self._dirty.add(key)
+        self._lane_of[key] = lane
         self._added_at.setdefault(key, self._clock())
-        if urgent:
-            self._urgent_keys.add(key)
         if key in self._processing:
             return  # done() queues it again
         self._push(key)
 
     def _push(self, key: str) -> None:
-        urgent = key in self._urgent_keys
-        (self._urgent if urgent else self._queue).append(key)
+        lane = self._lane_of[key]
+        self._lanes[lane].append(key)
         self._observer.depth(len(self))
-        self._notify(urgent=urgent)
+        self._notify(urgent=lane is Lane.REQUESTED)
 
-    def add_after(self, key: str, delay: float) -> None:
+    def add_after(self, key: str, delay: float, *, lane: Lane = Lane.NORMAL) -> None:
         if self._shutdown:
             return
         if delay <= 0:
-            self.add(key)
+            self.add(key, lane=lane)
             return
         when = self._clock() + delay
         current = self._delayed_at.get(key)
         if current is not None and current <= when:
+            self._delayed_lane[key] = min(self._delayed_lane.get(key, lane), lane)
             return
         self._delayed_at[key] = when
+        self._delayed_lane[key] = min(self._delayed_lane.get(key, lane), lane)
         heapq.heappush(self._delayed, (when, next(self._seq), key))
         self._timer_wakeup.set()
 
-    def requeue_after(self, key: str, delay: float) -> None:
-        """Schedule `key` after `delay`, replacing whatever was scheduled for it."""
+    def requeue_after(self, key: str, delay: float, *, lane: Lane = Lane.NORMAL) -> None:
+        """Schedule `key` after `delay` (to enter `lane`), replacing whatever was
+        scheduled for it."""
         self.cancel_delayed(key)
-        self.add_after(key, delay)
+        self.add_after(key, delay, lane=lane)
 
     def add_rate_limited(self, key: str) -> float:
         """Requeue a failed key after its backoff, replacing its schedule; returns the delay."""
@@ -194,10 +211,12 @@ class WorkQueue:
     def cancel_delayed(self, key: str) -> None:
         """Drop a pending `add_after` (the heap entry is skipped lazily)."""
         self._delayed_at.pop(key, None)
+        self._delayed_lane.pop(key, None)
 
     async def get(self, *, urgent_only: bool = False) -> str:
-        """The next key to reconcile; with `urgent_only`, the next urgent one."""
-        while not self._urgent and (urgent_only or not self._queue):
+        """The next key to reconcile, by lane; with `urgent_only`, the next requested one."""
+        requested = self._lanes[Lane.REQUESTED]
+        while not requested and (urgent_only or not len(self)):
             if self._shutdown:
                 raise QueueShutDown
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -207,8 +226,8 @@ class WorkQueue:
             finally:
                 if not waiter.done():
                     waiter.cancel()
-        key = self._urgent.popleft() if self._urgent else self._queue.popleft()
-        self._urgent_keys.discard(key)
+        key = next(lane for lane in self._lanes if lane).popleft()
+        del self._lane_of[key]
         self._observer.depth(len(self))
         self._processing.add(key)
         self._dirty.discard(key)
@@ -252,7 +271,7 @@ class WorkQueue:
                 when, _, key = heapq.heappop(self._delayed)
                 if self._delayed_at.get(key) == when:
                     del self._delayed_at[key]
-                    self.add(key)
+                    self.add(key, lane=self._delayed_lane.pop(key, Lane.NORMAL))
             timeout = (self._delayed[0][0] - now) if self._delayed else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._timer_wakeup.wait(), timeout)

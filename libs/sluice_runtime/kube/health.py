@@ -33,6 +33,7 @@ __all__ = [
     "ObjectHealth",
     "Status",
     "StatusRule",
+    "check_health",
     "compute_status",
     "current",
     "failed",
@@ -104,6 +105,29 @@ async def read_health(
     obj.setdefault("kind", rt.kind)
     obj.setdefault("apiVersion", rt.api_version)
     return ObjectHealth(subject, status(obj))
+
+
+async def check_health(
+    client: KubeClient,
+    objects: Sequence[ObjectRef],
+    *,
+    known: Mapping[ObjectRef, Health] | None = None,
+    status: StatusRule = compute_status,
+    concurrency: int = 8,
+) -> HealthReport:
+    """One reading of every object `known` has no reading of: a single round of
+    `wait_for_health`, for callers that look again later on their own (a
+    reconcile that releases its worker between rounds instead of sleeping)."""
+    limit = asyncio.Semaphore(max(concurrency, 1))
+
+    async def read(target: ObjectRef) -> ObjectHealth:
+        async with limit:
+            return await read_health(client, target, status)
+
+    known = known or {}
+    unread = [t for t in objects if t not in known]
+    readings = dict(zip(unread, await asyncio.gather(*(read(t) for t in unread)), strict=True))
+    return HealthReport([readings.get(t) or ObjectHealth(t.display, known[t]) for t in objects])
 
 
 async def wait_for_health(

@@ -47,6 +47,12 @@ class Waiting(Exception):
 
     `condition`/`status` optionally set a condition of its own, e.g.
     Approved=False for a closed gate; Ready shows `reason` and `message`.
+    `in_progress` says the object's own work goes on (a health wait looked at
+    again soon, without holding a worker meanwhile): Ready is Unknown rather
+    than False, and the look again is queued ahead of first reconciles.
+    `publish=False` leaves the status unwritten: the reconcile that continues
+    the work writes it (the first seconds of a health wait, which would
+    otherwise cost a status patch per app for a rollout done a moment later).
     """
 
     def __init__(
@@ -57,6 +63,8 @@ class Waiting(Exception):
         requeue_after: float | None,
         condition: str | None = None,
         status: str = "False",
+        in_progress: bool = False,
+        publish: bool = True,
     ) -> None:
         super().__init__(message)
         self.reason = reason
@@ -64,6 +72,8 @@ class Waiting(Exception):
         self.requeue_after = requeue_after
         self.condition = condition
         self.status = status
+        self.in_progress = in_progress
+        self.publish = publish
 
     def __str__(self) -> str:
         return self.message

@@ -59,6 +59,11 @@ class Outcome:
     requeue_after: float | None = None
     backoff: bool = False
     """Requeue with the key's exponential backoff (a retryable failure)."""
+    follow_up: bool = False
+    """The requeue continues the object's own work (a health wait): it is queued
+    ahead of first reconciles."""
+    publish: bool = True
+    """False: the steps left the status unwritten for the reconcile that continues."""
 
 
 @dataclass
@@ -174,6 +179,8 @@ class Runner(Generic[C]):
             outcome = await self._run_steps(ctx, generation)
         finally:
             await ctx.cleanup.aclose()
+        if not outcome.publish:
+            return outcome
         new = _status_of(ctx.obj, ctx.conditions)
         # Waiting (for a dependency, an artifact, a gate) is not news: the
         # condition says so, without an event on every wait.
@@ -255,6 +262,13 @@ class Runner(Generic[C]):
             return Outcome("success", requeue_after=ending.requeue_after or self._interval(ctx.obj))
         if ending.kind == "error" and ending.requeue_after is None:
             return Outcome("error", backoff=True)
+        if ending.kind == "waiting":
+            return Outcome(
+                "waiting",
+                requeue_after=ending.requeue_after,
+                follow_up=ending.in_progress,
+                publish=ending.publish,
+            )
         return Outcome(ending.kind, requeue_after=ending.requeue_after)
 
     @contextlib.contextmanager

@@ -33,6 +33,10 @@ class Ending:
     requeue_after: float | None = None
     """For an error: the spec's retry interval (None: exponential backoff); for
     waiting: when to look again; for success: a step's early requeue."""
+    in_progress: bool = False
+    """Waiting on the object's own work (Ready Unknown), not on something else."""
+    publish: bool = True
+    """False: the status is not written; the reconcile that continues the work writes it."""
 
 
 def ending_of(error: BaseException) -> Ending:
@@ -43,7 +47,14 @@ def ending_of(error: BaseException) -> Ending:
     if isinstance(error, StepError):
         return Ending("error", error.reason, error.message, error.requeue_after)
     if isinstance(error, Waiting):
-        return Ending("waiting", error.reason, error.message, error.requeue_after)
+        return Ending(
+            "waiting",
+            error.reason,
+            error.message,
+            error.requeue_after,
+            in_progress=error.in_progress,
+            publish=error.publish,
+        )
     if isinstance(error, (ApiUnavailable, Conflict)):
         # Transient by nature: the API server restarted, or a write raced.
         return Ending("error", Reason.PROGRESSING_WITH_RETRY, str(error))
@@ -82,7 +93,8 @@ def summarize(
         )
         conditions.delete(ConditionType.STALLED)
     elif ending.kind == "waiting":
-        conditions.mark_false(ConditionType.READY, ending.reason, ending.message)
+        ready: Status = "Unknown" if ending.in_progress else "False"
+        conditions.set(ConditionType.READY, ready, ending.reason, ending.message)
         conditions.mark_true(ConditionType.RECONCILING, Reason.PROGRESSING, ending.message)
         conditions.delete(ConditionType.STALLED)
     else:

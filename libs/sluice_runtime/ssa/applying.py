@@ -141,6 +141,7 @@ class Applier(Checker):
                         "",
                         remembered.prunable,
                         remembered.health,
+                        remembered.resource_version,
                     )
         return unchanged
 
@@ -213,9 +214,11 @@ class Applier(Checker):
 
         def entry(action: Action, reason: str = "", live: JSON | None = None) -> ChangeSetEntry:
             observed = compute_status(live) if live is not None else None
+            version = ""
             if live is not None:
                 self._remember(plan, live, force=force, health=observed, prunable=prunable)
-            return ChangeSetEntry(plan.ref, action, reason, prunable, observed)
+                version = str(policy.metadata(live).get("resourceVersion") or "")
+            return ChangeSetEntry(plan.ref, action, reason, prunable, observed, version)
 
         if check.skip:
             return entry(Action.SKIPPED, check.skip)

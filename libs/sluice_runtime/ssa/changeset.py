@@ -44,6 +44,8 @@ class ChangeSetEntry:
     observed: Health | None = field(default=None, compare=False)
     """Its health in the API's answer to the apply (or in the read, when it was
     unchanged): a health wait starts from it instead of reading it again."""
+    resource_version: str = field(default="", compare=False)
+    """The live object's, as that answer gave it: a later change is someone else's."""
 
     @property
     def id(self) -> ObjectId:
@@ -119,6 +121,10 @@ class ChangeSet:
         """The health the apply showed of those `refs` that are in this set."""
         seen = {e.id: e.observed for e in self.entries if e.observed is not None}
         return {ref: health for ref in refs if (health := seen.get(ref.id)) is not None}
+
+    def versions(self) -> dict[ObjectId, str]:
+        """The resourceVersion each object had in the apply's answer (where known)."""
+        return {e.id: e.resource_version for e in self.entries if e.resource_version}
 
     def health_refs(self) -> list[ObjectRef]:
         """What a health wait reads: every object neither skipped nor deleted."""

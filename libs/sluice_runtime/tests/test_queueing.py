@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from sluice_runtime.controller import requested
-from sluice_runtime.informing.queueing import ExponentialBackoff, QueueShutDown, WorkQueue
+from sluice_runtime.informing.queueing import ExponentialBackoff, Lane, QueueShutDown, WorkQueue
 from sluice_runtime.informing.watching import Change
 
 REQUESTED = "reconcile.fluxcd.io/requestedAt"
@@ -159,34 +159,64 @@ async def test_a_replaced_schedule_never_fires_early() -> None:
     queue.shutdown()
 
 
+R, F, N = Lane.REQUESTED, Lane.FOLLOW_UP, Lane.NORMAL
+
+
 @pytest.mark.parametrize(
     ("adds", "order"),
     [
+        pytest.param([("a", N), ("b", N), ("c", R)], ["c", "a", "b"], id="requested-goes-first"),
+        pytest.param([("a", N), ("b", N), ("b", R)], ["b", "a"], id="waiting-key-moves-ahead"),
+        pytest.param([("u1", R), ("a", N), ("u2", R)], ["u1", "u2", "a"], id="requested-in-order"),
+        pytest.param([("a", R), ("a", N)], ["a"], id="requested-then-normal-is-one-key"),
+        pytest.param([("a", N), ("b", R), ("b", R)], ["b", "a"], id="requested-twice-is-one-key"),
+        pytest.param([("a", N), ("b", N)], ["a", "b"], id="otherwise-fifo"),
+        # A health re-check of an applied app goes ahead of first reconciles...
+        pytest.param([("new", N), ("check", F)], ["check", "new"], id="follow-up-before-normal"),
+        pytest.param([("f1", F), ("n", N), ("f2", F)], ["f1", "f2", "n"], id="follow-ups-in-order"),
+        # ... and behind what someone asked for.
         pytest.param(
-            [("a", False), ("b", False), ("c", True)], ["c", "a", "b"], id="urgent-goes-first"
+            [("check", F), ("push", R)], ["push", "check"], id="requested-before-follow-up"
         ),
         pytest.param(
-            [("a", False), ("b", False), ("b", True)], ["b", "a"], id="waiting-key-moves-ahead"
+            [("n", N), ("check", F), ("push", R)], ["push", "check", "n"], id="three-lanes"
         ),
-        pytest.param(
-            [("u1", True), ("a", False), ("u2", True)], ["u1", "u2", "a"], id="urgent-keep-order"
-        ),
-        pytest.param([("a", True), ("a", False)], ["a"], id="urgent-then-normal-is-one-key"),
-        pytest.param(
-            [("a", False), ("b", True), ("b", True)], ["b", "a"], id="urgent-twice-is-one-key"
-        ),
-        pytest.param([("a", False), ("b", False)], ["a", "b"], id="otherwise-fifo"),
+        pytest.param([("a", N), ("b", N), ("b", F)], ["b", "a"], id="normal-moves-to-follow-up"),
+        pytest.param([("a", F), ("b", F), ("a", N)], ["a", "b"], id="never-moves-back"),
+        pytest.param([("a", F), ("b", F), ("b", R)], ["b", "a"], id="follow-up-moves-to-requested"),
     ],
 )
-async def test_requested_reconciles_are_served_before_queued_ones(
-    adds: list[tuple[str, bool]], order: list[str]
-) -> None:
+async def test_lanes_are_served_in_order(adds: list[tuple[str, Lane]], order: list[str]) -> None:
     queue = WorkQueue()
-    for key, urgent in adds:
-        queue.add(key, urgent=urgent)
+    for key, lane in adds:
+        queue.add(key, lane=lane)
     assert len(queue) == len(order)
     assert [await queue.get() for _ in order] == order
     assert len(queue) == 0
+
+
+@pytest.mark.parametrize(
+    ("lane", "expected"),
+    [
+        pytest.param(N, ["first", "due"], id="interval-behind-what-is-queued"),
+        pytest.param(F, ["due", "first"], id="re-check-ahead-of-first-reconciles"),
+        pytest.param(R, ["due", "first"], id="requested"),
+    ],
+)
+async def test_a_scheduled_key_enters_its_lane_when_due(lane: Lane, expected: list[str]) -> None:
+    clock = ManualClock()
+    queue = WorkQueue(clock=clock)
+    queue.start()
+    queue.requeue_after("due", 0.5, lane=lane)
+    queue.add("first")
+    clock.now += 1
+    queue.add_after("other", 500)  # wakes the timer, which now reads 1 s later
+    for _ in range(100):
+        if len(queue) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert [await queue.get() for _ in expected] == expected
+    queue.shutdown()
 
 
 async def test_a_key_asked_for_while_processing_comes_back_first() -> None:
@@ -194,7 +224,7 @@ async def test_a_key_asked_for_while_processing_comes_back_first() -> None:
     queue.add("a")
     key = await queue.get()
     queue.add("b")
-    queue.add("a", urgent=True)  # a webhook while "a" is being reconciled
+    queue.add("a", lane=R)  # a webhook while "a" is being reconciled
     queue.done(key)
     assert await queue.get() == "a"
     assert await queue.get() == "b"
@@ -204,18 +234,20 @@ async def test_a_thousand_interval_requeues_do_not_delay_a_requested_key() -> No
     queue = WorkQueue()
     for index in range(1000):
         queue.add(f"ns/app-{index}")
-    queue.add("ns/pushed", urgent=True)
+    queue.add("ns/pushed", lane=R)
     assert await queue.get() == "ns/pushed"
 
 
 async def test_a_worker_kept_for_requests_takes_only_requested_keys() -> None:
     queue = WorkQueue()
     queue.add("ns/interval")
+    queue.add("ns/recheck", lane=F)
     kept = asyncio.ensure_future(queue.get(urgent_only=True))
     await asyncio.sleep(0)
-    assert not kept.done(), "an interval requeue is not for the kept worker"
-    queue.add("ns/pushed", urgent=True)
+    assert not kept.done(), "neither an interval requeue nor a re-check is for the kept worker"
+    queue.add("ns/pushed", lane=R)
     assert await asyncio.wait_for(kept, 2) == "ns/pushed"
+    assert await queue.get() == "ns/recheck"
     assert await queue.get() == "ns/interval"
 
 
@@ -224,7 +256,7 @@ async def test_a_queued_key_asked_for_wakes_the_kept_worker() -> None:
     queue.add("ns/a")
     kept = asyncio.ensure_future(queue.get(urgent_only=True))
     await asyncio.sleep(0)
-    queue.add("ns/a", urgent=True)  # a webhook for a key already waiting
+    queue.add("ns/a", lane=R)  # a webhook for a key already waiting
     assert await asyncio.wait_for(kept, 2) == "ns/a"
     assert len(queue) == 0
 

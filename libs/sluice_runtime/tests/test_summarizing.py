@@ -112,6 +112,15 @@ def summary(conditions: Conditions) -> Summary:
             },
             id="waiting-is-progressing-not-stalled",
         ),
+        pytest.param(
+            [cond("Ready", "True")],
+            Ending("waiting", "Progressing", "Running health checks", 0.5, in_progress=True),
+            {
+                "Ready": ("Unknown", "Progressing", "Running health checks"),
+                "Reconciling": ("True", "Progressing", "Running health checks"),
+            },
+            id="work-in-progress-leaves-ready-unknown",
+        ),
     ],
 )
 def test_summarize(before: list[Condition], ending: Ending, after: Summary) -> None:
@@ -139,6 +148,16 @@ def test_summarize(before: list[Condition], ending: Ending, after: Summary) -> N
             Waiting("ArtifactFailed", "no artifact yet", requeue_after=10),
             Ending("waiting", "ArtifactFailed", "no artifact yet", 10),
             id="waiting",
+        ),
+        pytest.param(
+            Waiting("Progressing", "health", requeue_after=1, in_progress=True),
+            Ending("waiting", "Progressing", "health", 1, in_progress=True),
+            id="waiting-on-own-work-keeps-ready-unknown",
+        ),
+        pytest.param(
+            Waiting("Progressing", "health", requeue_after=1, in_progress=True, publish=False),
+            Ending("waiting", "Progressing", "health", 1, in_progress=True, publish=False),
+            id="status-left-to-the-reconcile-that-continues",
         ),
         pytest.param(
             ApiUnavailable("connection refused"),

@@ -24,7 +24,9 @@ from sluice_api import (
     Kustomization,
     OCIRepository,
 )
+from sluice_api.meta import ObjectId
 from sluice_runtime import app, building, gatekeeping
+from sluice_runtime.informing.queueing import Lane
 from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
 
@@ -130,6 +132,21 @@ async def setup(runtime: app.Runtime) -> None:
         sops_keys=own_keys,
     )
     controller = runtime.controller(kustomization.reconciler(services))
+
+    def recheck_health(key: str, oid: ObjectId, resource_version: str) -> None:
+        # What a Kustomization waits for changed (a rollout progressed): look now
+        # rather than at the wait's next poll, ahead of first reconciles. While a
+        # re-check runs, it is told instead: queued then, the key would run again
+        # after a re-check that ended the wait, as a full reconcile.
+        wait = services.health_waits.get(key)
+        if wait is None or not wait.moved(oid, resource_version):
+            return
+        if key in controller.queue.processing:
+            wait.nudged = True
+        else:
+            controller.enqueue(key, lane=Lane.FOLLOW_UP)
+
+    live.on_change = recheck_health
     for kind in SOURCE_KINDS:
         controller.watch(
             ResourceType.of_model(kind),

@@ -172,6 +172,10 @@ def _keep_unpruned(
 
 async def finalize(ctx: KustomizationContext) -> None:
     """Garbage-collect what this Kustomization applied, per its deletion policy."""
+    wait = ctx.services.health_waits.pop(ctx.key, None)
+    if wait is not None:
+        # A wait not shown in status yet holds what its apply left.
+        ctx.obj.status.inventory = wait.inventory
     spec = ctx.obj.spec
     policy = spec.deletion_policy or "MirrorPrune"
     delete = policy in ("Delete", "WaitForTermination") or (policy == "MirrorPrune" and spec.prune)

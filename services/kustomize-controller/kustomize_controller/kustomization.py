@@ -1,6 +1,7 @@
 """Kustomization: from a source's artifact to healthy, pruned cluster state.
 
 STEPS, in the order of the contract: spec → gates → source → dependencies →
+(a health wait in progress continues here, and ends the reconcile) →
 artifact → build (SOPS decryption first, in the build's private copy) →
 substitution → target → apply (validation, a server-side dry-run of
 everything, then the staged apply) → prune → health → status. Nothing of a
@@ -25,7 +26,7 @@ from kustomize_controller.applying import (
     reconcile_target,
 )
 from kustomize_controller.context import Condition, KustomizationContext, Reason, Services
-from kustomize_controller.health_checking import reconcile_health
+from kustomize_controller.health_checking import reconcile_health, reconcile_health_recheck
 from kustomize_controller.specs import health_rules, ignore_rules_by_field, unsupported
 from sluice_api.kustomize import Kustomization
 from sluice_api.meta import Artifact
@@ -257,11 +258,7 @@ async def reconcile_substitution(ctx: KustomizationContext) -> Result | None:
 
 @step()
 async def reconcile_status(ctx: KustomizationContext) -> Result | None:
-    assert ctx.artifact is not None
-    status = ctx.obj.status
-    status.last_applied_revision = ctx.artifact.revision
-    status.last_applied_origin_revision = ctx.origin_revision
-    ctx.ready_message = f"Applied revision: {ctx.artifact.revision}"
+    ctx.applied()
     return None
 
 
@@ -270,6 +267,7 @@ STEPS = (
     reconcile_gates,
     reconcile_source,
     reconcile_dependencies,
+    reconcile_health_recheck,
     reconcile_artifact,
     reconcile_build,
     reconcile_substitution,

@@ -13,18 +13,24 @@ local cluster; a watch that is refused (RBAC) or whose kind goes away stops,
 and those reconciles LIST with the tenant's identity as before. A change
 that reaches the watch a moment after a reconcile looked is seen by the next
 one; what a reconcile writes is remembered from the API's own answer.
+
+`on_change` is told of every change: the key of the Kustomization whose
+object it is (from its owner labels), the object and its new
+resourceVersion, so that a health wait in progress is checked at once
+rather than at its next poll.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import Context
 
 import structlog
 
-from sluice_api.kustomize import NAME_LABEL
+from sluice_api.kustomize import NAME_LABEL, NAMESPACE_LABEL
+from sluice_api.meta import ObjectId
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import ApiError, ApiUnavailable, Gone, NotFound
 from sluice_runtime.kube.resources import ResourceType
@@ -56,6 +62,7 @@ class AppliedWatch:
         self.client = client
         self._kinds: dict[ResourceType, _Kind] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self.on_change: Callable[[str, ObjectId, str], None] | None = None
 
     def versions(self, rt: ResourceType, namespace: str) -> Mapping[str, str] | None:
         kind = self._kinds.get(rt)
@@ -80,6 +87,18 @@ class AppliedWatch:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def _changed(self, rt: ResourceType, meta: Mapping[str, object]) -> None:
+        labels = meta.get("labels")
+        if self.on_change is None or not isinstance(labels, dict):
+            return
+        owner, owner_namespace = labels.get(NAME_LABEL), labels.get(NAMESPACE_LABEL)
+        if owner and owner_namespace:
+            namespace = str(meta.get("namespace") or "") if rt.namespaced else ""
+            oid = ObjectId(rt.group, rt.kind, namespace, str(meta.get("name") or ""))
+            self.on_change(
+                f"{owner_namespace}/{owner}", oid, str(meta.get("resourceVersion") or "")
+            )
+
     async def _run(self, rt: ResourceType, kind: _Kind) -> None:
         while True:
             try:
@@ -99,6 +118,7 @@ class AppliedWatch:
                         version = str(meta.get("resourceVersion") or version)
                         if event.type != "BOOKMARK":
                             kind.set(meta, deleted=event.type == "DELETED")
+                            self._changed(rt, meta)
             except Gone:
                 kind.synced = False  # relist
             except ApiUnavailable:

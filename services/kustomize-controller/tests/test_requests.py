@@ -13,6 +13,8 @@ import asyncio
 import time
 from collections import Counter
 
+from sluice_envtest.harness import condition
+from sluice_envtest.workloads import simulated_rollouts
 from sluice_runtime.kube.attributing import Request
 
 from .conftest import CONFIG_MAP, GITREPO, KUSTOMIZATION, SERVICE, Delivery, make_tenant
@@ -214,3 +216,65 @@ async def test_kustomizations_of_one_artifact_reuse_its_build(delivery: Delivery
         assert (await d.kube.get(SERVICE, f"app-{index}", ns))["spec"]["selector"] == {
             "app": f"app-{index}"
         }
+
+
+async def test_a_rollout_waited_for_costs_one_status_patch(delivery: Delivery) -> None:
+    """The MTTP shape with its Deployment: the health wait ends in a re-check that
+    only reads the Deployment and writes the status, once; the reconcile that
+    applied writes none of its own, since status shows a wait only once it lasts."""
+    d = delivery
+    ns = d.namespace
+    services = d.controller().runner.reconciler.context.keywords["services"]
+    # However slow the machine, the wait is not shown: the count stays a count.
+    services.health_progress_after = 3600.0
+    app = APP.replace(
+        "apiVersion: v1\nkind: ConfigMap", "apiVersion: apps/v1\nkind: Deployment"
+    ).replace(
+        "data:\n  greeting: hello",
+        "spec:\n  replicas: 0\n  selector:\n    matchLabels: {app: app}\n"
+        "  template:\n    metadata:\n      labels: {app: app}\n"
+        "    spec:\n      containers:\n        - {name: app, image: nginx:1.25}",
+    )
+    repo = d.repo("app")
+    repo.commit("app", files={"app.yaml": app})
+    repo.push()
+    await d.git_repository("app")
+    await d.observe.wait_ready(GITREPO, "app")
+    key = f"{ns}/app"
+    counted = Requests(key)
+    stop = d.kustomize.client.observe(counted)
+    try:
+        async with simulated_rollouts(d.kube, namespace=ns):
+            await d.kustomization(
+                "app",
+                source="app",
+                wait=True,
+                timeout="1m",
+                targetNamespace=ns,
+                postBuild={"substitute": {"INDEX": "1"}},
+            )
+            ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
+            # The reconcile that wrote Ready has returned, its requests all counted.
+            deadline = time.monotonic() + 30
+            while d.reconciles.last_outcome[key].result != "success":
+                assert time.monotonic() < deadline, d.reconciles.last_outcome[key]
+                await asyncio.sleep(0.05)
+            await asyncio.wait_for(d.kustomize.recorder.flushed(), 30)
+    finally:
+        stop()
+    assert (condition(ready, "Healthy") or {}).get("status") == "True"
+    by_phase = dict(counted.counts)
+    shown = sorted(by_phase.items())
+    assert by_phase.get(("status", "patch")) == 1, shown
+    # The apply's answer showed the Deployment in progress: it is read by the
+    # re-checks only, never at once by the reconcile that applied it.
+    assert ("reconcile_health", "get") not in by_phase, shown
+    assert by_phase.get(("reconcile_health_recheck", "get"), 0) >= 1, shown
+    rechecks = sum(n for (phase, _), n in by_phase.items() if phase == "reconcile_health_recheck")
+    assert rechecks == by_phase[("reconcile_health_recheck", "get")], shown
+    # One dry-run per object: the rollout seen by the watch while the re-check
+    # that ended the wait ran does not queue a full reconcile after it.
+    assert by_phase[("reconcile_apply", "dry-run")] == 4, shown
+    assert ("events", "patch") not in by_phase, shown
+    # Everything but the re-checks' reads: as the first reconcile above.
+    assert counted.total() - rechecks <= 12, shown

@@ -1,0 +1,200 @@
+"""A health wait does not hold a worker: it is continued by short re-checks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from kustomize_controller.context import HealthWait
+from kustomize_controller.watching_applied import AppliedWatch
+from sluice_api.kustomize import NAME_LABEL, NAMESPACE_LABEL
+from sluice_api.meta import ObjectId
+from sluice_envtest.harness import condition, exists
+from sluice_envtest.workloads import simulated_rollouts
+from sluice_runtime.kube.attributing import Request
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.health import Health
+from sluice_runtime.kube.resources import ObjectRef, ResourceType
+
+from .conftest import (
+    CONFIG_MAP,
+    DEPLOYMENT,
+    GITREPO,
+    KUSTOMIZATION,
+    Delivery,
+    Flags,
+    config_map,
+    deployment,
+)
+
+WEB = ObjectRef.to(ResourceType("apps", "v1", "deployments", "Deployment"), "web", "apps")
+DB = ObjectRef.to(ResourceType("apps", "v1", "deployments", "Deployment"), "db", "apps")
+
+
+def running_health_checks(obj: dict[str, object]) -> bool:
+    reconciling = condition(obj, "Reconciling") or {}
+    return reconciling.get("status") == "True" and "Running health checks" in str(
+        reconciling.get("message")
+    )
+
+
+@pytest.mark.parametrize("delivery", [Flags(kustomize=("--concurrent", "1"))], indirect=True)
+async def test_a_health_wait_leaves_the_only_worker_free(delivery: Delivery) -> None:
+    d = delivery
+    ns = d.namespace
+    slow = d.repo("slow")
+    slow.commit("v1", files={"web.yaml": deployment("web", ns)})
+    slow.push()
+    quick = d.repo("quick")
+    quick.commit("v1", files={"cm.yaml": config_map("quick", ns)})
+    quick.push()
+    await d.git_repository("slow")
+    # Nothing rolls the Deployment out: a blocking wait would hold the one worker 10m.
+    await d.kustomization("slow", source="slow", wait=True, timeout="10m")
+    waiting = await d.observe.wait(
+        KUSTOMIZATION, "slow", running_health_checks, what="health checks running"
+    )
+    assert (condition(waiting, "Ready") or {}).get("status") == "Unknown"
+    assert waiting["status"]["inventory"]["entries"], "the inventory is written before the wait"
+
+    await d.git_repository("quick")
+    await d.kustomization("quick", source="quick")
+    await d.observe.wait_ready(KUSTOMIZATION, "quick")
+    still = await d.kube.get(KUSTOMIZATION, "slow", ns)
+    assert running_health_checks(still), "the first one still waits, neither failed nor Ready"
+
+    # A re-check is only the health reads: no build, dry-run, apply or status patch.
+    key = f"{ns}/slow"
+    seen: list[Request] = []
+    stop = d.kustomize.client.observe(_Collect(key, seen))
+    try:
+        before = d.reconciles.counts[key]
+        deadline = time.monotonic() + 30
+        while d.reconciles.counts[key] < before + 2:
+            assert time.monotonic() < deadline, "no re-checks"
+            await asyncio.sleep(0.05)
+    finally:
+        stop()
+    assert seen, "a re-check reads the Deployment"
+    assert {(r.phase, r.verb) for r in seen} == {("reconcile_health_recheck", "get")}, seen
+
+    async with simulated_rollouts(d.kube, namespace=ns):
+        ready = await d.observe.wait_ready(KUSTOMIZATION, "slow")
+    assert (condition(ready, "Healthy") or {}).get("status") == "True"
+    assert ready["status"]["lastAppliedRevision"] == f"main@sha1:{slow.head}"
+
+
+async def test_a_change_to_an_applied_object_names_its_kustomization(
+    kube: KubeClient, namespace: str
+) -> None:
+    """What lets a health wait in progress be checked as soon as a rollout moves."""
+    changed: list[tuple[str, str, str]] = []
+    watch = AppliedWatch(kube)
+    watch.on_change = lambda key, oid, version: changed.append((key, oid.display, version))
+    try:
+        assert watch.versions(CONFIG_MAP, namespace) is None, "the first ask starts the watch"
+        deadline = time.monotonic() + 30
+        while watch.versions(CONFIG_MAP, namespace) is None:
+            assert time.monotonic() < deadline, "the watch never listed"
+            await asyncio.sleep(0.05)
+        labels = {NAME_LABEL: "app", NAMESPACE_LABEL: "apps"}
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"phase": "pending"}}
+        await kube.create(CONFIG_MAP, {**body, "metadata": {"name": "other"}}, namespace=namespace)
+        created = await kube.create(
+            CONFIG_MAP,
+            {**body, "metadata": {"name": "owned", "labels": labels}},
+            namespace=namespace,
+        )
+        patched = await kube.merge_patch(
+            CONFIG_MAP, "owned", {"data": {"phase": "ready"}}, namespace=namespace
+        )
+        while len(changed) < 2:
+            assert time.monotonic() < deadline, changed
+            await asyncio.sleep(0.05)
+        # Created, then changed, each at its version; the ConfigMap nobody applied
+        # is not watched.
+        subject = f"ConfigMap/{namespace}/owned"
+        assert changed == [
+            ("apps/app", subject, created["metadata"]["resourceVersion"]),
+            ("apps/app", subject, patched["metadata"]["resourceVersion"]),
+        ]
+    finally:
+        await watch.close()
+
+
+@pytest.mark.parametrize(
+    ("oid", "version", "moved"),
+    [
+        pytest.param(WEB.id, "7", True, id="rolled-out-since-the-apply"),
+        pytest.param(WEB.id, "5", False, id="the-applys-own-write"),
+        pytest.param(DB.id, "9", False, id="already-current"),
+        pytest.param(ObjectRef.to(CONFIG_MAP, "other", "apps").id, "3", False, id="not-waited-for"),
+    ],
+)
+def test_which_changes_re_check_a_wait_at_once(oid: ObjectId, version: str, moved: bool) -> None:
+    wait = HealthWait(
+        fingerprint=(),
+        targets=[WEB, DB],
+        started=0,
+        deadline=60,
+        delay=0.5,
+        inventory=None,
+        applied_versions={WEB.id: "5", DB.id: "6"},
+        current={DB: Health("Current", "")},
+    )
+    assert wait.moved(oid, version) is moved
+
+
+@pytest.mark.parametrize("ending", ["new-revision", "deleted"])
+async def test_what_a_wait_not_shown_yet_applied_is_still_pruned(
+    delivery: Delivery, ending: str
+) -> None:
+    """Until status shows a wait, its inventory is the controller's: a full reconcile
+    that replaces the wait, or a deletion, must still find the Deployment it applied."""
+    d = delivery
+    ns = d.namespace
+    services = d.controller().runner.reconciler.context.keywords["services"]
+    services.health_progress_after = 3600.0  # never shown: the inventory stays unwritten
+    repo = d.repo("app")
+    repo.commit("v1", files={"web.yaml": deployment("web", ns), "cm.yaml": config_map("a", ns)})
+    repo.push()
+    await d.git_repository("app")
+    await d.kustomization("app", source="app", wait=True, timeout="10m")
+    key = f"{ns}/app"
+    deadline = time.monotonic() + 60
+    while key not in services.health_waits:
+        assert time.monotonic() < deadline, "no health wait started"
+        await asyncio.sleep(0.05)
+    waiting = await d.kube.get(KUSTOMIZATION, "app", ns)
+    assert not (waiting.get("status") or {}).get("inventory"), "the wait is not shown yet"
+    assert await exists(d.kube, DEPLOYMENT, "web", ns)
+
+    if ending == "new-revision":
+        v2 = repo.commit("v2", remove=["web.yaml"])
+        repo.push()
+        await d.observe.poke(GITREPO, "app", "fetch")
+        ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
+        assert ready["status"]["lastAppliedRevision"] == f"main@sha1:{v2}"
+    else:
+        await d.kube.delete(KUSTOMIZATION, "app", namespace=ns)
+        await gone(d, KUSTOMIZATION, "app")
+    await gone(d, DEPLOYMENT, "web")
+
+
+async def gone(d: Delivery, rt: ResourceType, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while await exists(d.kube, rt, name, d.namespace):
+        assert time.monotonic() < deadline, f"{rt.kind}/{name} is still there"
+        await asyncio.sleep(0.1)
+
+
+class _Collect:
+    def __init__(self, key: str, seen: list[Request]) -> None:
+        self.key = key
+        self.seen = seen
+
+    def requested(self, request: Request) -> None:
+        if request.key == self.key:
+            self.seen.append(request)

@@ -13,10 +13,11 @@ requested work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
@@ -41,6 +42,31 @@ def serving_requests() -> None:
 
 def is_requested() -> bool:
     return _REQUESTED.get()
+
+
+HEADER = "X-Sluice-Lane"
+"""Carries the mark across HTTP, from the kustomize-controller's artifact
+download to the source-controller's file server. Anyone can send it: it
+buys a place among a few threads, never access."""
+
+
+def request_headers() -> dict[str, str]:
+    """Headers that carry the mark to a server of ours, when serving requests."""
+    return {HEADER: "requested"} if _REQUESTED.get() else {}
+
+
+@contextlib.contextmanager
+def serving_as(header: str | None) -> Iterator[None]:
+    """Mark a request handler while it runs, when its client was serving requests.
+
+    Reset after: a server may handle a keep-alive connection's next request
+    in the same task.
+    """
+    token = _REQUESTED.set(header == "requested")
+    try:
+        yield
+    finally:
+        _REQUESTED.reset(token)
 
 
 def executor(bulk: Executor | None = None) -> Executor | None:

@@ -150,7 +150,7 @@ async def _download(
             timeout=aiohttp.ClientTimeout(total=timeout),
             # The digest is over the stored bytes: a transparently
             # decompressed body would never match.
-            headers={"Accept-Encoding": "identity"},
+            headers={"Accept-Encoding": "identity", **lanes.request_headers()},
             auto_decompress=False,
         ) as response:
             if response.status != 200:

@@ -416,16 +416,11 @@ def main(argv: list[str] | None = None) -> None:
     if loaded:
         summaries["webhook_under_load"] = _summary(loaded)
         under = f"{len(loaded)} trials while {args.load_apps} apps were delivered"
-        labels.update(
-            {
-                ("webhook_under_load", "answered"): "under load: POST answered",
-                ("webhook_under_load", "requested"): "under load: GitRepository has requestedAt",
-                ("webhook_under_load", "source_artifact"): "under load: new artifact",
-                ("webhook_under_load", "stage_fetch"): "  under load: requestedAt → artifact",
-                ("webhook_under_load", "stage_apply"): "  under load: artifact → applied",
-                ("webhook_under_load", "applied"): f"webhook → applied, {under}",
-            }
-        )
+        for (series, key), label in list(labels.items()):
+            if series == "webhook":
+                what = label.strip().removeprefix("webhook: ").removeprefix("stage: ")
+                labels["webhook_under_load", key] = f"under load: {what}"
+        labels["webhook_under_load", "applied"] = f"webhook → applied, {under}"
     rows = []
     for (series, key), label in labels.items():
         if series not in summaries:

@@ -21,6 +21,7 @@ from typing import Generic, Protocol
 import structlog
 
 from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
+from sluice_runtime import lanes
 from sluice_runtime.informing.queueing import ExponentialBackoff, Lane, QueueShutDown, WorkQueue
 from sluice_runtime.informing.watching import Change, Informer
 from sluice_runtime.kube.client import JSON, KubeClient
@@ -242,6 +243,9 @@ class Controller(Generic[C]):
         self._workers.clear()
 
     async def _work(self, *, urgent_only: bool = False) -> None:
+        if urgent_only:
+            # Its blocking calls get threads of their own (sluice_runtime.lanes).
+            lanes.serving_requests()
         while True:
             try:
                 key = await self.queue.get(urgent_only=urgent_only)

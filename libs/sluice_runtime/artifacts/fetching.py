@@ -20,7 +20,6 @@ the entries kept (at most `max_members`), never with the archive.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gzip
 import hashlib
@@ -39,6 +38,7 @@ from typing import IO, Protocol
 
 import aiohttp
 
+from sluice_runtime import lanes
 from sluice_runtime.describing import describe_http_status
 
 MiB = 1 << 20
@@ -117,7 +117,7 @@ async def fetch_artifact(
             )
         if not hmac.compare_digest(actual_hex, expected_hex):
             raise ArtifactDigestMismatch(digest, f"{algorithm}:{actual_hex}")
-        await asyncio.to_thread(
+        await lanes.to_thread(
             extract_tarball, Path(download), dest, max_size=max_size, max_members=max_members
         )
     finally:
@@ -150,7 +150,7 @@ async def _download(
             timeout=aiohttp.ClientTimeout(total=timeout),
             # The digest is over the stored bytes: a transparently
             # decompressed body would never match.
-            headers={"Accept-Encoding": "identity"},
+            headers={"Accept-Encoding": "identity", **lanes.request_headers()},
             auto_decompress=False,
         ) as response:
             if response.status != 200:
@@ -167,7 +167,7 @@ async def _download(
                 if size > max_size:
                     raise ArtifactFetchError(url, f"artifact exceeds the limit of {max_size} bytes")
                 hasher.update(chunk)
-                await asyncio.to_thread(out.write, chunk)
+                await lanes.to_thread(out.write, chunk)
     except (aiohttp.ClientError, TimeoutError) as error:
         raise ArtifactFetchError(url, str(error) or type(error).__name__) from error
     return hasher.hexdigest()

@@ -33,6 +33,8 @@ from urllib.parse import unquote_to_bytes
 from aiohttp import web
 from yarl import URL
 
+from sluice_runtime import lanes
+
 CHUNK = 256 * 1024
 _DIGEST_CACHE_SIZE = 4096
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
@@ -62,12 +64,17 @@ class _FileServer:
         self.digests = _DigestCache()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        # A requested reconcile's download reads the file in threads of its own.
+        with lanes.serving_as(request.headers.get(lanes.HEADER)):
+            return await self._handle(request)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD"):
             raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"])
         parts = _segments(request.raw_path)
         if parts is None:
             raise web.HTTPNotFound()
-        opened = await asyncio.to_thread(self._open, parts)
+        opened = await lanes.to_thread(self._open, parts)
         if opened is None:
             raise web.HTTPNotFound()
         fd, info = opened
@@ -130,7 +137,7 @@ class _FileServer:
         if request.method == "GET":
             offset = start
             while offset <= end:
-                chunk = await asyncio.to_thread(os.pread, fd, min(CHUNK, end + 1 - offset), offset)
+                chunk = await lanes.to_thread(os.pread, fd, min(CHUNK, end + 1 - offset), offset)
                 if not chunk:
                     # Files are replaced by rename, never truncated in place;
                     # if one shrank anyway, fail the transfer rather than send
@@ -159,7 +166,7 @@ class _DigestCache:
         task = self._running.get(key)
         if task is None:
             own = os.dup(fd)
-            task = asyncio.create_task(asyncio.to_thread(_hash, own), name=f"sha256 {key[1]}")
+            task = asyncio.create_task(lanes.to_thread(_hash, own), name=f"sha256 {key[1]}")
             self._running[key] = task
             task.add_done_callback(lambda t: self._finished(key, t))
         return await asyncio.shield(task)

@@ -51,13 +51,13 @@ manifests read without kustomize, with kustomize's result).
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from sluice_api.kustomize import KustomizationSpec
+from sluice_runtime import lanes
 from sluice_runtime.building.kustomizations import generate, merge, resolve_path
 from sluice_runtime.building.manifests import (
     ManifestLoader,
@@ -143,14 +143,12 @@ async def build(
     plain: list[dict[str, Any]] | None = None
     try:
         if decrypt is None:  # SOPS must see the files first: kustomize reads the plaintext
-            directory = await asyncio.to_thread(resolve_path, real_root, spec.path)
-            plain = await asyncio.to_thread(
+            directory = await lanes.to_thread(resolve_path, real_root, spec.path)
+            plain = await lanes.to_thread(
                 build_plain, real_root, directory, spec, max_output=max_output
             )
         if plain is None:
-            directory = await asyncio.to_thread(
-                prepare, real_root, spec, allow_remote_bases, sandbox
-            )
+            directory = await lanes.to_thread(prepare, real_root, spec, allow_remote_bases, sandbox)
     except OSError as error:
         where = relative(real_root, Path(os.path.realpath(error.filename or real_root)))
         raise BuildError(f"cannot read '{where}' in the artifact: {error.strerror}") from None
@@ -158,7 +156,7 @@ async def build(
         objects = plain
     else:
         if decrypt is not None:
-            files = await asyncio.to_thread(decryptable_files, real_root, directory)
+            files = await lanes.to_thread(decryptable_files, real_root, directory)
             await decrypt(real_root, files)
         output = await run(
             kustomize,
@@ -170,7 +168,7 @@ async def build(
             max_output=max_output,
             max_memory=max_memory,
         )
-        objects = await asyncio.to_thread(parse_output, output)
+        objects = await lanes.to_thread(parse_output, output)
     if spec.common_metadata is not None:
         set_common_metadata(objects, spec.common_metadata)
     return objects

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from sluice_runtime import lanes
 from sluice_runtime.git import worker as gitworker
 from sluice_runtime.kube.secrets import require
 from sluice_runtime.redacting import redact_url
@@ -193,7 +194,7 @@ async def ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str
     if urlsplit(url).scheme in ("http", "https") and not auth.ca:
         try:
             listing = asyncio.get_running_loop().run_in_executor(
-                _PROBE_THREADS, _list_refs_here, url, auth, timeout
+                lanes.executor(_PROBE_THREADS), _list_refs_here, url, auth, timeout
             )
             return await asyncio.wait_for(listing, timeout + 5)
         except TimeoutError:

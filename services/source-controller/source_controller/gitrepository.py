@@ -10,7 +10,6 @@ objects downloaded. That is the no-op fetch of the design note.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import json
@@ -28,6 +27,7 @@ from sluice_api.source import (
     SourceCondition,
     SourceReason,
 )
+from sluice_runtime import lanes
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.git import client as gitclient
 from sluice_runtime.informing.watching import Change, Index, Store
@@ -85,7 +85,7 @@ async def reconcile_source(ctx: GitRepositoryContext) -> Result | None:
         artifact is not None
         and _commit_of(artifact.revision) == resolved.commit
         and repo.status.content_config_checksum == ctx.content_checksum
-        and await asyncio.to_thread(ctx.storage.exists, artifact.path)
+        and await lanes.to_thread(ctx.storage.exists, artifact.path)
     ):
         ctx.noop = True
         ctx.log.debug("no-op fetch: artifact is current", revision=resolved.revision)
@@ -140,7 +140,7 @@ async def _from_cache(ctx: GitRepositoryContext, refs: dict[str, str]) -> bool:
     # Held to the end of the reconcile: concurrent GitRepositories of the same
     # commit wait for the first one's tarball instead of cloning alongside it.
     await ctx.cleanup.enter_async_context(cache.building(ctx.cache_key))
-    ctx.cached = await asyncio.to_thread(cache.lookup, ctx.cache_key)
+    ctx.cached = await lanes.to_thread(cache.lookup, ctx.cache_key)
     if ctx.cached is None:
         return False
     ctx.checkout_message = ctx.cached.message
@@ -248,7 +248,7 @@ async def reconcile_include(ctx: GitRepositoryContext) -> Result | None:
         name = include.repository.name
         unpacked = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="inc-")))
         try:
-            await asyncio.to_thread(
+            await lanes.to_thread(
                 extract_tarball,
                 storage.path(artifact.path),
                 unpacked,
@@ -268,7 +268,7 @@ async def reconcile_include(ctx: GitRepositoryContext) -> Result | None:
                 SourceReason.COPY_FAILED,
                 f"include '{name}': fromPath '{include.from_path}' does not exist in its artifact",
             )
-        await asyncio.to_thread(_copy_into, source, target)
+        await lanes.to_thread(_copy_into, source, target)
     return None
 
 
@@ -316,11 +316,11 @@ async def reconcile_artifact(ctx: GitRepositoryContext) -> Result | None:
     else:
         assert ctx.workdir is not None
         if repo.spec.sparse_checkout:
-            await asyncio.to_thread(_keep_only, ctx.workdir, repo.spec.sparse_checkout)
+            await lanes.to_thread(_keep_only, ctx.workdir, repo.spec.sparse_checkout)
         written = await write_archive(ctx, filename, ctx.workdir, repo.spec.ignore)
         if ctx.cache_key is not None and ctx.services.cache is not None:
             try:
-                await asyncio.to_thread(
+                await lanes.to_thread(
                     ctx.services.cache.put,
                     ctx.cache_key,
                     ctx.storage.path(written.path),

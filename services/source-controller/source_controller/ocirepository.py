@@ -25,6 +25,7 @@ from sluice_api.source import (
     SourceCondition,
     SourceReason,
 )
+from sluice_runtime import lanes
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.informing.watching import Store
@@ -119,7 +120,7 @@ async def reconcile_source(ctx: OCIRepositoryContext) -> Result | None:
         artifact is not None
         and artifact.revision == ctx.revision
         and ctx.obj.status.content_config_checksum == ctx.content_checksum
-        and await asyncio.to_thread(ctx.storage.exists, artifact.path)
+        and await lanes.to_thread(ctx.storage.exists, artifact.path)
     ):
         ctx.noop = True
         return None
@@ -133,7 +134,7 @@ async def run_bounded(fn: Any, *args: Any, timeout: float, host: str) -> Any:
     The message names the registry: when every pool thread is held by a hung
     one, a call times out in the queue, before it could say where it went."""
     loop = asyncio.get_running_loop()
-    call = loop.run_in_executor(_REGISTRY_THREADS, functools.partial(fn, *args))
+    call = loop.run_in_executor(lanes.executor(_REGISTRY_THREADS), functools.partial(fn, *args))
     try:
         return await asyncio.wait_for(call, timeout + 5)
     except TimeoutError:
@@ -242,7 +243,7 @@ async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
     else:
         unpacked = work / "content"
         try:
-            await asyncio.to_thread(
+            await lanes.to_thread(
                 extract_tarball,
                 blob,
                 unpacked,

@@ -9,7 +9,6 @@ everything when the source is deleted.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +17,7 @@ from typing import Any, TypeVar
 
 from sluice_api.meta import Artifact, Resource, format_time, parse_duration
 from sluice_api.source import SourceCondition, SourceReason
-from sluice_runtime import gatekeeping
+from sluice_runtime import gatekeeping, lanes
 from sluice_runtime.artifacts.fetching import DEFAULT_MAX_MEMBERS
 from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
 from sluice_runtime.artifacts.storage import ArtifactFile, ArtifactTooLarge, Storage
@@ -153,7 +152,7 @@ async def reconcile_storage(ctx: SourceContext[Any]) -> Result | None:
     storage = ctx.storage
     if status.artifact is None:
         return None
-    if not await asyncio.to_thread(storage.exists, status.artifact.path):
+    if not await lanes.to_thread(storage.exists, status.artifact.path):
         ctx.log.info("artifact file missing from storage", path=status.artifact.path)
         status.artifact = None
         status.url = None
@@ -179,10 +178,10 @@ async def write_archive(
     ctx: SourceContext[Any], filename: str, src: Path, spec_ignore: str | None
 ) -> ArtifactFile:
     rel = ctx.relative_path(filename)
-    ignore = await asyncio.to_thread(ignore_rules, src, spec_ignore)
+    ignore = await lanes.to_thread(ignore_rules, src, spec_ignore)
     limit = ctx.limits.artifact_max_size
     try:
-        return await asyncio.to_thread(ctx.storage.write_archive, rel, src, ignore, max_size=limit)
+        return await lanes.to_thread(ctx.storage.write_archive, rel, src, ignore, max_size=limit)
     except ArtifactTooLarge:
         raise _too_large(limit) from None
     except OSError as error:
@@ -192,7 +191,7 @@ async def write_archive(
 async def write_file(ctx: SourceContext[Any], filename: str, src: Path) -> ArtifactFile:
     limit = ctx.limits.artifact_max_size
     try:
-        return await asyncio.to_thread(
+        return await lanes.to_thread(
             ctx.storage.write_file, ctx.relative_path(filename), src, max_size=limit
         )
     except ArtifactTooLarge:
@@ -233,7 +232,7 @@ async def record_artifact(
     """Make `written` the served artifact: latest link, status, GC, event."""
     storage = ctx.storage
     try:
-        await asyncio.to_thread(storage.set_latest, written.path)
+        await lanes.to_thread(storage.set_latest, written.path)
     except OSError as error:
         raise _storage_failed(SourceReason.SYMLINK_UPDATE_FAILED, error) from None
     status: Any = ctx.obj.status
@@ -248,7 +247,7 @@ async def record_artifact(
         metadata=metadata or None,
     )
     status.url = storage.url(latest(written.path))
-    await asyncio.to_thread(
+    await lanes.to_thread(
         storage.garbage_collect,
         ctx.kind,
         ctx.obj.namespace,
@@ -278,7 +277,7 @@ def mark_outdated(ctx: SourceContext[Any], revision: str) -> None:
 
 
 async def finalize(ctx: SourceContext[Any]) -> None:
-    await asyncio.to_thread(
+    await lanes.to_thread(
         ctx.storage.remove_all, ctx.kind, ctx.obj.namespace, ctx.obj.metadata.name
     )
 

@@ -7,6 +7,7 @@ import time
 
 from sluice_envtest.faulty_proxy import Fault, FaultyProxy, prefix_route
 from sluice_envtest.gitserver import GitHttpServer
+from sluice_runtime import lanes
 from sluice_runtime.git import client as gitclient
 
 
@@ -45,4 +46,41 @@ async def test_hung_ls_remotes_leave_the_default_executor_to_the_file_server(
     assert waited < 1.0, f"the default executor answered after {waited:.1f}s"
     assert all(isinstance(r, gitclient.GitError) and r.kind == "timeout" for r in results), results
     refs = await gitclient.ls_remote(git_http.url("hung-ls-remote"), gitclient.GitAuth(), timeout=5)
+    assert refs["refs/heads/main"] == work.head
+
+
+async def test_a_requested_ls_remote_does_not_queue_behind_hung_ones(
+    git_http: GitHttpServer,
+) -> None:
+    """Every ls-remote thread held by a hung server; a webhook's ls-remote still answers.
+
+    Queued behind them, it would time out at its deadline (GitError "timeout").
+    """
+    work = git_http.create_repo("asked-ls-remote")
+    work.commit("one", files={"a.yaml": "a: 1\n"})
+    work.push()
+
+    async def asked() -> dict[str, str]:
+        lanes.serving_requests()
+        return await gitclient.ls_remote(
+            git_http.url("asked-ls-remote"), gitclient.GitAuth(), timeout=3.0
+        )
+
+    with FaultyProxy(git_http.base_url, route=prefix_route) as proxy:
+        proxy.set(Fault.HANG)
+        hung = [
+            asyncio.create_task(
+                gitclient.ls_remote(
+                    f"{proxy.url}/h{i}/asked-ls-remote.git", gitclient.GitAuth(), timeout=10.0
+                )
+            )
+            for i in range(8)
+        ]
+        try:
+            await asyncio.sleep(0.5)
+            refs = await asyncio.create_task(asked())
+        finally:
+            proxy.set(Fault.NONE)
+            for listing in hung:
+                listing.cancel()
     assert refs["refs/heads/main"] == work.head

@@ -1,0 +1,86 @@
+"""A requested reconcile's blocking calls do not wait for threads that bulk work holds."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from concurrent.futures import Executor, ThreadPoolExecutor
+
+import pytest
+
+from sluice_runtime import lanes
+from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.reconciling.steps import Result, Step
+
+from .conftest import GITREPO, RecordingContext, eventually, gitrepo, running_controller
+
+REQUESTED_AT = "reconcile.fluxcd.io/requestedAt"
+
+
+async def test_a_requested_reconcile_gets_threads_while_bulk_work_holds_the_default_executor(
+    kube: KubeClient, namespace: str
+) -> None:
+    """As 1000 artifact writes hold asyncio's default executor while a webhook's fetch arrives."""
+    wrote: list[str] = []
+
+    async def write_artifact(ctx: RecordingContext) -> Result | None:
+        if REQUESTED_AT in (ctx.obj.metadata.annotations or {}):
+            await lanes.to_thread(wrote.append, ctx.obj.metadata.name)
+        return None
+
+    step = Step(fn=write_artifact, name="write_artifact", conditions=())
+    release = threading.Event()
+    loop = asyncio.get_running_loop()
+    async with running_controller(kube, namespace, extra_steps=[step], concurrency=1) as harness:
+        await kube.create(GITREPO, gitrepo("asked", namespace))
+        await eventually(
+            lambda: harness.journal.count(f"{namespace}/asked") == 1, message="first reconcile"
+        )
+        # More blocked calls than the default executor has threads (at most 32).
+        held = [loop.run_in_executor(None, release.wait) for _ in range(40)]
+        try:
+            await kube.merge_patch(
+                GITREPO,
+                "asked",
+                {"metadata": {"annotations": {REQUESTED_AT: "now"}}},
+                namespace=namespace,
+            )
+            await eventually(lambda: wrote == ["asked"], message="the requested write ran")
+            assert not release.is_set()
+        finally:
+            release.set()
+            await asyncio.gather(*held)
+
+
+_BULK = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bulk")
+
+
+@pytest.mark.parametrize(
+    ("requested", "bulk", "expected"),
+    [
+        pytest.param(False, None, "default", id="bulk work: asyncio's default executor"),
+        pytest.param(False, _BULK, "bulk", id="bulk work: the pool its caller gave"),
+        pytest.param(True, None, "twin", id="requested: a twin of the default executor"),
+        pytest.param(True, _BULK, "twin", id="requested: a twin of the caller's pool"),
+    ],
+)
+def test_the_pool_a_blocking_call_runs_in(
+    requested: bool, bulk: ThreadPoolExecutor | None, expected: str
+) -> None:
+    def choose() -> Executor | None:
+        if requested:
+            lanes.serving_requests()
+        return lanes.executor(bulk)
+
+    chosen = contextvars.copy_context().run(choose)
+    kinds = {None: "default", _BULK: "bulk"}
+    assert kinds.get(chosen, "twin") == expected
+    if requested:
+        # One twin per bulk pool: a hung requested ls-remote keeps its own threads.
+        other = _BULK if bulk is None else None
+        assert chosen is not contextvars.copy_context().run(
+            lambda: (lanes.serving_requests(), lanes.executor(other))[1]
+        )
+    # The mark stays with the task that was given it.
+    assert not lanes.is_requested()

@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections import Counter
 
+from sluice_envtest.gitserver import WorkRepo
 from sluice_envtest.harness import condition
 from sluice_envtest.workloads import simulated_rollouts
 from sluice_runtime.kube.attributing import Request
@@ -84,6 +85,16 @@ class Requests:
         return sum(n for (phase, _), n in self.counts.items() if phase != "discovery")
 
 
+async def published(d: Delivery, manifests: str) -> WorkRepo:
+    """`manifests` committed and pushed, and fetched by a Ready GitRepository `app`."""
+    repo = d.repo("app")
+    repo.commit("app", files={"app.yaml": manifests})
+    repo.push()
+    await d.git_repository("app")
+    await d.observe.wait_ready(GITREPO, "app")
+    return repo
+
+
 async def reconciled(d: Delivery, key: str, count: int, timeout: float = 30.0) -> None:
     """Until `count` reconciles of `key` ran and the Events they recorded were written."""
     deadline = time.monotonic() + timeout
@@ -109,11 +120,7 @@ async def test_a_first_reconcile_and_a_no_change_one_cost_few_requests(delivery:
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}}],
         content_type="application/json-patch+json",
     )  # fmt: skip
-    repo = d.repo("app")
-    repo.commit("app", files={"app.yaml": APP})
-    repo.push()
-    await d.git_repository("app")
-    await d.observe.wait_ready(GITREPO, "app")
+    repo = await published(d, APP)
     key = f"{ns}/app"
     counted = Requests(key)
     stop = d.kustomize.client.observe(counted)
@@ -193,11 +200,7 @@ async def test_kustomizations_of_one_artifact_reuse_its_build(delivery: Delivery
     """The MTTP shape: one artifact, apps told apart by post-build substitution."""
     d = delivery
     ns = d.namespace
-    repo = d.repo("app")
-    repo.commit("app", files={"app.yaml": APP})
-    repo.push()
-    await d.git_repository("app")
-    await d.observe.wait_ready(GITREPO, "app")
+    await published(d, APP)
     builds = d.controller().runner.reconciler.context.keywords["services"].builds
     hits = builds.hits
     for index in ("1", "2"):
@@ -235,11 +238,7 @@ async def test_a_rollout_waited_for_costs_one_status_patch(delivery: Delivery) -
         "  template:\n    metadata:\n      labels: {app: app}\n"
         "    spec:\n      containers:\n        - {name: app, image: nginx:1.25}",
     )
-    repo = d.repo("app")
-    repo.commit("app", files={"app.yaml": app})
-    repo.push()
-    await d.git_repository("app")
-    await d.observe.wait_ready(GITREPO, "app")
+    await published(d, app)
     key = f"{ns}/app"
     counted = Requests(key)
     stop = d.kustomize.client.observe(counted)

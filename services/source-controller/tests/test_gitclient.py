@@ -11,6 +11,20 @@ from sluice_runtime import lanes
 from sluice_runtime.git import client as gitclient
 
 
+def hung_ls_remotes(
+    proxy: FaultyProxy, repo: str, count: int, *, timeout: float
+) -> list[asyncio.Task[dict[str, str]]]:
+    """`count` ls-remotes of `repo` through `proxy`, each under a prefix of its own."""
+    return [
+        asyncio.create_task(
+            gitclient.ls_remote(
+                f"{proxy.url}/s{i}/{repo}.git", gitclient.GitAuth(), timeout=timeout
+            )
+        )
+        for i in range(count)
+    ]
+
+
 async def test_hung_ls_remotes_leave_the_default_executor_to_the_file_server(
     git_http: GitHttpServer,
 ) -> None:
@@ -25,14 +39,7 @@ async def test_hung_ls_remotes_leave_the_default_executor_to_the_file_server(
     work.push()
     with FaultyProxy(git_http.base_url, route=prefix_route) as proxy:
         proxy.set(Fault.HANG)
-        listings = [
-            asyncio.create_task(
-                gitclient.ls_remote(
-                    f"{proxy.url}/s{i}/hung-ls-remote.git", gitclient.GitAuth(), timeout=1.0
-                )
-            )
-            for i in range(40)
-        ]
+        listings = hung_ls_remotes(proxy, "hung-ls-remote", 40, timeout=1.0)
         try:
             await asyncio.sleep(0.5)
             started = time.monotonic()
@@ -68,14 +75,7 @@ async def test_a_requested_ls_remote_does_not_queue_behind_hung_ones(
 
     with FaultyProxy(git_http.base_url, route=prefix_route) as proxy:
         proxy.set(Fault.HANG)
-        hung = [
-            asyncio.create_task(
-                gitclient.ls_remote(
-                    f"{proxy.url}/h{i}/asked-ls-remote.git", gitclient.GitAuth(), timeout=10.0
-                )
-            )
-            for i in range(8)
-        ]
+        hung = hung_ls_remotes(proxy, "asked-ls-remote", 8, timeout=10.0)
         try:
             await asyncio.sleep(0.5)
             refs = await asyncio.create_task(asked())

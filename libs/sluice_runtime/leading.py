@@ -189,7 +189,8 @@ class ElectionThread:
     hold up; a thread is Python's nearest equivalent (the interpreter hands it
     the GIL every few milliseconds however busy the loop is). A loop wedged
     for good then keeps the Lease, as a wedged Go reconciler does: the
-    liveness probe, served by that loop, is what restarts it.
+    liveness probe, which fails once that loop's heartbeat is stale
+    (endpoints.Heartbeat), is what restarts it.
     """
 
     def __init__(

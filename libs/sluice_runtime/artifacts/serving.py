@@ -133,20 +133,31 @@ class _FileServer:
 
         response = web.StreamResponse(status=status, headers=headers)
         response.content_length = end - start + 1
-        await response.prepare(request)
-        if request.method == "GET":
-            offset = start
-            while offset <= end:
-                chunk = await lanes.to_thread(os.pread, fd, min(CHUNK, end + 1 - offset), offset)
-                if not chunk:
-                    # Files are replaced by rename, never truncated in place;
-                    # if one shrank anyway, fail the transfer rather than send
-                    # fewer bytes than promised.
-                    raise ConnectionAbortedError("file shrank while being served")
-                await response.write(chunk)
-                offset += len(chunk)
-        await response.write_eof()
+        try:
+            await response.prepare(request)
+            if request.method == "GET":
+                await self._send(response, fd, start, end)
+            await response.write_eof()
+        except ConnectionResetError:
+            # The client went away mid-answer (a controller killed or restarted
+            # during a download): nobody is left to answer. Returned, not raised,
+            # aiohttp drops the connection quietly; raised, it would log a
+            # traceback per broken download (seen in the chaos suite's kills).
+            pass
         return response
+
+    @staticmethod
+    async def _send(response: web.StreamResponse, fd: int, start: int, end: int) -> None:
+        offset = start
+        while offset <= end:
+            chunk = await lanes.to_thread(os.pread, fd, min(CHUNK, end + 1 - offset), offset)
+            if not chunk:
+                # Files are replaced by rename, never truncated in place;
+                # if one shrank anyway, fail the transfer rather than send
+                # fewer bytes than promised.
+                raise ConnectionAbortedError("file shrank while being served")
+            await response.write(chunk)
+            offset += len(chunk)
 
 
 class _DigestCache:

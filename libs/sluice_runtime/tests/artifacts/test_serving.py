@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import os
+import socket
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -260,3 +264,26 @@ async def test_digest_is_computed_once_per_file_version(
     async with tree.session.get(url) as response:
         assert response.headers["ETag"] == f'"{hashlib.sha256(b"new").hexdigest()}"'
     assert len(calls) == 2
+
+
+async def test_a_client_gone_mid_download_leaves_no_traceback(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A controller killed while downloading an artifact: the server drops the
+    connection without logging an error (the chaos suite reads logs for them)."""
+    served.storage.write_bytes("big/file.bin", os.urandom(8 * 1024 * 1024))
+    caplog.set_level(logging.DEBUG, logger="aiohttp")
+    for _ in range(5):
+        reader, writer = await asyncio.open_connection(served.host, served.port)
+        writer.write(b"GET /big/file.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        assert (await reader.read(64)).startswith(b"HTTP/1.1 200")
+        sock = writer.get_extra_info("socket")
+        # RST instead of FIN, as the kernel does for a killed process with unread data.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()
+    # The server notices on its next writes; the file is served again meanwhile.
+    answer = await served.raw("/big/file.bin", method="HEAD")
+    assert answer.status == 200
+    await asyncio.sleep(0.5)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

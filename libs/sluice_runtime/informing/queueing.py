@@ -175,12 +175,12 @@ class WorkQueue:
             self.add(key, lane=lane)
             return
         when = self._clock() + delay
+        # Whichever schedule stands, the key enters the best lane asked for.
+        self._delayed_lane[key] = min(self._delayed_lane.get(key, lane), lane)
         current = self._delayed_at.get(key)
         if current is not None and current <= when:
-            self._delayed_lane[key] = min(self._delayed_lane.get(key, lane), lane)
             return
         self._delayed_at[key] = when
-        self._delayed_lane[key] = min(self._delayed_lane.get(key, lane), lane)
         heapq.heappush(self._delayed, (when, next(self._seq), key))
         self._timer_wakeup.set()
 

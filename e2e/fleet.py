@@ -34,6 +34,11 @@ OCIREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "ocirepositories", "OCI
 GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
 KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
 ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+DEPLOYMENT = ResourceType("apps", "v1", "deployments", "Deployment")
+SERVICE = ResourceType("", "v1", "services", "Service")
+INGRESS = ResourceType("networking.k8s.io", "v1", "ingresses", "Ingress")
+APP_KINDS = (DEPLOYMENT, SERVICE_ACCOUNT, SERVICE, INGRESS)
+"""The kinds of the four objects each app of `APP` applies."""
 
 APP = """apiVersion: apps/v1
 kind: Deployment

@@ -21,7 +21,9 @@ import re
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import yaml
@@ -29,7 +31,7 @@ import yaml
 from e2e.fleet import Controller
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
-from sluice_runtime.kube.resources import NAMESPACE
+from sluice_runtime.kube.resources import NAMESPACE, ResourceType
 
 _SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})? ([0-9.e+-]+|NaN)$", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -157,6 +159,24 @@ async def raw_ssa_rate(
     start = time.monotonic()
     await asyncio.gather(*(apply(obj) for obj in manifests))
     return len(manifests) / (time.monotonic() - start)
+
+
+async def apply_window(
+    client: KubeClient, namespace: str, kinds: Iterable[ResourceType], manager: str
+) -> tuple[datetime, datetime, int]:
+    """When `manager` first and last server-side-applied an object in `namespace`
+    (as the objects' managedFields record it, to the second), and how many it
+    applied: the span its applies took, without the source fetches and health
+    waits that the end-to-end MTTP figure also contains."""
+    times: list[datetime] = []
+    for rt in kinds:
+        for obj in (await client.list(rt, namespace=namespace, metadata_only=True)).items:
+            for entry in obj["metadata"].get("managedFields") or []:
+                if entry.get("manager") == manager and entry.get("operation") == "Apply":
+                    times.append(datetime.fromisoformat(entry["time"].replace("Z", "+00:00")))
+    if not times:
+        raise RuntimeError(f"no object in {namespace} was applied by {manager}")
+    return min(times), max(times), len(times)
 
 
 def render(app: str, apps: int) -> list[dict[str, Any]]:

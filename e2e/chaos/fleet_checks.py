@@ -20,16 +20,11 @@ from typing import Any
 
 import yaml
 
-from e2e.fleet import APP, KUSTOMIZATION, Controller, Origin
+from e2e.fleet import APP, APP_KINDS, KUSTOMIZATION, Controller, Origin
 from sluice_envtest.harness import condition
 from sluice_runtime.kube.client import JSON, KubeClient
-from sluice_runtime.kube.resources import SERVICE_ACCOUNT, ResourceType
 
 PHASE = "chaos.sluice.dev/phase"
-DEPLOYMENT = ResourceType("apps", "v1", "deployments", "Deployment")
-SERVICE = ResourceType("", "v1", "services", "Service")
-INGRESS = ResourceType("networking.k8s.io", "v1", "ingresses", "Ingress")
-APP_KINDS = (DEPLOYMENT, SERVICE_ACCOUNT, SERVICE, INGRESS)
 
 
 def apps(default: int) -> int:

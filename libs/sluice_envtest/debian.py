@@ -10,6 +10,10 @@ dependencies' packages, copied into one directory for `LD_LIBRARY_PATH`;
 only those libraries, so nothing shadows the system's own.
 
 building.py uses the same private apt to build the control plane.
+
+The parts: `debian_apt` (the private apt and the commands around it),
+`debian_libraries` (what a program lacks, and where to get it), and here the
+cache of unpacked package sets; every name is importable from here.
 """
 
 from __future__ import annotations
@@ -19,25 +23,41 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-DEBIAN_SUITE = "bookworm"
+from sluice_envtest.debian_apt import (
+    DEBIAN_MIRROR,
+    DEBIAN_SUITE,
+    BuildError,
+    DownloadFailed,
+    Log,
+    PrivateApt,
+    download_unpack,
+    package_records,
+    run,
+)
+from sluice_envtest.debian_libraries import first_alternatives, missing_libraries, provide_libraries
 
-Log = Callable[[str], None]
-
-_NOT_FOUND = re.compile(r"^\s*(\S+) => not found", re.MULTILINE)
-
-
-class BuildError(RuntimeError):
-    """Fetching or building from Debian failed; the message says which step, with output."""
+__all__ = [
+    "DEBIAN_MIRROR",
+    "DEBIAN_SUITE",
+    "BuildError",
+    "Log",
+    "PrivateApt",
+    "Unpacked",
+    "cache_root",
+    "closure",
+    "fetch_packages",
+    "first_alternatives",
+    "locked",
+    "missing_libraries",
+    "run",
+]
 
 
 @dataclass(frozen=True)
@@ -81,77 +101,6 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def run(
-    cmd: list[str],
-    *,
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
-    summary: str | None = None,
-) -> str:
-    """Run a command to completion; its stdout, or a BuildError with the output's tail."""
-    return _completed(cmd, cwd=cwd, env=env, summary=summary).stdout
-
-
-def _completed(
-    cmd: list[str],
-    *,
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
-    summary: str | None = None,
-) -> subprocess.CompletedProcess[str]:
-    try:
-        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    except FileNotFoundError as error:
-        raise BuildError(f"{cmd[0]} is not installed: {error}") from None
-    if done.returncode != 0:
-        what = summary or f"{' '.join(cmd[:3])} ..."
-        raise BuildError(f"{what} failed (exit {done.returncode}):\n{_tail(done)}")
-    return done
-
-
-def _tail(done: subprocess.CompletedProcess[str]) -> str:
-    return "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
-
-
-class PrivateApt:
-    """apt-get with its own lists, cache and sources, so the host's apt stays as it was."""
-
-    def __init__(
-        self, base: Path, *, source_packages: bool = True, options: Sequence[str] = ()
-    ) -> None:
-        self.base = base
-        for sub in ("lists/partial", "cache/archives/partial", "etc"):
-            (base / sub).mkdir(parents=True, exist_ok=True)
-        sources = base / "etc" / "sources.list"
-        lines = f"deb {DEBIAN_MIRROR} {DEBIAN_SUITE} main\n"
-        if source_packages:
-            lines += f"deb-src {DEBIAN_MIRROR} {DEBIAN_SUITE} main\n"
-        sources.write_text(lines)
-        self.options = [
-            "-o", f"Dir::Etc::SourceList={sources}",
-            "-o", "Dir::Etc::SourceParts=/dev/null",
-            "-o", f"Dir::State::Lists={base / 'lists'}",
-            "-o", f"Dir::Cache={base / 'cache'}",
-            # Root runs downloads unsandboxed into our private directories;
-            # apt's _apt user could not write there anyway.
-            "-o", "APT::Sandbox::User=root",
-            *options,
-            "-qq",
-        ]  # fmt: skip
-
-    def update(self) -> None:
-        done = _completed(["apt-get", *self.options, "update"], summary="apt-get update")
-        # apt-get update exits 0 when it could not fetch a thing; it only warns.
-        if not any(self.base.glob("lists/*_Packages*")):
-            raise BuildError(f"apt-get update fetched no package lists:\n{_tail(done)}")
-
-    def run(self, *args: str, cwd: Path | None = None) -> str:
-        return run(["apt-get", *self.options, *args], cwd=cwd, summary=f"apt-get {' '.join(args)}")
-
-    def cache(self, *args: str) -> str:
-        return run(["apt-cache", *self.options, *args], summary=f"apt-cache {' '.join(args)}")
-
-
 def fetch_packages(
     packages: Sequence[str], *, binaries: Sequence[str] = (), log: Log | None = None
 ) -> Unpacked:
@@ -183,7 +132,7 @@ def fetch_packages(
             target = base / "pkgs" / _key(versions)
             try:
                 unpacked = _unpack(apt, target, versions, binaries, say)
-            except _DownloadFailed as failure:
+            except DownloadFailed as failure:
                 if refreshed:
                     raise failure.error from None
                 say("download failed; refreshing Debian package lists and retrying")
@@ -224,27 +173,9 @@ def closure(packages: Sequence[str], *, log: Log | None = None) -> list[str]:
     return sorted(names)
 
 
-def missing_libraries(binary: Path, *, library_dir: Path | None = None) -> list[str]:
-    """Sonames `binary` needs that the dynamic loader cannot find, per ldd."""
-    env = dict(os.environ)
-    if library_dir is not None:
-        env["LD_LIBRARY_PATH"] = str(library_dir)
-    done = subprocess.run(["ldd", str(binary)], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        # "not a dynamic executable": a static binary needs nothing.
-        return []
-    return sorted(set(_NOT_FOUND.findall(done.stdout)))
-
-
 # Fetching binary packages needs neither translations nor source indexes.
 _LEAN = ("-o", "Acquire::Languages=none")
 _COMPLETE = ".complete.json"
-
-
-class _DownloadFailed(Exception):
-    def __init__(self, error: BuildError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 def _stderr(message: str) -> None:
@@ -297,28 +228,12 @@ def _complete(target: Path) -> Unpacked | None:
 
 def _candidates(apt: PrivateApt, names: Sequence[str]) -> dict[str, str]:
     versions: dict[str, str] = {}
-    for record in _records(apt, names):
+    for record in package_records(apt, names):
         versions[record["Package"]] = record["Version"]
     absent = [n for n in names if n not in versions]
     if absent:
         raise BuildError(f"no such package in Debian {DEBIAN_SUITE}: {', '.join(absent)}")
     return versions
-
-
-def _records(apt: PrivateApt, names: Sequence[str]) -> list[dict[str, str]]:
-    records: list[dict[str, str]] = []
-    for block in apt.cache("show", "--no-all-versions", *names).split("\n\n"):
-        fields: dict[str, str] = {}
-        last = ""
-        for line in block.splitlines():
-            if line.startswith((" ", "\t")) and last:
-                fields[last] += line
-            elif ":" in line:
-                last, _, value = line.partition(":")
-                fields[last] = value.strip()
-        if "Package" in fields:
-            records.append(fields)
-    return records
 
 
 def _unpack(
@@ -337,11 +252,11 @@ def _unpack(
     work = Path(tempfile.mkdtemp(prefix=".fetching-", dir=target.parent))
     try:
         root = work / "root"
-        _download_unpack(apt, pinned, work / "debs", root)
+        download_unpack(apt, pinned, work / "debs", root)
         for binary in binaries:
             if not (root / binary).exists():
                 raise BuildError(f"{binary} is not in packages {' '.join(pinned)}")
-        libraries = _provide_libraries(
+        libraries = provide_libraries(
             apt, [root / b for b in binaries], list(versions), root, work, say
         )
         (work / _COMPLETE).write_text(
@@ -357,112 +272,3 @@ def _unpack(
     unpacked = _complete(target)
     assert unpacked is not None
     return unpacked
-
-
-def _download_unpack(apt: PrivateApt, pinned: Sequence[str], debs: Path, root: Path) -> None:
-    debs.mkdir(parents=True, exist_ok=True)
-    try:
-        apt.run("download", *pinned, cwd=debs)
-    except BuildError as error:
-        raise _DownloadFailed(error) from None
-    for deb in sorted(debs.glob("*.deb")):
-        run(["dpkg", "-x", str(deb), str(root)])
-    shutil.rmtree(debs)
-
-
-def _provide_libraries(
-    apt: PrivateApt,
-    binaries: Sequence[Path],
-    packages: Sequence[str],
-    root: Path,
-    work: Path,
-    say: Log,
-) -> list[str]:
-    """Copy the shared libraries the system lacks into work/lib; their sonames.
-
-    Which package ships a soname is only known to Contents indexes (tens of
-    MB), so walk the dependency graph instead: fetch the not-installed
-    library packages the packages depend on, one level at a time, until ldd
-    is satisfied. The library directory is checked with ldd, which also
-    reports what the newly added libraries themselves lack.
-    """
-    lib = work / "lib"
-    lib.mkdir()
-    deps_root = work / "deps"
-    searched = [root]
-    seen = set(packages)
-    frontier = list(packages)
-    provided: set[str] = set()
-    while True:
-        missing = sorted({s for b in binaries for s in missing_libraries(b, library_dir=lib)})
-        if not missing:
-            break
-        copied = False
-        for soname in missing:
-            found = _find_library(searched, soname)
-            if found is not None and soname not in provided:
-                shutil.copy2(found, lib / soname)
-                provided.add(soname)
-                copied = True
-        if copied:
-            continue  # the copied libraries may lack others in turn
-        wanted = _not_installed([d for d in _library_dependencies(apt, frontier) if d not in seen])
-        if not wanted:
-            raise BuildError(
-                f"{', '.join(b.name for b in binaries)} need {', '.join(missing)}, "
-                f"which neither the system nor the dependencies of {', '.join(sorted(seen))} have"
-            )
-        say(f"fetching libraries the system lacks ({', '.join(missing)}): {' '.join(wanted)}")
-        seen.update(wanted)
-        frontier = wanted
-        _download_unpack(apt, wanted, work / "debs", deps_root)
-        searched = [root, deps_root]
-    shutil.rmtree(deps_root, ignore_errors=True)
-    if not provided:
-        lib.rmdir()
-    return sorted(provided)
-
-
-def _find_library(trees: Sequence[Path], soname: str) -> Path | None:
-    for tree in trees:
-        for dirpath, _dirs, files in os.walk(tree):
-            if soname in files:
-                return Path(dirpath) / soname
-    return None
-
-
-def _library_dependencies(apt: PrivateApt, packages: Sequence[str]) -> list[str]:
-    """What `packages` depend on that looks like a library package."""
-    found: list[str] = []
-    for record in _records(apt, packages):
-        for field in ("Pre-Depends", "Depends"):
-            for name in first_alternatives(record.get(field, "")):
-                # Debian names every shared-library package lib* (zlib1g too).
-                if "lib" in name and name not in found:
-                    found.append(name)
-    return found
-
-
-def first_alternatives(depends: str) -> list[str]:
-    """Package names of a Depends field, the first of each `a | b`, without versions or arch."""
-    names = []
-    for clause in depends.split(","):
-        first = clause.split("|")[0].split("(")[0].strip()
-        name = first.split(":")[0]
-        if name:
-            names.append(name)
-    return names
-
-
-def _not_installed(packages: Sequence[str]) -> list[str]:
-    if not packages:
-        return []
-    done = subprocess.run(
-        ["dpkg-query", "-W", "-f=${Package} ${db:Status-Status}\n", *packages],
-        capture_output=True,
-        text=True,
-    )
-    installed = {
-        line.split()[0] for line in done.stdout.splitlines() if line.endswith(" installed")
-    }
-    return [p for p in packages if p not in installed]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice_envtest import debian
+from sluice_envtest import debian, debian_apt
 from sluice_envtest.debian import BuildError, fetch_packages, first_alternatives, missing_libraries
 from sluice_envtest.sshserver import SSHD_PACKAGES
 
@@ -69,7 +69,7 @@ def test_an_unreachable_mirror_fails_with_apts_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SLUICE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(debian, "DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
+    monkeypatch.setattr(debian_apt, "DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
     monkeypatch.setattr(debian, "_LEAN", (*debian._LEAN, "-o", "Acquire::Retries=0"))
     with pytest.raises(BuildError) as failure:
         fetch_packages(["libnss-wrapper"], log=lambda _: None)

@@ -1,93 +1,27 @@
-"""The kustomize.toolkit.fluxcd.io Kustomization: applying a source to the cluster.
+"""The Kustomization's spec: which source to build, how to build it, and how to apply,
+wait for and prune what the build produced.
 
-Flux's v1 schema field for field, plus Sluice's optional `spec.gates`. The
-labels and annotations the kustomize-controller reads on applied objects are
-part of that API too, so they are named here once.
-
-v1beta2 and v1beta1 are served too, with conversion `None`: the API server
-only rewrites `apiVersion`, so every version's schema is the same superset.
-The fields only the old versions had (`validation`, `patchesStrategicMerge`,
-`patchesJson6902`) are kept in it, which makes every round trip lossless, and
-the controller honours them whatever version an object was written in.
+The parts a HelmRelease reuses (dependencies, a remote cluster's kubeconfig)
+are defined here once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import ConfigDict, StringConstraints
 
+from sluice_api.kustomize.common import AnyObject
+from sluice_api.kustomize.patches import Image, JSON6902Patch, Patch, Selector
 from sluice_api.meta import (
-    AGE_COLUMN,
-    READY_COLUMN,
-    STATUS_COLUMN,
     CELRule,
     Duration,
     KubeModel,
     LocalObjectReference,
     NamespacedObjectKindReference,
-    ObjectId,
-    PrinterColumn,
-    ReconcileStatus,
-    Resource,
     SecretKeyReference,
     cel_rules,
 )
-
-GROUP = "kustomize.toolkit.fluxcd.io"
-VERSION = "v1"
-
-NAME_LABEL = f"{GROUP}/name"
-"""Label on every applied object: the name of the Kustomization that owns it."""
-NAMESPACE_LABEL = f"{GROUP}/namespace"
-"""Label on every applied object: the namespace of the Kustomization that owns it."""
-SSA_ANNOTATION = f"{GROUP}/ssa"
-"""Per-object apply policy: Override, Merge, IfNotPresent or Ignore."""
-FORCE_ANNOTATION = f"{GROUP}/force"
-"""`enabled`: re-create the object when an immutable field changed."""
-PRUNE_ANNOTATION = f"{GROUP}/prune"
-"""`disabled`: never garbage-collect the object."""
-RECONCILE_ANNOTATION = f"{GROUP}/reconcile"
-"""`disabled`: do not apply the object."""
-SUBSTITUTE_ANNOTATION = f"{GROUP}/substitute"
-"""`disabled`: skip `${var}` substitution in the object."""
-
-
-_PRESERVE = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
-AnyJSON = Annotated[Any, _PRESERVE]
-"""Any JSON value, kept by the API server as it is."""
-AnyObject = Annotated[dict[str, Any], _PRESERVE]
-"""A JSON object of any shape, kept by the API server as it is."""
-
-
-class KustomizationCondition(StrEnum):
-    """Condition types of a Kustomization."""
-
-    READY = "Ready"
-    RECONCILING = "Reconciling"
-    STALLED = "Stalled"
-    HEALTHY = "Healthy"
-    APPROVED = "Approved"
-    """Sluice: False while a gate in spec.gates is closed."""
-
-
-class KustomizationReason(StrEnum):
-    """Reasons the kustomize-controller gives for its conditions."""
-
-    RECONCILIATION_SUCCEEDED = "ReconciliationSucceeded"
-    RECONCILIATION_FAILED = "ReconciliationFailed"
-    PROGRESSING = "Progressing"
-    PROGRESSING_WITH_RETRY = "ProgressingWithRetry"
-    ARTIFACT_FAILED = "ArtifactFailed"
-    BUILD_FAILED = "BuildFailed"
-    HEALTH_CHECK_FAILED = "HealthCheckFailed"
-    PRUNE_FAILED = "PruneFailed"
-    DEPENDENCY_NOT_READY = "DependencyNotReady"
-    ACCESS_DENIED = "AccessDenied"
-    GATE_CLOSED = "GateClosed"
-    SUCCEEDED = "Succeeded"
 
 
 class CrossNamespaceSourceReference(KubeModel):
@@ -117,83 +51,6 @@ class DependencyReference(KubeModel):
 
     ready_expr: str | None = None
     """CEL expression that decides the dependency's readiness instead of Ready."""
-
-
-class Selector(KubeModel):
-    """Selects objects; an object must match every field that is set."""
-
-    group: str | None = None
-    """API group of the objects."""
-
-    version: str | None = None
-    """API version of the objects."""
-
-    kind: str | None = None
-    """Kind of the objects."""
-
-    namespace: str | None = None
-    """Namespace of the objects."""
-
-    name: str | None = None
-    """Name of the objects."""
-
-    annotation_selector: str | None = None
-    """A label selector expression matched against the objects' annotations."""
-
-    label_selector: str | None = None
-    """A label selector expression matched against the objects' labels."""
-
-
-class Patch(KubeModel):
-    """A strategic merge or JSON 6902 patch and the objects it applies to."""
-
-    patch: str
-    """The patch document, inline YAML."""
-
-    target: Selector | None = None
-    """The objects to patch; a strategic merge patch names its target itself."""
-
-
-class Image(KubeModel):
-    """An image name, tag or digest to replace in the built manifests."""
-
-    name: str
-    """The image name to match, without tag."""
-
-    new_name: str | None = None
-    """Replaces the name."""
-
-    new_tag: str | None = None
-    """Replaces the tag."""
-
-    digest: str | None = None
-    """Replaces the tag with a digest; newTag is ignored when set."""
-
-
-class JSON6902Operation(KubeModel):
-    """One operation of a JSON 6902 patch."""
-
-    op: Literal["test", "remove", "add", "replace", "move", "copy"]
-    """The operation."""
-
-    path: str
-    """JSON pointer to the location the operation acts on."""
-
-    from_: str | None = Field(default=None, alias="from")
-    """JSON pointer to the source location of move and copy."""
-
-    value: AnyJSON = None
-    """The value of add, replace and test; any JSON."""
-
-
-class JSON6902Patch(KubeModel):
-    """(v1beta1, v1beta2) A JSON 6902 patch and the objects it applies to."""
-
-    patch: list[JSON6902Operation]
-    """The operations, in order."""
-
-    target: Selector
-    """The objects to patch."""
 
 
 class CustomHealthCheck(KubeModel):
@@ -411,79 +268,3 @@ class KustomizationSpec(KubeModel):
 
     patches_json6902: list[JSON6902Patch] | None = None
     """(v1beta1, v1beta2) JSON 6902 patches; applied like `patches` entries."""
-
-
-class ResourceRef(KubeModel):
-    """An applied object."""
-
-    id: str
-    """`<namespace>_<name>_<group>_<kind>`, empty segments for cluster-scoped
-    objects and the core group."""
-
-    version: str = Field(alias="v")
-    """API version of the object."""
-
-    @property
-    def object_id(self) -> ObjectId:
-        return ObjectId.from_inventory_id(self.id)
-
-
-class ResourceInventory(KubeModel):
-    """The objects a Kustomization applied."""
-
-    entries: list[ResourceRef]
-    """The applied objects."""
-
-    @classmethod
-    def of(cls, entries: Iterable[tuple[ObjectId, str]]) -> ResourceInventory:
-        """An inventory of `(id, version)` pairs, one entry per id (the last wins),
-        sorted by inventory id so that status does not change with apply order."""
-        versions = {oid.inventory_id: version for oid, version in entries}
-        return cls.model_validate(
-            {"entries": [{"id": k, "v": v} for k, v in sorted(versions.items())]}
-        )
-
-    def ids(self) -> set[ObjectId]:
-        return {entry.object_id for entry in self.entries}
-
-    def items(self) -> list[tuple[ObjectId, str]]:
-        """`(id, version)` of every entry, the shape `of` takes."""
-        return [(entry.object_id, entry.version) for entry in self.entries]
-
-
-class KustomizationStatus(ReconcileStatus):
-    """Observed state of a Kustomization."""
-
-    last_applied_revision: str | None = None
-    """The source revision last applied successfully."""
-
-    last_applied_origin_revision: str | None = None
-    """The origin revision (e.g. org.opencontainers.image.revision) last applied."""
-
-    last_attempted_revision: str | None = None
-    """The source revision of the last attempt, successful or not."""
-
-    inventory: ResourceInventory | None = None
-    """The objects applied successfully, pruned when they leave the manifests."""
-
-
-class Kustomization(Resource[KustomizationSpec, KustomizationStatus]):
-    """Builds manifests from a source artifact and applies them to the cluster."""
-
-    GROUP: ClassVar[str] = GROUP
-    VERSION: ClassVar[str] = VERSION
-    KIND: ClassVar[str] = "Kustomization"
-    PLURAL: ClassVar[str] = "kustomizations"
-    SINGULAR: ClassVar[str] = "kustomization"
-    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("ks",)
-    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v1beta2", "v1beta1")
-    CATEGORIES: ClassVar[tuple[str, ...]] = ("all", "fluxcd", "fluxcd-appliers")
-    PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
-        AGE_COLUMN,
-        READY_COLUMN,
-        STATUS_COLUMN,
-        PrinterColumn(name="Revision", type="string", json_path=".status.lastAppliedRevision"),
-    )
-
-    spec: KustomizationSpec
-    status: KustomizationStatus = Field(default_factory=KustomizationStatus)

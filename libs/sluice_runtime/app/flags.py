@@ -1,0 +1,144 @@
+"""The flags every controller accepts, named and spelled as Flux's controllers take
+them, and what they mean for the namespaces a controller watches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+
+from sluice_api.meta import parse_duration
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+_SIZE_UNITS = {
+    "": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "K": 10**3, "M": 10**6, "G": 10**9,
+}  # fmt: skip
+
+
+def size(text: str) -> int:
+    """A byte count for a flag, as Kubernetes quantities write it: `65536`, `64Mi`, `1Gi`."""
+    number = text.rstrip("KMGi")
+    unit = text[len(number) :]
+    if not number.isdigit() or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (bytes, or with Ki/Mi/Gi)")
+    return int(number) * _SIZE_UNITS[unit]
+
+
+def version() -> str:
+    """The installed distribution's version (what the image and chart are tagged with)."""
+    try:
+        return importlib.metadata.version("sluice")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def parser(*, service: str, description: str, concurrency: int) -> argparse.ArgumentParser:
+    """The flags every controller accepts, named as Flux's controllers name them."""
+    p = argparse.ArgumentParser(prog=service, description=description)
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    p.add_argument("--kubeconfig", help="path to a kubeconfig (default: $KUBECONFIG, in-cluster)")
+    p.add_argument("--concurrent", type=int, default=concurrency, help="reconcile workers")
+    p.add_argument("--metrics-addr", default=":8080", help="Prometheus metrics address")
+    p.add_argument("--health-addr", default=":9440", help="/healthz and /readyz address")
+    p.add_argument("--events-addr", default="", help="notification-controller event endpoint")
+    p.add_argument(
+        "--events-token-file",
+        default="",
+        help=(
+            "file holding the token that authenticates events at the notification-controller "
+            "(default: the pod's service-account token)"
+        ),
+    )
+    p.add_argument("--enable-leader-election", action="store_true")
+    p.add_argument("--leader-election-lease-duration", type=duration, default=35.0)
+    p.add_argument("--leader-election-renew-deadline", type=duration, default=30.0)
+    p.add_argument("--leader-election-retry-period", type=duration, default=5.0)
+    p.add_argument(
+        "--watch-all-namespaces",
+        type=_bool,
+        default=True,
+        help="watch every namespace (false: only $RUNTIME_NAMESPACE)",
+    )
+    p.add_argument(
+        "--watch-namespace", default="", help="watch only this namespace (overrides the above)"
+    )
+    p.add_argument("--watch-label-selector", default="", help="only reconcile matching objects")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-encoding", default="json", choices=["json", "console"])
+    p.add_argument("--min-retry-delay", type=duration, default=0.75)
+    p.add_argument("--max-retry-delay", type=duration, default=900.0)
+    p.add_argument("--kube-api-qps", type=float, default=50.0)
+    p.add_argument("--kube-api-burst", type=int, default=300)
+    p.add_argument("--shutdown-timeout", type=duration, default=30.0)
+    switch(
+        p,
+        "--profile-phases",
+        help="sample CPU by reconcile phase into sluice_phase_cpu_seconds_total (benchmarks)",
+    )
+    return p
+
+
+def switch(parser: argparse.ArgumentParser, name: str, *, help: str) -> None:
+    """A boolean flag spelled as Go's flag package takes it: `--name`,
+    `--name=true` or `--name=false`, the last one given winning. Flux's
+    manifests and patches write `=true`, and a patch that appends
+    `--name=false` turns off what the shipped manifest turned on."""
+    parser.add_argument(name, type=_bool, nargs="?", const=True, default=False, help=help)
+
+
+def add_tenant_arguments(parser: argparse.ArgumentParser, *, kind: str, remote: str) -> None:
+    """The flags of a controller that applies a tenant's objects (Flux's names and defaults).
+
+    `kind` names what it reconciles (in the help of `--default-service-account`),
+    `remote` what a kubeConfig reference is given for ("remote apply").
+    """
+    parser.add_argument(
+        "--requeue-dependency",
+        type=duration,
+        default=30.0,
+        help="how long to wait before looking again at a dependency or source that is not ready",
+    )
+    switch(parser, "--no-cross-namespace-refs", help="refuse sources in other namespaces")
+    parser.add_argument(
+        "--default-service-account",
+        default="",
+        help=f"service account to impersonate when a {kind} names none",
+    )
+    switch(
+        parser,
+        "--insecure-kubeconfig-exec",
+        help=f"allow the user.exec section of kubeconfigs given for {remote} (the plugin runs "
+        "in the controller's container)",
+    )
+    switch(
+        parser,
+        "--insecure-kubeconfig-tls",
+        help=f"allow kubeconfigs given for {remote} to disable TLS verification",
+    )
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def runtime_namespace() -> str:
+    return os.environ.get("RUNTIME_NAMESPACE") or "flux-system"
+
+
+def watched_namespace(options: argparse.Namespace) -> str | None:
+    if options.watch_namespace:
+        return str(options.watch_namespace)
+    return None if options.watch_all_namespaces else runtime_namespace()

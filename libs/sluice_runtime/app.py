@@ -34,7 +34,7 @@ from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import ConfigError, KubeError, NotFound, one_line
 from sluice_runtime.leading import ElectionThread
 from sluice_runtime.observing import logging as sluice_logging
-from sluice_runtime.observing import tracing
+from sluice_runtime.observing import reacting, tracing
 from sluice_runtime.observing.heaptracing import start_from_env
 from sluice_runtime.observing.metrics import (
     RequestMetrics,
@@ -125,6 +125,13 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
         p,
         "--profile-phases",
         help="sample CPU by reconcile phase into sluice_phase_cpu_seconds_total (benchmarks)",
+    )
+    p.add_argument(
+        "--trace-requests",
+        default="",
+        metavar="FILE",
+        help="append a JSON line per requested reconcile to FILE: its queue wait, steps, API "
+        "requests and the event loop's lag meanwhile (benchmarks)",
     )
     return p
 
@@ -269,6 +276,10 @@ async def running(
         observe_api_requests(service, lambda: client.request_count)
         observe_asyncio_tasks(service, asyncio.get_running_loop())
         client.observe(RequestMetrics(service))
+        if getattr(options, "trace_requests", ""):
+            reacting.enable(options.trace_requests)
+            stack.callback(reacting.disable)
+            client.observe(reacting.RequestTimes())
         await require_kinds(client, kinds)
         recorder = EventRecorder(
             client,

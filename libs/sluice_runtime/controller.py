@@ -26,6 +26,7 @@ from sluice_runtime.informing.queueing import ExponentialBackoff, Lane, QueueShu
 from sluice_runtime.informing.watching import Change, Informer
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.observing import reacting
 from sluice_runtime.observing.metrics import ControllerMetrics
 from sluice_runtime.reconciling.running import Outcome, Reconciler, Runner
 from sluice_runtime.reconciling.steps import C
@@ -191,6 +192,8 @@ class Controller(Generic[C]):
                 return
             ahead = urgent is not None and urgent(change)
             for key in keys:
+                if ahead:
+                    reacting.queued(self.rt.kind, key, rt.kind)
                 self.queue.add(key, lane=Lane.REQUESTED if ahead else Lane.NORMAL)
 
         informer.add_handler(handler)
@@ -208,6 +211,8 @@ class Controller(Generic[C]):
             return
         if primary_change_matters(change, self.reconciler.trigger_annotations):
             asked = requested(change, self.reconciler.trigger_annotations)
+            if asked:
+                reacting.queued(self.rt.kind, change.key, "requestedAt")
             self.queue.add(change.key, lane=Lane.REQUESTED if asked else Lane.NORMAL)
 
     async def start(self) -> None:
@@ -252,11 +257,14 @@ class Controller(Generic[C]):
             except QueueShutDown:
                 return
             started = time.perf_counter()
+            timeline = reacting.begin(self.rt.kind, key, lane_worker=urgent_only)
             try:
-                outcome = await self.runner.reconcile(self.informer.store.get(key))
+                with reacting.recording(timeline):
+                    outcome = await self.runner.reconcile(self.informer.store.get(key))
             except Exception:  # the runner catches step errors; this is a runtime bug
                 log.exception("reconcile crashed", key=key)
                 outcome = Outcome("error", backoff=True)
+            reacting.finish(timeline, outcome.result)
             if self._observer is not None:
                 self._observer.reconciled(key, outcome, time.perf_counter() - started)
             # The outcome decides when the key is next due; what an earlier

@@ -42,15 +42,19 @@ def _first(timelines: list[dict[str, Any]], kind: str, after: float) -> dict[str
     return min(found, key=lambda t: t["queued"]) if found else None
 
 
-def _busy(requests: list[list[Any]]) -> float:
-    """Seconds with at least one request in flight (concurrent requests counted once)."""
-    total, reach = 0.0, float("-inf")
+def _busy(requests: list[list[Any]]) -> tuple[float, int]:
+    """Seconds with at least one request in flight (concurrent requests counted once),
+    and how many round trips in sequence that took (overlapping requests count as one):
+    a load-independent measure of the reconcile's path."""
+    total, reach, trips = 0.0, float("-inf"), 0
     for start, seconds, *_ in sorted(requests):
         end = start + seconds
+        if start >= reach:
+            trips += 1
         if end > reach:
             total += end - max(start, reach)
             reach = end
-    return total
+    return total, trips
 
 
 def _reconcile(prefix: str, timeline: dict[str, Any]) -> dict[str, float]:
@@ -62,9 +66,11 @@ def _reconcile(prefix: str, timeline: dict[str, Any]) -> dict[str, float]:
         in_steps += end - start
     stages[f"{prefix}: outside steps"] = timeline["ended"] - timeline["started"] - in_steps
     lag = timeline["lag"]
+    busy, trips = _busy(timeline["requests"])
     details = {
         f"{prefix} · API requests": float(len(timeline["requests"])),
-        f"{prefix} · API in flight s": _busy(timeline["requests"]),
+        f"{prefix} · API round trips in sequence": float(trips),
+        f"{prefix} · API in flight s": busy,
         f"{prefix} · loop lag mean ms": 1000 * lag.get("mean", 0.0),
         f"{prefix} · loop lag max ms": 1000 * lag.get("max", 0.0),
         f"{prefix} · loop late share": lag.get("late_share", 0.0),
@@ -120,6 +126,8 @@ def report(trials: list[dict[str, Any]]) -> str:
                               sum(t["applied"] for t in slowest) / len(slowest)]]  # fmt: skip
     for label in labels:
         values = [t["breakdown"].get(label, 0.0) for t in split]
+        if all(abs(v) < 0.0005 for v in values):
+            continue  # a step that never took a millisecond
         worst = [t["breakdown"].get(label, 0.0) for t in slowest]
         rows.append([label, *(p["breakdown"].get(label, 0.0) for p in picks), median(values),
                      sum(worst) / len(worst)])  # fmt: skip
@@ -179,3 +187,22 @@ def server_vs_client(
                      len(seconds)])  # fmt: skip
     headers = ["requests", "server ms (mean)", "n", "controller waited ms (mean)", "n"]
     return table(headers, rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the split again from a reaction run's `--out` JSON (loaded trials, else all)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m e2e.bench.timelines")
+    parser.add_argument("out", help="the JSON `e2e.bench reaction --out` wrote")
+    document = json.loads(Path(parser.parse_args(argv).out).read_text())
+    runs = document["runs"]
+    for trial in runs["webhook"]:
+        trial["breakdown"] = breakdown(trial["posted_at"], trial["applied_at"], runs["timelines"])
+    loaded = [t for t in runs["webhook"] if t["under_load"]]
+    print(report(loaded or runs["webhook"]))
+    print(server_vs_client(*runs["served"], runs["timelines"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -248,18 +248,21 @@ class Controller(Generic[C]):
         self._workers.clear()
 
     async def _work(self, *, urgent_only: bool = False) -> None:
-        if urgent_only:
-            # Its blocking calls get threads of their own (sluice_runtime.lanes).
-            lanes.serving_requests()
         while True:
             try:
-                key = await self.queue.get(urgent_only=urgent_only)
+                key, lane = await self.queue.take(urgent_only=urgent_only)
             except QueueShutDown:
                 return
             started = time.perf_counter()
             timeline = reacting.begin(self.rt.kind, key, lane_worker=urgent_only)
             try:
-                with reacting.recording(timeline):
+                # A requested key is served as requested (its blocking calls get
+                # threads of their own, sluice_runtime.lanes) by whichever worker
+                # took it: a bulk worker that was idle too.
+                with (
+                    lanes.serving(urgent_only or lane is Lane.REQUESTED),
+                    reacting.recording(timeline),
+                ):
                     outcome = await self.runner.reconcile(self.informer.store.get(key))
             except Exception:  # the runner catches step errors; this is a runtime bug
                 log.exception("reconcile crashed", key=key)

@@ -240,8 +240,7 @@ class Checker:
             try:
                 dry_run = await self._dry_run(plan)
             except BaseException:
-                if early is not None:
-                    early.cancel()  # refused: the long way reads again if it needs to
+                _drop(early)  # refused: the long way reads again if it needs to
                 raise
         except NotFound as error:
             namespace = plan.ref.id.namespace
@@ -253,8 +252,7 @@ class Checker:
         version = str(policy.metadata(dry_run).get("resourceVersion") or "")
         remembered = self._remembered(plan, force=force)
         if not version or (remembered is not None and remembered.resource_version == version):
-            if early is not None:
-                early.cancel()  # not needed after all
+            _drop(early)  # not needed after all
             if not version:
                 return Checked(plan, None, dry_run=dry_run)
             existing: JSON | None = dry_run
@@ -367,3 +365,14 @@ class Checker:
         return await self.client.apply(
             plan.ref.rt, plan.obj, field_manager=self.field_manager, force=True, dry_run=True
         )
+
+
+def _drop(read: asyncio.Future[JSON | None] | None) -> None:
+    """Give up an early read: cancelled if still out, its failure (a tenant may not
+    read what it may apply) taken so that asyncio does not report it as lost."""
+    if read is None:
+        return
+    if not read.done():
+        read.cancel()
+    elif not read.cancelled():
+        read.exception()

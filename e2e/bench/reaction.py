@@ -50,6 +50,7 @@ from typing import Any
 
 import aiohttp
 
+from e2e.bench import timelines
 from e2e.bench.cluster import (
     CONFIG_MAP,
     GATE,
@@ -142,7 +143,7 @@ async def _webhook_series(
     receiver_port: int,
     args: argparse.Namespace,
     load: Callable[[asyncio.Event], Awaitable[None]] | None = None,
-) -> list[dict[str, float]]:
+) -> list[dict[str, Any]]:
     repo = git.create_repo("app")
     revision = _commit(repo, "app", 0)
     await client.create(GITREPO, git_repository("app", git.url("app")), namespace=NS)
@@ -170,6 +171,7 @@ async def _webhook_series(
             body = push_payload()
             headers = github_headers(TOKEN, body)
             start = last_post = time.monotonic()
+            posted_at = time.time()
             async with session.post(url, data=body, headers=headers) as answer:
                 status = answer.status
             answered = time.monotonic()
@@ -188,6 +190,8 @@ async def _webhook_series(
                     "stage_fetch": source_at - requested_at,
                     "stage_apply": applied_at - source_at,
                     "under_load": float(not load_done.is_set()),
+                    "posted_at": posted_at,
+                    "applied_at": posted_at + applied_at - start,
                 }
             )
             under = " (under load)" if not load_done.is_set() else ""
@@ -299,6 +303,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 "source-controller",
                 "source_controller",
                 ["--kubeconfig", kubeconfig, *events, "--storage-path", str(workdir / "storage"),
+                 "--trace-requests", str(workdir / "source-requests.jsonl"),
                  "--storage-addr", f"127.0.0.1:{storage_port}",
                  "--storage-adv-addr", f"127.0.0.1:{storage_port}"],
                 workdir / "source-controller.log",
@@ -306,7 +311,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             Controller(
                 "kustomize-controller",
                 "kustomize_controller",
-                ["--kubeconfig", kubeconfig, *events],
+                ["--kubeconfig", kubeconfig, *events,
+                 "--trace-requests", str(workdir / "kustomize-requests.jsonl")],
                 workdir / "kustomize-controller.log",
             ),
             Controller(
@@ -345,7 +351,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         load_seconds.append(time.monotonic() - started)
                         done.set()
 
+                served = [await timelines.served(client)]
                 webhook = await _webhook_series(client, git, repos, kss, receiver_port, args, load)
+                served.append(await timelines.served(client))
                 print(f"gate series: {args.trials} trials", flush=True)
                 try:
                     gate = await _gate_series(client, git, repos, kss, gates, args)
@@ -358,12 +366,19 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             for controller in controllers:
                 controller.stop()
             await client.close()
-    return {"webhook": webhook, "gate": gate, "load_seconds": load_seconds}
+    traced = [*timelines.load(workdir / "source-requests.jsonl"),
+              *timelines.load(workdir / "kustomize-requests.jsonl")]  # fmt: skip
+    for trial in webhook:
+        trial["breakdown"] = timelines.breakdown(trial["posted_at"], trial["applied_at"], traced)
+    return {"webhook": webhook, "gate": gate, "load_seconds": load_seconds, "served": served,
+            "timelines": traced}  # fmt: skip
 
 
-def _summary(trials: list[dict[str, float]]) -> dict[str, Any]:
+def _summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for key in trials[0]:
+        if key in ("breakdown", "posted_at", "applied_at"):
+            continue  # wall-clock anchors and the split, reported on their own
         values = [t[key] for t in trials]
         summary[key] = {
             "median": median(values),
@@ -434,6 +449,11 @@ def main(argv: list[str] | None = None) -> None:
         f"\nwebhook trials spaced > --receiver-debounce ({args.receiver_debounce:g}s): "
         "each POST is acted on at once (leading edge)"
     )
+    loaded_or_all = loaded or trials["webhook"]
+    print(f"\nwhere the time goes ({len(loaded_or_all)} {'loaded ' if loaded else ''}trials):")
+    print(timelines.report(loaded_or_all))
+    print("\nthe same requests, timed by the API server and by the controller (all trials):")
+    print(timelines.server_vs_client(*trials["served"], trials["timelines"]))
     if args.load_apps:
         took = trials["load_seconds"]
         print(f"load: {args.load_apps} apps, all Ready after {took[0]:.0f}s" if took else

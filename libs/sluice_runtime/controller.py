@@ -26,6 +26,7 @@ from sluice_runtime.informing.queueing import ExponentialBackoff, Lane, QueueShu
 from sluice_runtime.informing.watching import Change, Informer
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.observing import reacting
 from sluice_runtime.observing.metrics import ControllerMetrics
 from sluice_runtime.reconciling.running import Outcome, Reconciler, Runner
 from sluice_runtime.reconciling.steps import C
@@ -191,6 +192,8 @@ class Controller(Generic[C]):
                 return
             ahead = urgent is not None and urgent(change)
             for key in keys:
+                if ahead:
+                    reacting.queued(self.rt.kind, key, rt.kind)
                 self.queue.add(key, lane=Lane.REQUESTED if ahead else Lane.NORMAL)
 
         informer.add_handler(handler)
@@ -208,6 +211,8 @@ class Controller(Generic[C]):
             return
         if primary_change_matters(change, self.reconciler.trigger_annotations):
             asked = requested(change, self.reconciler.trigger_annotations)
+            if asked:
+                reacting.queued(self.rt.kind, change.key, "requestedAt")
             self.queue.add(change.key, lane=Lane.REQUESTED if asked else Lane.NORMAL)
 
     async def start(self) -> None:
@@ -243,20 +248,26 @@ class Controller(Generic[C]):
         self._workers.clear()
 
     async def _work(self, *, urgent_only: bool = False) -> None:
-        if urgent_only:
-            # Its blocking calls get threads of their own (sluice_runtime.lanes).
-            lanes.serving_requests()
         while True:
             try:
-                key = await self.queue.get(urgent_only=urgent_only)
+                key, lane = await self.queue.take(urgent_only=urgent_only)
             except QueueShutDown:
                 return
             started = time.perf_counter()
+            timeline = reacting.begin(self.rt.kind, key, lane_worker=urgent_only)
             try:
-                outcome = await self.runner.reconcile(self.informer.store.get(key))
+                # A requested key is served as requested (its blocking calls get
+                # threads of their own, sluice_runtime.lanes) by whichever worker
+                # took it: a bulk worker that was idle too.
+                with (
+                    lanes.serving(urgent_only or lane is Lane.REQUESTED),
+                    reacting.recording(timeline),
+                ):
+                    outcome = await self.runner.reconcile(self.informer.store.get(key))
             except Exception:  # the runner catches step errors; this is a runtime bug
                 log.exception("reconcile crashed", key=key)
                 outcome = Outcome("error", backoff=True)
+            reacting.finish(timeline, outcome.result)
             if self._observer is not None:
                 self._observer.reconciled(key, outcome, time.perf_counter() - started)
             # The outcome decides when the key is next due; what an earlier

@@ -3,9 +3,11 @@
 The work queue hands requested keys to a worker kept for them (controller.py);
 ahead of the queue is not enough when the reconcile then waits for a thread
 in a pool that a thousand interval reconciles keep busy (asyncio's default
-executor writing their artifacts, the ls-remote pool). `serving_requests`
-marks the kept worker's task, and every task it starts inherits the mark (a
-context variable); `executor` and `to_thread` then give its blocking calls
+executor writing their artifacts, the ls-remote pool). `serving` marks a
+worker's task while it reconciles a key taken from the requested lane (by
+the kept worker, or by a bulk worker that was idle), and every task it
+starts inherits the mark (a context variable); `executor` and `to_thread`
+then give its blocking calls
 a small pool of their own beside each bulk pool, so they wait only for other
 requested work.
 """
@@ -56,17 +58,22 @@ def request_headers() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving_as(header: str | None) -> Iterator[None]:
-    """Mark a request handler while it runs, when its client was serving requests.
+def serving(requested: bool) -> Iterator[None]:
+    """Mark the running task as serving requests, or not, while the block runs.
 
-    Reset after: a server may handle a keep-alive connection's next request
-    in the same task.
+    Reset after: a worker, or a server handling a keep-alive connection, goes
+    on to other work in the same task.
     """
-    token = _REQUESTED.set(header == "requested")
+    token = _REQUESTED.set(requested)
     try:
         yield
     finally:
         _REQUESTED.reset(token)
+
+
+def serving_as(header: str | None) -> contextlib.AbstractContextManager[None]:
+    """Mark a request handler while it runs, when its client was serving requests."""
+    return serving(header == "requested")
 
 
 def executor(bulk: Executor | None = None) -> Executor | None:

@@ -83,6 +83,13 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
         "--profile-phases",
         help="sample CPU by reconcile phase into sluice_phase_cpu_seconds_total (benchmarks)",
     )
+    p.add_argument(
+        "--trace-requests",
+        default="",
+        metavar="FILE",
+        help="append a JSON line per requested reconcile to FILE: its queue wait, steps, API "
+        "requests and the event loop's lag meanwhile (benchmarks)",
+    )
     return p
 
 

@@ -23,6 +23,7 @@ from sluice_runtime.informing.queueing import ExponentialBackoff
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.leading import ElectionThread
+from sluice_runtime.observing import reacting
 from sluice_runtime.observing.metrics import (
     RequestMetrics,
     observe_api_requests,
@@ -129,6 +130,10 @@ async def running(
         observe_api_requests(service, lambda: client.request_count)
         observe_asyncio_tasks(service, asyncio.get_running_loop())
         client.observe(RequestMetrics(service))
+        if getattr(options, "trace_requests", ""):
+            reacting.enable(options.trace_requests)
+            stack.callback(reacting.disable)
+            client.observe(reacting.RequestTimes())
         await require_kinds(client, kinds)
         recorder = EventRecorder(
             client,

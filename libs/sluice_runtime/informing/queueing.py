@@ -215,6 +215,12 @@ class WorkQueue:
 
     async def get(self, *, urgent_only: bool = False) -> str:
         """The next key to reconcile, by lane; with `urgent_only`, the next requested one."""
+        key, _ = await self.take(urgent_only=urgent_only)
+        return key
+
+    async def take(self, *, urgent_only: bool = False) -> tuple[str, Lane]:
+        """`get`, with the lane the key waited in (a requested key's reconcile is
+        served as requested by whichever worker takes it)."""
         requested = self._lanes[Lane.REQUESTED]
         while not requested and (urgent_only or not len(self)):
             if self._shutdown:
@@ -227,14 +233,14 @@ class WorkQueue:
                 if not waiter.done():
                     waiter.cancel()
         key = next(lane for lane in self._lanes if lane).popleft()
-        del self._lane_of[key]
+        lane = self._lane_of.pop(key)
         self._observer.depth(len(self))
         self._processing.add(key)
         self._dirty.discard(key)
         added = self._added_at.pop(key, None)
         if added is not None:
             self._observer.waited(self._clock() - added)
-        return key
+        return key, lane
 
     def done(self, key: str) -> None:
         self._processing.discard(key)

@@ -37,7 +37,7 @@ from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiUnavailable, Conflict, KubeError, NotFound
 from sluice_runtime.kube.patching import add_finalizer_ops, remove_finalizer_ops
 from sluice_runtime.kube.resources import ResourceType
-from sluice_runtime.observing import tracing
+from sluice_runtime.observing import reacting, tracing
 from sluice_runtime.observing.metrics import ControllerMetrics
 from sluice_runtime.reconciling.errors import StepError, Waiting
 from sluice_runtime.reconciling.patching import StatusPatcher
@@ -278,8 +278,10 @@ class Runner(Generic[C]):
         try:
             yield
         finally:
+            ended = time.perf_counter()
+            reacting.step(step, started, ended)
             if self.metrics is not None:
-                self.metrics.stepped(step, time.perf_counter() - started)
+                self.metrics.stepped(step, ended - started)
 
     def _interval(self, obj: Resource[Any, Any]) -> float:
         interval = getattr(obj.spec, "interval", None)

@@ -11,12 +11,14 @@ or wake other controllers' watches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sluice_api.meta import ObjectId
+from sluice_runtime import lanes
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.discovery import RestMapper, UnknownKind
 from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound
@@ -226,9 +228,20 @@ class Checker:
         nothing would change). None sends the caller the long way round (any
         refusal: it may be an immutable change to force, or an object whose
         live annotations say to skip it).
+
+        A reconcile someone waits for (a webhook's push: `lanes.is_requested`)
+        reads the live object alongside the dry-run instead of after it: one
+        round trip less on its way, at the price of a GET that a create or an
+        unchanged object did not need. The read stands only if it saw the very
+        version the dry-run was judged against; else it is read again.
         """
+        early = asyncio.ensure_future(self._get(plan.ref)) if lanes.is_requested() else None
         try:
-            dry_run = await self._dry_run(plan)
+            try:
+                dry_run = await self._dry_run(plan)
+            except BaseException:
+                _drop(early)  # refused: the long way reads again if it needs to
+                raise
         except NotFound as error:
             namespace = plan.ref.id.namespace
             if creates is not None and namespace in creates:
@@ -237,13 +250,14 @@ class Checker:
         except (ApiError, ApiUnavailable):
             return None
         version = str(policy.metadata(dry_run).get("resourceVersion") or "")
-        if not version:
-            return Checked(plan, None, dry_run=dry_run)
         remembered = self._remembered(plan, force=force)
-        if remembered is not None and remembered.resource_version == version:
+        if not version or (remembered is not None and remembered.resource_version == version):
+            _drop(early)  # not needed after all
+            if not version:
+                return Checked(plan, None, dry_run=dry_run)
             existing: JSON | None = dry_run
         else:
-            existing = await self._get(plan.ref)
+            existing = await self._read_at(plan.ref, version, early)
             if existing is None:
                 return None  # deleted since: the long way decides
         skip = policy.skip_reason(plan.obj, existing)
@@ -335,7 +349,30 @@ class Checker:
         except (ApiError, ApiUnavailable) as error:
             raise ApplyFailed.of(ref.display, "cannot read it", error) from None
 
+    async def _read_at(
+        self, ref: ObjectRef, version: str, early: asyncio.Future[JSON | None] | None
+    ) -> JSON | None:
+        """The live object at `version`: the early read's answer if it saw that
+        version, else (none, failed, or another version) a read now."""
+        if early is not None:
+            with contextlib.suppress(ApplyFailed):
+                read = await early
+                if read is not None and policy.metadata(read).get("resourceVersion") == version:
+                    return read
+        return await self._get(ref)
+
     async def _dry_run(self, plan: Plan) -> JSON:
         return await self.client.apply(
             plan.ref.rt, plan.obj, field_manager=self.field_manager, force=True, dry_run=True
         )
+
+
+def _drop(read: asyncio.Future[JSON | None] | None) -> None:
+    """Give up an early read: cancelled if still out, its failure (a tenant may not
+    read what it may apply) taken so that asyncio does not report it as lost."""
+    if read is None:
+        return
+    if not read.done():
+        read.cancel()
+    elif not read.cancelled():
+        read.exception()

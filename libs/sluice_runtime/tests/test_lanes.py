@@ -84,3 +84,37 @@ def test_the_pool_a_blocking_call_runs_in(
         )
     # The mark stays with the task that was given it.
     assert not lanes.is_requested()
+
+
+async def test_a_requested_key_is_served_as_requested_by_whichever_worker_takes_it(
+    kube: KubeClient, namespace: str
+) -> None:
+    """With the kept worker busy on one request, an idle bulk worker takes the next one:
+    it is served as requested all the same (threads, the early read of its apply), and
+    the bulk worker's next reconcile is not."""
+    marks: dict[str, list[bool]] = {}
+    hold = asyncio.Event()
+    release = asyncio.Event()
+
+    async def note(ctx: RecordingContext) -> Result | None:
+        marks.setdefault(ctx.obj.metadata.name, []).append(lanes.is_requested())
+        if ctx.obj.metadata.name == "first" and hold.is_set():
+            await release.wait()
+        return None
+
+    step = Step(fn=note, name="note", conditions=())
+    async with running_controller(kube, namespace, extra_steps=[step], concurrency=2):
+        for name in ("first", "second"):
+            await kube.create(GITREPO, gitrepo(name, namespace))
+        await eventually(lambda: len(marks.get("second", [])) == 1 == len(marks.get("first", [])))
+        hold.set()
+        ask = {"metadata": {"annotations": {REQUESTED_AT: "now"}}}
+        await kube.merge_patch(GITREPO, "first", ask, namespace=namespace)
+        await eventually(lambda: len(marks["first"]) == 2, message="first request taken")
+        await kube.merge_patch(GITREPO, "second", ask, namespace=namespace)
+        await eventually(lambda: len(marks["second"]) == 2, message="second request taken")
+        release.set()
+        new_url = {"spec": {"url": "https://example.com/other.git"}}
+        await kube.merge_patch(GITREPO, "second", new_url, namespace=namespace)
+        await eventually(lambda: len(marks["second"]) == 3, message="a bulk reconcile after")
+    assert marks == {"first": [False, True], "second": [False, True, False]}

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
@@ -29,7 +30,7 @@ from typing import Any
 
 from e2e.bench import profiling
 from e2e.bench.common import table, write
-from e2e.fleet import APP, Origin, all_ready, git_origin, oci_origin, source_controller
+from e2e.fleet import APP, Controller, Origin, all_ready, git_origin, oci_origin, source_controller
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane
 from sluice_envtest.gitserver import GitHttpServer
@@ -52,6 +53,23 @@ def _server_requests(log: Path) -> dict[str, int]:
         key = f"{method} {what}"
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+async def _events_sent(source: Controller, limit: float = 60.0) -> None:
+    """Until the Events recorded (sent in the background, behind the reconciles) are
+    all out: their request count stops growing."""
+    deadline = time.monotonic() + limit
+    last = -1.0
+    while time.monotonic() < deadline:
+        sent = sum(
+            value
+            for labels, value in profiling.scrape(source).get("sluice_api_requests_total", [])
+            if labels.get("phase") == "events"
+        )
+        if sent == last:
+            return
+        last = sent
+        await asyncio.sleep(2)
 
 
 async def run_one(apps: int, kind: str, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -84,9 +102,9 @@ async def run_one(apps: int, kind: str, workdir: Path, args: argparse.Namespace)
             cpu_before, _ = profiling.cpu_seconds(source)
             spy = None
             if args.py_spy:
-                spy = subprocess.Popen(
-                    ["py-spy", "record", "-p", str(source.proc.pid), "-o", args.py_spy,
-                     "--format", "raw", "--rate", "50", "--nonblocking", "--gil"],
+                spy = await asyncio.create_subprocess_exec(
+                    "py-spy", "record", "-p", str(source.proc.pid), "-o", args.py_spy,
+                    "--format", "raw", "--rate", "50", "--nonblocking", "--gil",
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )  # fmt: skip
                 await asyncio.sleep(1)
@@ -105,12 +123,11 @@ async def run_one(apps: int, kind: str, workdir: Path, args: argparse.Namespace)
             await asyncio.gather(*(create(i) for i in range(apps)))
             await all_ready(client, origin.rt, ns, apps)
             ready = time.monotonic() - start
-            # The Ready events are sent in the background: let them out before counting.
-            await asyncio.sleep(3)
+            await _events_sent(source)
             cpu = profiling.cpu_seconds(source)[0] - cpu_before
             if spy is not None:
-                spy.send_signal(2)
-                spy.wait(timeout=60)
+                spy.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
+                await asyncio.wait_for(spy.wait(), 60)
             served_after = _server_requests(log)
             phases = profiling.profile({"source": source})
             requests: dict[str, float] = {}
@@ -158,8 +175,12 @@ def main(argv: list[str] | None = None) -> None:
                 results.append(asyncio.run(run_one(apps, kind, Path(tmp), args)))
     rows = []
     for r in results:
-        phases = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["api_requests_per_source_by_phase"].items()))
-        served = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["server_requests_per_source"].items()))
+        phases = ", ".join(
+            f"{k} {v:.2f}" for k, v in sorted(r["api_requests_per_source_by_phase"].items())
+        )
+        served = ", ".join(
+            f"{k} {v:.2f}" for k, v in sorted(r["server_requests_per_source"].items())
+        )
         rows.append([
             r["apps"], r["source_kind"], r["concurrent"],
             f"{r['cpu_seconds_per_source'] * 1000:.1f}",

@@ -199,9 +199,7 @@ def _cached_scope(prefix: str, lines: tuple[str, ...], *, source: str, strict: b
     return _compile_scope(prefix, lines, source=source, strict=strict)
 
 
-def _compile_scope(
-    prefix: str, lines: tuple[str, ...], *, source: str, strict: bool
-) -> _Scope:
+def _compile_scope(prefix: str, lines: tuple[str, ...], *, source: str, strict: bool) -> _Scope:
     valid: list[str] = []
     for line in lines:
         try:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import sys
 
-from e2e.bench import idle, mttp, noop_fetch, reaction, scale, soak, webhook_load
+from e2e.bench import (
+    idle,
+    mttp,
+    noop_fetch,
+    reaction,
+    scale,
+    soak,
+    source_cost,
+    webhook_load,
+)
 
 BENCHMARKS = {
     "idle": idle.main,
@@ -13,6 +22,7 @@ BENCHMARKS = {
     "reaction": reaction.main,
     "scale": scale.main,
     "soak": soak.main,
+    "source-cost": source_cost.main,
     "webhook-load": webhook_load.main,
 }
 

@@ -301,7 +301,7 @@ class Runner(Generic[C]):
         if after is None or after == before:
             return
         status, reason, message = after
-        if status == "Unknown":
+        if status == "Unknown" or (status == "True" and ctx.success_announced):
             return
         if status == "True":
             ctx.events.normal(reason, message, metadata=ctx.event_metadata)

@@ -56,6 +56,10 @@ class ReconcileContext(Generic[M]):
     """What Ready says when every step succeeds; steps set it."""
     event_metadata: dict[str, str] = field(default_factory=dict)
     """Metadata added to every event of this reconcile (e.g. the revision)."""
+    success_announced: bool = False
+    """A step's own event already told this reconcile's success (a source's
+    NewArtifact), so Ready turning True needs no event of its own: Flux sends
+    one event there, and each costs the API server a request."""
     cleanup: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     """Where steps register what must be undone after the last step (work dirs)."""
 

@@ -257,6 +257,7 @@ async def record_artifact(
     mark_stored(ctx, revision)
     if previous is None or previous.revision != revision:
         ctx.events.normal("NewArtifact", new_artifact_message, metadata=ctx.event_metadata)
+        ctx.success_announced = True
 
 
 def mark_stored(ctx: SourceContext[Any], revision: str) -> None:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import os
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,14 @@ PHASES = [
     ("truncated all", Fault.TRUNCATE, None),
     ("hang", Fault.HANG, None),
 ]
+
+
+def selected_phases() -> list[tuple[str, Fault, str | None]]:
+    """`SLUICE_CHAOS_PHASES=reset,hang` runs only those (to reproduce one); all by default."""
+    wanted = [p.strip() for p in os.environ.get("SLUICE_CHAOS_PHASES", "").split(",") if p.strip()]
+    unknown = set(wanted) - {name for name, _, _ in PHASES}
+    assert not unknown, f"SLUICE_CHAOS_PHASES names no phase {sorted(unknown)}"
+    return [p for p in PHASES if not wanted or p[0] in wanted]
 
 
 def attempts_bound(window: float) -> int:
@@ -165,16 +174,62 @@ def describe(obj: JSON) -> str:
     )
 
 
-async def wait_for(what: str, check: Any, limit: float, lagging: list[str] | None = None) -> float:
+async def wait_for(
+    what: str,
+    check: Any,
+    limit: float,
+    lagging: list[str] | None = None,
+    explain: Callable[[], str] | None = None,
+) -> float:
     start = time.monotonic()
     while not await check():
         if time.monotonic() - start > limit:
             behind = lagging or []
             raise AssertionError(
-                f"{what} not reached in {limit}s; {len(behind)} behind: " + "; ".join(behind[:15])
+                f"{what} not reached in {limit}s; {len(behind)} behind: "
+                + "; ".join(behind[:15])
+                + (f"; {await asyncio.to_thread(explain)}" if explain is not None else "")
             )
         await asyncio.sleep(0.5)
     return time.monotonic() - start
+
+
+def traffic_since(proxies: dict[str, FaultyProxy], names: dict[str, list[str]], since: float) -> str:
+    """What each proxy saw since `since`, per source: tells a retry never sent
+    (the queue or the backoff) from one sent and failed (the client or the server)."""
+    now = time.monotonic()
+    parts = []
+    for kind, proxy in proxies.items():
+        seen = proxy.seen(since=since)
+        last: dict[str, float] = {}
+        for entry in seen:
+            last[entry.source] = entry.at
+        silent = [n for n in names[kind] if n not in last]
+        oldest = min(last.values(), default=now)
+        parts.append(
+            f"{kind}: {len(seen)} requests since the clear, {len(silent)} of {len(names[kind])} "
+            f"sources sent none ({', '.join(silent[:5])}), the stalest last asked "
+            f"{now - oldest:.1f}s ago"
+        )
+    return "; ".join(parts)
+
+
+def cpu_seconds(controller: Controller) -> float:
+    """CPU time of the controller and its reaped children (git workers, helm), from /proc."""
+    fields = Path(f"/proc/{controller.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # utime, stime, cutime, cstime: fields 14-17 of proc(5), 11-14 after the name.
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def queue_figures(controller: Controller) -> str:
+    """The controller's work queue as its /metrics tells it (depth, retries)."""
+    try:
+        text = download(f"http://127.0.0.1:{controller.port}/metrics").decode()
+    except OSError as error:
+        return f"{controller.name}: /metrics unanswered ({error})"
+    wanted = ("workqueue_depth{", "workqueue_retries_total{")
+    lines = [line for line in text.splitlines() if line.startswith(wanted)]
+    return f"{controller.name}: " + ", ".join(lines)
 
 
 async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
@@ -199,7 +254,9 @@ async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
     for proxy in proxies.values():
         proxy.start()
     await prepare_namespace(kube, ns, create=False)
-    watch = ["--watch-namespace", ns, *FLAGS]
+    # SLUICE_CHAOS_LOG_LEVEL=info keeps every failed fetch in the controllers' logs.
+    level = os.environ.get("SLUICE_CHAOS_LOG_LEVEL", "warning")
+    watch = ["--watch-namespace", ns, *FLAGS, "--log-level", level]
     controllers: list[Controller] = [
         source_controller(str(cluster.kubeconfig), tmp_path, extra=watch),
         kustomize_controller(str(cluster.kubeconfig), tmp_path, extra=watch),
@@ -212,6 +269,7 @@ async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
         helmcharts=[f"chart-{i}" for i in range(count)],
     )
     storage = tmp_path / "storage"
+    names = {"git": sources.git, "oci": sources.oci, "helm": sources.helmrepos}
     published: dict[str, dict[str, str]] = {}
     figures: dict[str, Any] = {}
     converge_times: list[float] = []
@@ -304,7 +362,7 @@ async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
                 )  # fmt: skip
             await wait_for("the first revision", lambda: delivered(first), 240 + 3 * count, lagging)
 
-            for index, (phase, fault, only) in enumerate(PHASES, start=1):
+            for index, (phase, fault, only) in enumerate(selected_phases(), start=1):
                 good = await stored_revisions()
                 for proxy in proxies.values():
                     proxy.set(fault, only=only)
@@ -372,6 +430,9 @@ async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
                     assert "internal error" not in message, (phase, kind, message)
                 for proxy in proxies.values():
                     proxy.set(Fault.NONE)
+                cleared = time.monotonic()
+                cpu_before = {c.name: cpu_seconds(c) for c in controllers}
+                load_before = os.getloadavg()[0]
                 # No poke: the backoff's retries alone must bring the new revision.
                 converge_times.append(
                     await wait_for(
@@ -379,9 +440,18 @@ async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
                         lambda r=revisions: delivered(r),
                         120 + 2 * count,
                         lagging,
+                        explain=lambda c=cleared: "; ".join(
+                            [traffic_since(proxies, names, c)]
+                            + [queue_figures(controller) for controller in controllers]
+                        ),
                     )
                 )
                 figures[phase]["converged"] = round(converge_times[-1], 1)
+                # CPU spent converging: the figure load does not change, unlike the time.
+                figures[phase]["convergence_cpu_s"] = {
+                    c.name: round(cpu_seconds(c) - cpu_before[c.name], 1) for c in controllers
+                }
+                figures[phase]["load_avg"] = (round(load_before, 1), round(os.getloadavg()[0], 1))
     finally:
         for controller in controllers:
             controller.stop()
@@ -391,7 +461,7 @@ async def test_source_servers_that_fail_keep_the_last_artifact_and_recover(
     for phase, found in figures.items():
         report(f"CHAOS source-fault {phase}: {found}")
     report(
-        f"CHAOS source-faults: apps={count}x3 phases={len(PHASES)} window={window:g}s "
+        f"CHAOS source-faults: apps={count}x3 phases={len(figures)} window={window:g}s "
         f"convergence median={median:.1f}s max={longest:.1f}s"
     )
     for controller in controllers:

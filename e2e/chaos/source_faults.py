@@ -98,7 +98,9 @@ def download(url: str) -> bytes:
         return bytes(answer.read())
 
 
-def traffic_since(proxies: dict[str, FaultyProxy], names: dict[str, list[str]], since: float) -> str:
+def traffic_since(
+    proxies: dict[str, FaultyProxy], names: dict[str, list[str]], since: float
+) -> str:
     """What each proxy saw since `since`, per source: tells a retry never sent
     (the queue or the backoff) from one sent and failed (the client or the server)."""
     now = time.monotonic()

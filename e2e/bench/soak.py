@@ -116,7 +116,9 @@ def summary(heap: dict[str, Any]) -> dict[str, Any]:
         **{k: v for k, v in smaps.items() if k.endswith("_mib")},
         "error": heap.get("error"),
     }
-    return {k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items() if v is not None}
+    return {
+        k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items() if v is not None
+    }
 
 
 def reconcile_count(controller: Controller) -> float:

@@ -83,7 +83,10 @@ def _malloc_info(libc: ctypes.CDLL) -> list[dict[str, float]] | None:
     buffer = ctypes.c_char_p()
     size = ctypes.c_size_t()
     libc.open_memstream.restype = ctypes.c_void_p
-    libc.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
+    libc.open_memstream.argtypes = [
+        ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
     libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
     libc.fclose.argtypes = [ctypes.c_void_p]
     libc.free.argtypes = [ctypes.c_void_p]
@@ -99,7 +102,8 @@ def _malloc_info(libc: ctypes.CDLL) -> list[dict[str, float]] | None:
     finally:
         libc.free(buffer)
     arenas = []
-    for heap in ElementTree.fromstring(text).iter("heap"):
+    # glibc's own output about this process, not input from anyone: no entities to fear.
+    for heap in ElementTree.fromstring(text).iter("heap"):  # noqa: S314
         totals = {t.get("type"): int(t.get("size", "0")) for t in heap.findall("total")}
         system = {s.get("type"): int(s.get("size", "0")) for s in heap.findall("system")}
         arenas.append(

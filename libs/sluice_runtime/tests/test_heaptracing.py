@@ -169,8 +169,8 @@ async def test_off_the_allocators_answer_without_tracing(endpoint: str) -> None:
     status, text = await get(endpoint + "?allocators=1")
     assert status == 200
     assert "pymalloc: " in text and "glibc malloc: " in text and "MiB in use" in text
-    async with aiohttp.ClientSession() as session:
-        async with session.get(endpoint + "?allocators=1&format=json") as answer:
-            found = await answer.json()
+    query = "?allocators=1&format=json"
+    async with aiohttp.ClientSession() as session, session.get(endpoint + query) as answer:
+        found = await answer.json()
     assert found["pymalloc"]["arenas"] > 0
     assert found["glibc"]["in_use_mib"] > 0

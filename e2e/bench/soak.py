@@ -31,6 +31,7 @@ from typing import Any
 
 from e2e.bench.cluster import metric, rss_mib
 from e2e.bench.common import table, write
+from e2e.bench.mappings import snapshot
 from e2e.fleet import (
     APP,
     KUSTOMIZATION,
@@ -85,13 +86,39 @@ def sample(controller: Controller, *, tasks: bool = True) -> dict[str, float]:
 def heap_report(controller: Controller, *, trim: bool) -> dict[str, Any]:
     """The controller's /debug/heap (SLUICE_TRACEMALLOC): traced and resident sizes and the
     tracebacks that grew since the previous call; an error's text if it did not answer."""
-    url = f"http://127.0.0.1:{controller.port}/debug/heap?format=json&top=25&trim={int(trim)}"
+    url = (
+        f"http://127.0.0.1:{controller.port}/debug/heap"
+        f"?format=json&top=25&trim={int(trim)}&allocators=1"
+    )
     try:
         with urllib.request.urlopen(url, timeout=300) as answer:
             found: dict[str, Any] = json.loads(answer.read())
     except OSError as error:
         return {"error": str(error)}
     return found
+
+
+def summary(heap: dict[str, Any]) -> dict[str, Any]:
+    """One revision's figures on a line: resident, traced, the allocators' and the mappings'."""
+    glibc = heap.get("glibc_after_trim") or heap.get("glibc") or {}
+    pymalloc = heap.get("pymalloc") or {}
+    smaps = heap.get("smaps", {})
+    figures = {
+        "rss": heap.get("rss_mib"),
+        "trimmed_rss": heap.get("rss_after_trim_mib"),
+        "traced": heap.get("traced_mib"),
+        "tracemalloc": heap.get("tracemalloc_mib"),
+        "pymalloc_arenas": pymalloc.get("arenas_mib"),
+        "pymalloc_live": pymalloc.get("allocated_mib"),
+        "glibc_in_use": glibc.get("in_use_mib"),
+        "glibc_free": glibc.get("free_mib"),
+        "glibc_mmapped": glibc.get("mmapped_mib"),
+        **{k: v for k, v in smaps.items() if k.endswith("_mib")},
+        "error": heap.get("error"),
+    }
+    return {
+        k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items() if v is not None
+    }
 
 
 def reconcile_count(controller: Controller) -> float:
@@ -116,8 +143,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             source_controller(kubeconfig, workdir, env=env),
             kustomize_controller(kubeconfig, workdir, env=env),
         ]
-        # With tracemalloc: a snapshot of each controller at the same phase of every
-        # revision (just before the next is published), each diffed against the last.
+        # At the same phase of every revision (just before the next is published), each
+        # controller's allocators (pymalloc, glibc) and mappings (smaps), and with
+        # tracemalloc its snapshot diffed against the last.
         heaps: dict[str, list[dict[str, Any]]] = {c.name: [] for c in controllers}
         registry = OciRegistry(workdir=workdir / "registry")
         registry.start()
@@ -158,15 +186,15 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                             if not math.isnan(value):
                                 series[controller.name][name].append((now - t0, value))
                     if now - published >= args.publish_every * 60:
-                        if args.tracemalloc or args.trim:
-                            for controller in controllers:
-                                heap = heap_report(controller, trim=args.trim)
-                                heap["t"] = round(time.monotonic() - t0, 1)
-                                heap["revision"] = revisions
-                                heaps[controller.name].append(heap)
-                                print(f"{controller.name} r{revisions}: "
-                                      + json.dumps({k: v for k, v in heap.items() if k != "top"}),
-                                      flush=True)  # fmt: skip
+                        for controller in controllers:
+                            heap = heap_report(controller, trim=args.trim)
+                            heap["t"] = round(time.monotonic() - t0, 1)
+                            heap["revision"] = revisions
+                            heap["load_average_1m"] = os.getloadavg()[0]
+                            heap["smaps"] = snapshot(controller.proc.pid)
+                            heaps[controller.name].append(heap)
+                            print(f"{controller.name} r{revisions}: "
+                                  + json.dumps(summary(heap)), flush=True)  # fmt: skip
                         # A new revision: every artifact, build and apply changes.
                         app = APP.replace('cpu: "${MCPU}"', f'cpu: "{revisions + 1}m"')
                         origin.publish({"podinfo.yaml": app})
@@ -190,8 +218,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         # The raw series, so a slope can be told from a sawtooth afterwards.
                         "series": [[round(t, 1), v] for t, v in points],
                     }
-                if args.tracemalloc or args.trim:
-                    found["heap"] = heaps[controller.name]
+                found["heap"] = heaps[controller.name]
                 results[controller.name] = found
             return {
                 "apps": args.apps,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice_runtime.allocating import trim_malloc
+from sluice_runtime.observing.allocators import glibc_heap, pymalloc_stats
 
 ENV = "SLUICE_TRACEMALLOC"
 MAX_FRAMES = 100
@@ -109,9 +110,7 @@ class HeapTracer:
                 "tracemalloc_mib": tracemalloc.get_tracemalloc_memory() / _MIB,
                 "frames": tracemalloc.get_traceback_limit(),
             }
-            if trim:
-                found["trimmed"] = trim_malloc()
-                found["rss_after_trim_mib"] = resident_mib()
+            found.update(_untraced(trim=trim))
             if self._previous is None:
                 found["against"] = "none: the largest tracebacks"
                 stats = snapshot.statistics("traceback")[:top]
@@ -150,8 +149,7 @@ def as_text(found: Mapping[str, Any]) -> str:
         f"resident {found['rss_mib']:.1f} MiB, untraced {found['untraced_mib']:.1f} MiB; "
         f"{found['frames']} frames",
     ]
-    if "rss_after_trim_mib" in found:
-        lines.append(f"resident after malloc_trim(0): {found['rss_after_trim_mib']:.1f} MiB")
+    lines.append(_allocators_text(found).rstrip("\n"))
     lines.append(f"against {found['against']}")
     for number, entry in enumerate(found["top"], 1):
         grew = (
@@ -162,6 +160,36 @@ def as_text(found: Mapping[str, Any]) -> str:
         lines.append(f"\n#{number}: {grew}{entry['size_kib']:.1f} KiB in {entry['count']} blocks")
         lines.extend(f"    {frame}" for frame in entry["traceback"])
     return "\n".join(lines) + "\n"
+
+
+def _untraced(*, trim: bool) -> dict[str, Any]:
+    """The allocators' own accounts (observing.allocators), and with `trim` the resident
+    size after glibc gave back what it could: these need no tracing."""
+    found: dict[str, Any] = {"pymalloc": pymalloc_stats(), "glibc": glibc_heap()}
+    if trim:
+        found["trimmed"] = trim_malloc()
+        found["rss_after_trim_mib"] = resident_mib()
+        found["glibc_after_trim"] = glibc_heap()
+    return found
+
+
+def _allocators_text(found: Mapping[str, Any]) -> str:
+    lines = []
+    if "rss_after_trim_mib" in found:
+        lines.append(f"resident after malloc_trim(0): {found['rss_after_trim_mib']:.1f} MiB")
+    if pymalloc := found.get("pymalloc"):
+        lines.append(
+            f"pymalloc: {pymalloc.get('arenas', 0):.0f} arenas, "
+            f"{pymalloc.get('arenas_mib', 0):.1f} MiB, "
+            f"{pymalloc.get('allocated_mib', 0):.1f} MiB in live blocks"
+        )
+    if glibc := found.get("glibc"):
+        lines.append(
+            f"glibc malloc: {glibc['in_use_mib']:.1f} MiB in use, {glibc['free_mib']:.1f} MiB "
+            f"free in {glibc['arenas_mib']:.1f} MiB of arenas, {glibc['mmapped_mib']:.1f} MiB "
+            f"mapped in {glibc['mmapped_blocks']} blocks"
+        )
+    return "".join(line + "\n" for line in lines)
 
 
 TEXT = "text/plain; charset=utf-8"
@@ -176,21 +204,15 @@ def heap_answer(query: Mapping[str, str]) -> tuple[int, str, str]:
     as_json = query.get("format") == "json"
     if not tracemalloc.is_tracing():
         off = f"heap tracing is off: start the process with {ENV}=<frames>, e.g. {ENV}=25"
-        if not trim:
+        if not trim and query.get("allocators", "") not in ("1", "true"):
             return 404, TEXT, off + "\n"
-        # Whether the allocator keeps freed memory needs no tracing: the resident
-        # size before and after a trim says it.
-        before = resident_mib()
-        trimmed = trim_malloc()
-        found = {"rss_mib": before, "trimmed": trimmed, "rss_after_trim_mib": resident_mib()}
+        # Whether the allocator keeps freed memory, and how full pymalloc's arenas
+        # are, needs no tracing: the allocators' own accounts say it.
+        found = {"rss_mib": resident_mib(), **_untraced(trim=trim)}
         if as_json:
             return 200, JSON, json.dumps(found)
-        return (
-            200,
-            TEXT,
-            f"{off}\nresident {before:.1f} MiB, after malloc_trim(0): "
-            f"{found['rss_after_trim_mib']:.1f} MiB\n",
-        )
+        text = f"{off}\nresident {found['rss_mib']:.1f} MiB\n" + _allocators_text(found)
+        return 200, TEXT, text
     raw_top = query.get("top", str(DEFAULT_TOP))
     if not raw_top.isdigit() or not 1 <= int(raw_top) <= MAX_TOP:
         return 400, TEXT, f"top={raw_top!r}: expected 1 to {MAX_TOP}\n"

@@ -161,3 +161,16 @@ async def test_off_a_trim_still_reports_the_resident_size_around_it(endpoint: st
     status, text = await get(endpoint + "?trim=1")
     assert status == 200
     assert f"{ENV}=<frames>" in text and "after malloc_trim(0):" in text
+
+
+async def test_off_the_allocators_answer_without_tracing(endpoint: str) -> None:
+    if tracemalloc.is_tracing():
+        pytest.skip("this interpreter traces already")
+    status, text = await get(endpoint + "?allocators=1")
+    assert status == 200
+    assert "pymalloc: " in text and "glibc malloc: " in text and "MiB in use" in text
+    query = "?allocators=1&format=json"
+    async with aiohttp.ClientSession() as session, session.get(endpoint + query) as answer:
+        found = await answer.json()
+    assert found["pymalloc"]["arenas"] > 0
+    assert found["glibc"]["in_use_mib"] > 0

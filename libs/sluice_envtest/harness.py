@@ -107,9 +107,12 @@ class Observer:
         name: str,
         check: Callable[[JSON], bool],
         *,
-        timeout: float = 30.0,
+        timeout: float = 120.0,
         what: str = "condition",
     ) -> JSON:
+        # A cap on the wait, not a measure of speed: only a failure waits it out.
+        # 30 s was too short under load (2 cores, load average 35: a GitRepository
+        # had no artifact yet after 30 s, failing a kustomize-controller test).
         deadline = time.monotonic() + timeout
         obj: JSON = {}
         while time.monotonic() < deadline:

@@ -26,6 +26,16 @@ def resident_mib(pid: int) -> float:
     raise ValueError(f"/proc/{pid}/status has no VmRSS (a zombie?)")
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time the process has spent (user + system), in seconds: unlike
+    wall time, about the same on an idle machine and on a loaded one."""
+    with open(f"/proc/{pid}/stat") as handle:
+        # After the command name (in parentheses, and free to hold spaces),
+        # utime and stime are the 12th and 13th fields.
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def open_fds(pid: int) -> int:
     """How many file descriptors the process holds open."""
     return len(os.listdir(f"/proc/{pid}/fd"))

@@ -65,34 +65,6 @@ async def test_objects_created_while_running_are_reconciled_once_each(
     assert condition(obj, "Stalled") is None
 
 
-async def test_an_object_updated_50_times_is_reconciled_far_fewer_times_and_ends_current(
-    kube: KubeClient, namespace: str
-) -> None:
-    async with running_controller(kube, namespace, delay=0.2) as harness:
-        await kube.create(GITREPO, gitrepo("busy", namespace, url="https://example.com/0.git"))
-        for i in range(1, 51):
-            await kube.merge_patch(
-                GITREPO,
-                "busy",
-                {"spec": {"url": f"https://example.com/{i}.git"}},
-                namespace=namespace,
-            )
-        final = await kube.get(GITREPO, "busy", namespace)
-
-        async def observed_latest() -> bool:
-            obj = await kube.get(GITREPO, "busy", namespace)
-            return bool(
-                obj.get("status", {}).get("observedGeneration") == final["metadata"]["generation"]
-            )
-
-        await eventually(observed_latest, message="latest generation observed")
-        await asyncio.sleep(0.5)
-        seen = harness.journal.urls[f"{namespace}/busy"]
-        assert seen[-1] == "https://example.com/50.git"
-        assert len(seen) <= 10, f"reconciled {len(seen)} times for 51 versions"
-        assert harness.journal.max_parallel_per_key == 1
-
-
 async def test_a_failing_reconcile_backs_off_and_does_not_block_other_keys(
     kube: KubeClient, namespace: str
 ) -> None:

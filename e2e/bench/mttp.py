@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.bench import profiling
+from e2e.bench.cluster import create_namespace
 from e2e.bench.common import table, write
 from e2e.bench.profiling import raw_ssa_rate, render
 from e2e.fleet import (
@@ -74,7 +75,7 @@ from sluice_envtest.registry import OciRegistry
 from sluice_envtest.workloads import simulated_rollouts
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.installing import install_crds
-from sluice_runtime.kube.resources import NAMESPACE, ResourceType
+from sluice_runtime.kube.resources import ResourceType
 
 HELMRELEASE = ResourceType("helm.toolkit.fluxcd.io", "v2", "helmreleases", "HelmRelease")
 HELMREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "helmrepositories", "HelmRepository")
@@ -97,9 +98,7 @@ async def run_helm(apps: int, workdir: Path) -> dict[str, Any]:
         client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig), qps=0)
         await install_crds(client, all_crds())
         ns = "benchmark"
-        await client.create(
-            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-        )
+        await create_namespace(client, ns)
         kubeconfig = str(plane.kubeconfig)
         source = source_controller(kubeconfig, workdir)
         helm = Controller(

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from e2e.bench.cluster import create_namespace
 from e2e.bench.common import median, table, write
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane, free_port
@@ -36,7 +37,7 @@ from sluice_runtime import app
 from sluice_runtime.controller import ReconcileLog
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.installing import install_crds
-from sluice_runtime.kube.resources import NAMESPACE, ResourceType
+from sluice_runtime.kube.resources import ResourceType
 
 GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "GitRepository")
 
@@ -72,9 +73,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig), qps=0)
         await install_crds(client, all_crds())
         ns = "bench"
-        await client.create(
-            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-        )
+        await create_namespace(client, ns)
 
         print(f"building a repository: {args.commits} commits, {args.blob_kib} KiB per commit")
         work = git.create_repo("big")

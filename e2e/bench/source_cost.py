@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.bench import profiling
+from e2e.bench.cluster import create_namespace
 from e2e.bench.common import table, write
 from e2e.fleet import APP, Origin, all_ready, git_origin, oci_origin, source_controller
 from sluice_cli.crds_command import all_crds
@@ -37,7 +38,7 @@ from sluice_envtest.gitserver import GitHttpServer
 from sluice_envtest.registry import OciRegistry
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.installing import install_crds
-from sluice_runtime.kube.resources import EVENT, NAMESPACE
+from sluice_runtime.kube.resources import EVENT
 
 _ACCESS = re.compile(r'"(GET|HEAD|POST|PUT|PATCH|DELETE) (/\S*) HTTP/')
 
@@ -74,9 +75,7 @@ async def run_one(apps: int, kind: str, workdir: Path, args: argparse.Namespace)
         client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig), qps=0)
         await install_crds(client, all_crds())
         ns = "benchmark"
-        await client.create(
-            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-        )
+        await create_namespace(client, ns)
         source = source_controller(
             str(plane.kubeconfig), workdir, concurrent=args.concurrent, extra=["--profile-phases"]
         )

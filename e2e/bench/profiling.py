@@ -16,7 +16,6 @@ controller in the loop: the ceiling Sluice's apply throughput is compared to.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
 import urllib.request
@@ -29,6 +28,7 @@ from typing import Any
 import yaml
 
 from e2e.fleet import Controller
+from sluice_envtest.measuring import cpu_times
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.resources import NAMESPACE, ResourceType
@@ -50,12 +50,7 @@ def scrape(controller: Controller) -> dict[str, list[tuple[dict[str, str], float
 
 def cpu_seconds(controller: Controller) -> tuple[float, float]:
     """The process's own CPU and its waited-for children's, in seconds."""
-    with open(f"/proc/{controller.proc.pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    # Fields 14-17 of proc(5), counted after the ")" that ends the command name.
-    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
-    return (utime + stime) / ticks, (cutime + cstime) / ticks
+    return cpu_times(controller.proc.pid)
 
 
 @dataclass

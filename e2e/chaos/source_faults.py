@@ -11,10 +11,10 @@ import math
 import os
 import time
 import urllib.request
-from pathlib import Path
 
 from e2e.fleet import Controller
 from sluice_envtest.faulty_proxy import Fault, FaultyProxy
+from sluice_envtest.measuring import cpu_times
 
 MIN_RETRY, MAX_RETRY = 0.5, 5.0
 FLAGS = ["--min-retry-delay", f"{MIN_RETRY}s", "--max-retry-delay", f"{MAX_RETRY}s"]
@@ -122,9 +122,7 @@ def traffic_since(
 
 def cpu_seconds(controller: Controller) -> float:
     """CPU time of the controller and its reaped children (git workers, helm), from /proc."""
-    fields = Path(f"/proc/{controller.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    # utime, stime, cutime, cstime: fields 14-17 of proc(5), 11-14 after the name.
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_times(controller.proc.pid))
 
 
 def queue_figures(controller: Controller) -> str:

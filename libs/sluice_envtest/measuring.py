@@ -26,14 +26,22 @@ def resident_mib(pid: int) -> float:
     raise ValueError(f"/proc/{pid}/status has no VmRSS (a zombie?)")
 
 
-def cpu_seconds(pid: int) -> float:
-    """The CPU time the process has spent (user + system), in seconds: unlike
-    wall time, about the same on an idle machine and on a loaded one."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """The CPU time (user + system) the process has spent, and its reaped
+    children's (git workers, kustomize, helm), in seconds."""
     with open(f"/proc/{pid}/stat") as handle:
         # After the command name (in parentheses, and free to hold spaces),
-        # utime and stime are the 12th and 13th fields.
+        # utime, stime, cutime and cstime are the 12th to 15th fields.
         fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (utime + stime) / ticks, (cutime + cstime) / ticks
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time the process itself has spent, in seconds: unlike wall time,
+    about the same on an idle machine and on a loaded one."""
+    return cpu_times(pid)[0]
 
 
 def open_fds(pid: int) -> int:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sluice_runtime import failpoints
 from sluice_runtime.allocating import smaller_tls_buffers, tune_malloc
 from sluice_runtime.app.flags import parser
 from sluice_runtime.app.runtime import Setup, StartupError, running
@@ -113,6 +115,10 @@ def main(
     tune_malloc()  # before any thread allocates: see allocating
     try:
         start_from_env()  # SLUICE_TRACEMALLOC: before the allocations it should see
+        # SLUICE_FAILPOINTS (tests only): a typo stops the process here rather
+        # than leaving the test it arms without its kill.
+        if failpoints.arm_from_env():
+            print(f"{service}: failpoints armed: {os.environ[failpoints.ENV]}", file=sys.stderr)
     except ValueError as error:
         print(f"{service}: {error}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote
 
+from sluice_runtime import failpoints
 from sluice_runtime.artifacts.archiving import digest_file, write_tarball
 from sluice_runtime.artifacts.ignoring import IgnoreRules
 
@@ -257,6 +258,8 @@ class Storage:
             with os.fdopen(fd, "wb") as raw:
                 out = _Hashing(raw, rel=rel, max_size=max_size)
                 fill(out)
+                # Python's buffer not flushed yet: the file holds only what left it.
+                failpoints.hit("storage.artifact.mid-write")
                 raw.flush()
                 os.fsync(raw.fileno())
             os.chmod(temp, FILE_MODE)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sluice_api.meta import ObjectId
+from sluice_runtime import failpoints
 from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound
 from sluice_runtime.kube.health import compute_status, wait_for_health
@@ -26,6 +27,15 @@ from sluice_runtime.ssa.checking import Checked, Checker, Plan
 from sluice_runtime.ssa.errors import ApplyFailed, gather
 from sluice_runtime.ssa.managed_fields import take_over_patch
 from sluice_runtime.ssa.remembering import Remembered
+
+
+def _writes(check: Checked) -> bool:
+    """Whether `_apply_checked` will send this object (as it decides, but for a take-over)."""
+    if check.skip:
+        return False
+    if check.existing is None or check.dry_run is None or check.recreate:
+        return True
+    return normalizing.has_drifted(check.existing, check.dry_run)
 
 
 class Applier(Checker):
@@ -49,6 +59,11 @@ class Applier(Checker):
         checked: dict[ObjectId, Checked] = {}
         if dry_run_first:
             checked, _ = await self._check_all(objects, force=force)
+            # Only a dry-run that found work: idle reconciles after a restart hit nothing.
+            if failpoints.armed("ssa.apply.after-dry-run") and any(
+                map(_writes, checked.values())
+            ):
+                failpoints.hit("ssa.apply.after-dry-run")
         stages: list[list[Mapping[str, Any]]] = [[], [], []]
         for obj in objects:
             stages[normalizing.stage_of(obj)].append(obj)
@@ -252,6 +267,7 @@ class Applier(Checker):
             )
         except (ApiError, ApiUnavailable) as error:
             raise ApplyFailed.of(subject, None, error) from None
+        failpoints.hit("ssa.apply.mid-apply")
         if existing is None:
             reason = "recreated: immutable field changed" if check.recreate else ""
             return entry(Action.CREATED, reason, live=applied)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from sluice_api.meta import ObjectId
+from sluice_runtime import failpoints
 from sluice_runtime.kube.discovery import UnknownKind
 from sluice_runtime.kube.errors import ApiError, ApiUnavailable, Conflict, NotFound
 from sluice_runtime.kube.resources import ObjectRef
@@ -39,7 +40,12 @@ class Deleter(Checker):
 
         async def one(oid: ObjectId) -> ChangeSetEntry | None:
             ref = await self._ref_of(oid)
-            return None if ref is None else await self._delete_one(ref, owners, skip_annotations)
+            if ref is None:
+                return None
+            entry = await self._delete_one(ref, owners, skip_annotations)
+            if entry.action is Action.DELETED:
+                failpoints.hit("ssa.prune.mid-prune")
+            return entry
 
         changeset = ChangeSet()
         failures: list[ApplyFailed] = []

@@ -23,7 +23,7 @@ from sluice_api.kustomize import (
     ResourceInventory,
 )
 from sluice_api.meta import Artifact, ObjectId
-from sluice_runtime import building
+from sluice_runtime import building, failpoints
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.expressions import HealthRules
 from sluice_runtime.kube.health import Health
@@ -166,9 +166,13 @@ class KustomizationContext(ReconcileContext[Kustomization]):
         """Record the revision as applied (and healthy, where that is waited for)."""
         assert self.artifact is not None
         status = self.obj.status
+        moved = status.last_applied_revision != self.artifact.revision
         status.last_applied_revision = self.artifact.revision
         status.last_applied_origin_revision = self.origin_revision
         self.ready_message = f"Applied revision: {self.artifact.revision}"
+        if moved:
+            # Nothing but the runner's status patch is left to do for this revision.
+            failpoints.hit("kustomize.status.before-patch")
 
     def failed(
         self,

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sluice_api.meta import Artifact, Resource, format_time, parse_duration
 from sluice_api.source import SourceCondition, SourceReason
-from sluice_runtime import gatekeeping, lanes
+from sluice_runtime import failpoints, gatekeeping, lanes
 from sluice_runtime.artifacts.fetching import DEFAULT_MAX_MEMBERS
 from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
 from sluice_runtime.artifacts.storage import ArtifactFile, ArtifactTooLarge, Storage
@@ -258,6 +258,7 @@ async def record_artifact(
     if previous is None or previous.revision != revision:
         ctx.events.normal("NewArtifact", new_artifact_message, metadata=ctx.event_metadata)
         ctx.success_announced = True
+        failpoints.hit("source.status.before-patch")
 
 
 def mark_stored(ctx: SourceContext[Any], revision: str) -> None:

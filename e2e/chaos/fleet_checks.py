@@ -13,7 +13,7 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,16 +32,18 @@ def apps(default: int) -> int:
     return int(os.environ.get("SLUICE_CHAOS_APPS", default))
 
 
-def manifests(phase: str, *, ingress: bool = True, broken: bool = False) -> dict[str, str]:
+def manifests(
+    phase: str, *, ingress: bool = True, broken: bool = False, without: Collection[str] = ()
+) -> dict[str, str]:
     """The app of MTTP, every object annotated with `phase`.
 
     `broken` adds a Deployment the API server refuses (negative replicas), so
     the whole revision fails its server-side dry-run; `ingress=False` drops
-    the Ingress, so only a complete inventory lets prune find it.
+    the Ingress, so only a complete inventory lets prune find it; `without`
+    drops the objects of those kinds too.
     """
-    docs = [d for d in yaml.safe_load_all(APP) if d]
-    if not ingress:
-        docs = [d for d in docs if d["kind"] != "Ingress"]
+    dropped = {*without, *(() if ingress else ("Ingress",))}
+    docs = [d for d in yaml.safe_load_all(APP) if d and d["kind"] not in dropped]
     if broken:
         bad = yaml.safe_load(yaml.safe_dump(docs[0]))
         bad["metadata"]["name"] = "broken-${INDEX}"
@@ -57,10 +59,12 @@ def revision_of(origin: Origin, published: str) -> str:
     return published if origin.kind == "OCIRepository" else f"sha1:{published}"
 
 
-async def poke_all(client: KubeClient, origin: Origin, ns: str, count: int, token: str) -> None:
+async def poke_all(
+    client: KubeClient, origin: Origin, ns: str, count: int, token: str, *, first: int = 0
+) -> None:
     """Ask every source to fetch now, as a webhook receiver would."""
     patch = {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": token}}}
-    for i in range(count):
+    for i in range(first, first + count):
         await client.merge_patch(origin.rt, f"podinfo-{i}", patch, namespace=ns)
 
 
@@ -179,10 +183,17 @@ async def check_inventories(
 
 
 async def check_artifacts(
-    client: KubeClient, origin: Origin, ns: str, count: int, storage: Path, violations: Violations
+    client: KubeClient,
+    origin: Origin,
+    ns: str,
+    count: int,
+    storage: Path,
+    violations: Violations,
+    *,
+    first: int = 0,
 ) -> None:
     """Every source's artifact file exists and hashes to its recorded digest."""
-    for i in range(count):
+    for i in range(first, first + count):
         source = await client.get(origin.rt, f"podinfo-{i}", ns)
         artifact = (source.get("status") or {}).get("artifact") or {}
         path = storage / artifact.get("path", "missing")

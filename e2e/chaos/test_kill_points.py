@@ -179,6 +179,7 @@ async def test_a_kill_at_a_named_point_converges(
                     assert code == 404, (temp, code)
             await until("r2 delivered", lambda: delivered("r2"))
             converged = time.monotonic() - restarted
+            reconciles = await asyncio.to_thread(target.reconciles)
         await check_inventories(kube, ns, 2 * half, expect=KINDS - dropped, violations=violations)
         for origin, first in fleet:
             await check_artifacts(kube, origin, ns, half, storage, violations, first=first)
@@ -189,6 +190,7 @@ async def test_a_kill_at_a_named_point_converges(
     report(
         f"CHAOS kill-point {point}: apps={2 * half} r1={first_delivery:.1f}s "
         f"death={to_death:.1f}s after r2 converged={converged:.1f}s after the restart "
+        f"reconciles_after_restart={reconciles:.0f} "
         f"dropped_left_at_death={len(left)} temp_files={len(temps)} "
         f"lost={len(violations.lost)} half_applied={len(violations.half_applied)} "
         f"artifacts={len(violations.artifacts)} load={load}"

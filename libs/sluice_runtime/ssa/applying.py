@@ -60,9 +60,7 @@ class Applier(Checker):
         if dry_run_first:
             checked, _ = await self._check_all(objects, force=force)
             # Only a dry-run that found work: idle reconciles after a restart hit nothing.
-            if failpoints.armed("ssa.apply.after-dry-run") and any(
-                map(_writes, checked.values())
-            ):
+            if failpoints.armed("ssa.apply.after-dry-run") and any(map(_writes, checked.values())):
                 failpoints.hit("ssa.apply.after-dry-run")
         stages: list[list[Mapping[str, Any]]] = [[], [], []]
         for obj in objects:

@@ -42,14 +42,20 @@ def test_parse(text: str, expected: dict[str, int]) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        pytest.param("ssa.apply.after-dryrun=kill", "unknown failpoint 'ssa.apply.after-dryrun'", id="typo"),
+        pytest.param(
+            "ssa.apply.after-dryrun=kill", "unknown failpoint 'ssa.apply.after-dryrun'", id="typo"
+        ),
         pytest.param("ssa.apply.mid-apply", "is not name=action", id="no-action"),
         pytest.param("=kill", "is not name=action", id="no-name"),
         pytest.param("ssa.apply.mid-apply=", "is not name=action", id="empty-action"),
         pytest.param("ssa.apply.mid-apply=panic", "unknown action 'panic'", id="other-action"),
         pytest.param("ssa.apply.mid-apply=kill@0", "needs a whole N >= 1, not '0'", id="kill-at-0"),
-        pytest.param("ssa.apply.mid-apply=kill@", "needs a whole N >= 1, not ''", id="kill-at-nothing"),
-        pytest.param("ssa.apply.mid-apply=kill@x", "needs a whole N >= 1, not 'x'", id="kill-at-word"),
+        pytest.param(
+            "ssa.apply.mid-apply=kill@", "needs a whole N >= 1, not ''", id="kill-at-nothing"
+        ),
+        pytest.param(
+            "ssa.apply.mid-apply=kill@x", "needs a whole N >= 1, not 'x'", id="kill-at-word"
+        ),
         pytest.param(
             "ssa.apply.mid-apply=kill;ssa.apply.mid-apply=kill@2", "armed twice", id="twice"
         ),
@@ -85,14 +91,7 @@ def test_the_nth_hit_sigkills_the_process_after_naming_the_point() -> None:
         "    failpoints.hit('ssa.prune.mid-prune')\n"
         "print('survived', flush=True)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env={failpoints.ENV: "ssa.prune.mid-prune=kill@2", "PATH": ""},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _python(code, "ssa.prune.mid-prune=kill@2")
     assert done.returncode == -signal.SIGKILL
     assert done.stdout.split("\n") == ["hit 1", "hit 2", ""]
     assert done.stderr == "sluice failpoint ssa.prune.mid-prune: kill (hit 2)\n"
@@ -103,14 +102,7 @@ def test_a_controller_with_an_unknown_point_stops_at_start_naming_it() -> None:
         "from sluice_runtime.app import main\n"
         "main(service='probe', description='', kinds=[], setup=None, argv=[])\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env={failpoints.ENV: "ssa.apply.mid-aply=kill", "PATH": ""},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _python(code, "ssa.apply.mid-aply=kill")
     assert done.returncode == 1
     assert "probe: SLUICE_FAILPOINTS: unknown failpoint 'ssa.apply.mid-aply'" in done.stderr
 
@@ -124,3 +116,15 @@ def test_every_point_is_hit_in_the_code_and_every_hit_is_a_point() -> None:
         text = path.read_text()
         named |= set(re.findall(r"failpoints\.(?:hit|armed)\(\"([^\"]+)\"\)", text))
     assert named == set(failpoints.POINTS)
+
+
+def _python(code: str, armed: str) -> subprocess.CompletedProcess[str]:
+    """`code` run by a fresh interpreter with SLUICE_FAILPOINTS set to `armed`."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={failpoints.ENV: armed, "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

@@ -165,6 +165,10 @@ async def test_a_kill_at_a_named_point_converges(
             assert f"sluice failpoint {point}: kill (hit 1)" in said, said[-3000:]
             left = [key for key in await app_objects(kube, ns) if key[0] in dropped]
             temps = [p for p in storage.rglob("*.tmp") if p.name.startswith(".")]
+            # What the statuses name at the death is on disk and whole, whatever the
+            # killed write or patch was doing.
+            for origin, first in fleet:
+                await check_artifacts(kube, origin, ns, half, storage, violations, first=first)
 
             del target.env[failpoints.ENV]
             target.restart()

@@ -96,6 +96,28 @@ async def test_a_new_commit_becomes_a_new_artifact_and_the_old_one_is_collected(
     assert not old_path.exists()
 
 
+async def test_a_crashed_write_s_temporary_file_is_collected_with_no_new_revision(
+    source_controller: SourceController, git_http: GitHttpServer
+) -> None:
+    """A write killed before its rename leaves `.<name>.<hex>.tmp` (the chaos suite's
+    `storage.artifact.mid-write` kill); a source whose revision never moves again
+    must still lose it, as Flux collects in every reconcile's storage step."""
+    sc = source_controller
+    seeded(git_http, f"crashed-{sc.namespace}")
+    await create(
+        sc, gitrepo("crashed", git_http.url(f"crashed-{sc.namespace}"), ref={"branch": "main"})
+    )
+    first = await sc.wait_ready(GITREPO, "crashed")
+    stored = sc.storage / first["status"]["artifact"]["path"]
+    leftover = stored.parent / f".{stored.name}.0123456789abcdef.tmp"
+    leftover.write_bytes(stored.read_bytes()[:100])  # older than the tests' 0 s TTL
+
+    again = await sc.poke(GITREPO, "crashed", "after-the-crash")
+    assert again["status"]["artifact"] == first["status"]["artifact"]
+    assert not leftover.exists()
+    assert stored.exists()
+
+
 @pytest.mark.parametrize(
     ("ref", "expect"),
     [

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from e2e.chaos.fleet_checks import (
+    PHASE,
     Violations,
     app_objects,
     applied,
@@ -163,7 +164,13 @@ async def test_a_kill_at_a_named_point_converges(
             assert target.proc.returncode == -signal.SIGKILL, target.proc.returncode
             said = target.log.read_bytes()[mark:].decode(errors="replace")
             assert f"sluice failpoint {point}: kill (hit 1)" in said, said[-3000:]
-            left = [key for key in await app_objects(kube, ns) if key[0] in dropped]
+            at_death = await app_objects(kube, ns)
+            left = [key for key in at_death if key[0] in dropped]
+            written_r2 = sum(1 for obj in at_death.values() if _phase(obj) == "r2")
+            if point == "ssa.apply.mid-apply":
+                assert written_r2 >= 1, "the kill came after an apply: something carries r2"
+            if point == "ssa.prune.mid-prune":
+                assert len(left) < len(dropped) * 2 * half, "the kill came after a delete"
             temps = [p for p in storage.rglob("*.tmp") if p.name.startswith(".")]
             # What the statuses name at the death is on disk and whole, whatever the
             # killed write or patch was doing.
@@ -195,6 +202,7 @@ async def test_a_kill_at_a_named_point_converges(
         f"CHAOS kill-point {point}: apps={2 * half} r1={first_delivery:.1f}s "
         f"death={to_death:.1f}s after r2 converged={converged:.1f}s after the restart "
         f"reconciles_after_restart={reconciles:.0f} "
+        f"objects_at_r2_at_death={written_r2} "
         f"dropped_left_at_death={len(left)} temp_files={len(temps)} "
         f"lost={len(violations.lost)} half_applied={len(violations.half_applied)} "
         f"artifacts={len(violations.artifacts)} load={load}"
@@ -204,6 +212,10 @@ async def test_a_kill_at_a_named_point_converges(
     )
     for controller in controllers.values():
         assert controller.tracebacks() == [], (controller.name, controller.log.read_text()[-3000:])
+
+
+def _phase(obj: JSON) -> str:
+    return str((obj["metadata"].get("annotations") or {}).get(PHASE, ""))
 
 
 def _stop_for_restart(controller: Controller) -> None:

@@ -171,6 +171,18 @@ async def test_a_kill_at_a_named_point_converges(
                 assert written_r2 >= 1, "the kill came after an apply: something carries r2"
             if point == "ssa.prune.mid-prune":
                 assert len(left) < len(dropped) * 2 * half, "the kill came after a delete"
+            # Every path to a status naming r2 passes the point first (each r2 changes,
+            # drops and stores something), so its first hit comes before any such status.
+            for origin, _ in fleet:
+                r2 = phases[origin.kind]["r2"]
+                for ks in (await kube.list(KUSTOMIZATION, namespace=ns)).items:
+                    if ks["spec"]["sourceRef"]["kind"] == origin.kind:
+                        shown = (ks.get("status") or {}).get("lastAppliedRevision", "")
+                        assert not str(shown).endswith(r2), ks["metadata"]["name"]
+                sources = (await kube.list(origin.rt, namespace=ns)).items
+                for source in sources if victim == "source" else []:
+                    shown = ((source.get("status") or {}).get("artifact") or {}).get("revision")
+                    assert not str(shown).endswith(r2), source["metadata"]["name"]
             temps = [p for p in storage.rglob("*.tmp") if p.name.startswith(".")]
             # What the statuses name at the death is on disk and whole, whatever the
             # killed write or patch was doing.

@@ -231,12 +231,15 @@ class Watching:
     async def _run(self) -> None:
         version = ""
         while True:
-            if not version:
-                listed = await self.client.list(self.rt, namespace=self.namespace)
-                self.objects = {o["metadata"]["name"]: o for o in listed.items}
-                version = listed.resource_version
-                self._listed.set()
             try:
+                # The list too: a relist after Gone that met an API too busy to
+                # answer ended this task, the waits after it timed out, and the
+                # ApiUnavailable surfaced at exit as a traceback.
+                if not version:
+                    listed = await self.client.list(self.rt, namespace=self.namespace)
+                    self.objects = {o["metadata"]["name"]: o for o in listed.items}
+                    version = listed.resource_version
+                    self._listed.set()
                 async for event in self.client.watch(
                     self.rt, namespace=self.namespace, resource_version=version
                 ):

@@ -1,14 +1,17 @@
-"""What every benchmark shares: the machine record, medians, the table, the JSON."""
+"""What every benchmark shares: the machine record, medians, the table, the JSON, and
+work run beside a series."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -71,3 +74,31 @@ def write(path: str | None, name: str, results: dict[str, Any]) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(document, indent=2) + "\n")
         print(f"\nwrote {path}")
+
+
+def in_background(
+    stack: contextlib.AsyncExitStack, work: Coroutine[Any, Any, None], *, name: str
+) -> asyncio.Task[None]:
+    """Run `work` beside a series until `stack` closes, and end it then: before what was
+    entered earlier (the API client, the control plane) goes.
+
+    A task merely created outlived the reaction bench's webhook series when its load
+    was not all Ready yet; its next API call, once the control plane had stopped,
+    raised ApiUnavailable, and asyncio printed that traceback at exit ("Task exception
+    was never retrieved"). A failure of `work` before the end is reported, not raised:
+    the series' figures stand without it.
+    """
+    task = asyncio.get_running_loop().create_task(work, name=name)
+
+    async def end() -> None:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # it was this coroutine that was cancelled, not the task
+        except Exception as error:
+            print(f"{name} failed: {error!r}", flush=True)
+
+    stack.push_async_callback(end)
+    return task

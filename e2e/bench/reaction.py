@@ -44,7 +44,7 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ from e2e.bench.cluster import (
     now_rfc3339,
     ready,
 )
-from e2e.bench.common import median, percentile, table, write
+from e2e.bench.common import in_background, median, percentile, table, write
 from e2e.fleet import APP, all_ready, create_apps, oci_origin, prepare_namespace
 from sluice_cli.crds_command import all_crds
 from sluice_cli.dev import events_token_file
@@ -142,7 +142,7 @@ async def _webhook_series(
     kss: Watching,
     receiver_port: int,
     args: argparse.Namespace,
-    load: Callable[[asyncio.Event], Awaitable[None]] | None = None,
+    start_load: Callable[[asyncio.Event], object] | None = None,
 ) -> list[dict[str, Any]]:
     repo = git.create_repo("app")
     revision = _commit(repo, "app", 0)
@@ -156,10 +156,10 @@ async def _webhook_series(
     trials = []
     last_post = 0.0
     load_done = asyncio.Event()
-    if load is None:
+    if start_load is None:
         load_done.set()
     else:
-        asyncio.get_running_loop().create_task(load(load_done), name="load")
+        start_load(load_done)
     async with aiohttp.ClientSession() as session:
         for trial in range(1, args.trials + 1):
             revision = _commit(repo, "app", trial)
@@ -332,7 +332,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 Watching(client, GATE, NS).running() as gates,
             ):
                 print(f"webhook series: {args.trials} trials", flush=True)
-                load = None
+                start_load: Callable[[asyncio.Event], None] | None = None
                 if args.load_apps:
                     registry = OciRegistry(workdir=workdir / "registry")
                     registry.start()
@@ -351,8 +351,16 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         load_seconds.append(time.monotonic() - started)
                         done.set()
 
+                    def begin_load(done: asyncio.Event) -> None:
+                        # Ended with the stack, while the API still answers.
+                        in_background(stack, load(done), name="load")
+
+                    start_load = begin_load
+
                 served = [await timelines.served(client)]
-                webhook = await _webhook_series(client, git, repos, kss, receiver_port, args, load)
+                webhook = await _webhook_series(
+                    client, git, repos, kss, receiver_port, args, start_load
+                )
                 served.append(await timelines.served(client))
                 print(f"gate series: {args.trials} trials", flush=True)
                 try:

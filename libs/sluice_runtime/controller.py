@@ -208,12 +208,17 @@ class Controller(Generic[C]):
         if change.kind == "deleted":
             self.queue.cancel_delayed(change.key)
             self.queue.forget(change.key)
+            self._forget_metrics(change.key)
             return
         if primary_change_matters(change, self.reconciler.trigger_annotations):
             asked = requested(change, self.reconciler.trigger_annotations)
             if asked:
                 reacting.queued(self.rt.kind, change.key, "requestedAt")
             self.queue.add(change.key, lane=Lane.REQUESTED if asked else Lane.NORMAL)
+
+    def _forget_metrics(self, key: str) -> None:
+        namespace, _, name = key.rpartition("/")
+        self.metrics.forget(name=name, namespace=namespace)
 
     async def start(self) -> None:
         self.queue.start()
@@ -268,6 +273,11 @@ class Controller(Generic[C]):
                 log.exception("reconcile crashed", key=key)
                 outcome = Outcome("error", backoff=True)
             reacting.finish(timeline, outcome.result)
+            if self.informer.store.get(key) is None:
+                # Gone while it was reconciled (its finalizer removed, or deleted
+                # meanwhile): the runner's measurement came after the delete event
+                # forgot the series, and would stay forever.
+                self._forget_metrics(key)
             if self._observer is not None:
                 self._observer.reconciled(key, outcome, time.perf_counter() - started)
             # The outcome decides when the key is next due; what an earlier

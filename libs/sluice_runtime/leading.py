@@ -99,9 +99,13 @@ class LeaderElector:
             started = self.clock()
             outcome = "refused (held by another replica, a conflicting write or an API error)"
             try:
-                renewed = await asyncio.wait_for(
-                    self._try_acquire_or_renew(), timeout=self.renew_deadline
-                )
+                # Not asyncio.wait_for: on Python 3.11 it returns the renewal's answer
+                # when release() cancels this task in the loop turn that answer
+                # arrives, and the loop then renewed on while release() waited for
+                # it forever (a release that hung, an ElectionThread stop that timed
+                # out, both under load). asyncio.timeout lets the cancellation through.
+                async with asyncio.timeout(self.renew_deadline):
+                    renewed = await self._try_acquire_or_renew()
             except TimeoutError:
                 renewed, outcome = False, "no answer within the renew deadline"
             if renewed:

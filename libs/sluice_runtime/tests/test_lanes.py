@@ -34,8 +34,11 @@ async def test_a_requested_reconcile_gets_threads_while_bulk_work_holds_the_defa
     loop = asyncio.get_running_loop()
     async with running_controller(kube, namespace, extra_steps=[step], concurrency=1) as harness:
         await kube.create(GITREPO, gitrepo("asked", namespace))
+        # At least one: a first reconcile retried after a transient API error (a
+        # status write refused under load) moves the count past 1 in 0.75 s, and
+        # a wait for exactly 1 that missed that moment waited out its 20 s.
         await eventually(
-            lambda: harness.journal.count(f"{namespace}/asked") == 1, message="first reconcile"
+            lambda: harness.journal.count(f"{namespace}/asked") >= 1, message="first reconcile"
         )
         # More blocked calls than the default executor has threads (at most 32).
         held = [loop.run_in_executor(None, release.wait) for _ in range(40)]

@@ -66,3 +66,42 @@ async def test_a_leader_that_cannot_renew_steps_down(kube: KubeClient, namespace
     await eventually(lost.is_set, timeout=10, message="leadership lost")
     intruder.cancel()
     assert not leader.is_leader
+
+
+class CancelledAsItRenews(LeaderElector):
+    """`release()` cancels the renewer in the very loop turn a renewal's answer arrives:
+    the race behind a release that hung (and a leader-election stop() that timed out)
+    under load, where on Python 3.11 `asyncio.wait_for` swallowed the cancellation."""
+
+    renewals = 0
+
+    async def _try_acquire_or_renew(self) -> bool:
+        renewed = await super()._try_acquire_or_renew()
+        if self.is_leader:
+            self.renewals += 1
+            if self.renewals == 1 and self._renewer is not None:
+                self._renewer.cancel()
+        return renewed
+
+
+async def test_a_release_landing_as_a_renewal_answers_stops_the_renewing(
+    kube: KubeClient, namespace: str
+) -> None:
+    leader = CancelledAsItRenews(
+        kube,
+        name="test-leader-election",
+        namespace=namespace,
+        identity="leader",
+        lease_duration=2.0,
+        renew_deadline=1.5,
+        retry_period=0.05,
+    )
+    await asyncio.wait_for(leader.acquire(), 5)
+    leader.keep(lambda: None)
+    renewer = leader._renewer
+    assert renewer is not None
+    await eventually(
+        lambda: renewer.done() or leader.renewals > 1, message="cancelled or renewed again"
+    )
+    assert renewer.cancelled(), f"still renewing after its cancellation: {leader.renewals}"
+    await asyncio.wait_for(leader.release(), 5)

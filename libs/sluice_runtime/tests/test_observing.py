@@ -103,3 +103,48 @@ async def test_the_asyncio_tasks_alive_are_a_metric() -> None:
             sleeper.cancel()
         await asyncio.gather(*sleepers, return_exceptions=True)
     assert asyncio_tasks() <= before
+
+
+async def test_a_deleted_objects_series_leaves_metrics(kube: KubeClient, namespace: str) -> None:
+    """As Flux's DeleteDuration: with churn, series of objects long gone would pile up."""
+
+    def series(name: str) -> bool:
+        return (
+            f'gotk_reconcile_duration_seconds_count{{kind="GitRepository",name="{name}",'
+            f'namespace="{namespace}"'
+        ) in exposition().decode()
+
+    async with running_controller(kube, namespace) as harness:
+        for name in ("doomed", "kept"):
+            await kube.create(GITREPO, gitrepo(name, namespace))
+        await eventually(lambda: series("doomed") and series("kept"), message="both measured")
+        await kube.delete(GITREPO, "doomed", namespace=namespace)
+        await eventually(lambda: f"{namespace}/doomed" in harness.journal.finalized)
+        await eventually(lambda: not series("doomed"), message="the deleted object's series gone")
+        assert series("kept")
+
+
+async def test_an_object_gone_during_its_reconcile_leaves_no_series(
+    kube: KubeClient, namespace: str
+) -> None:
+    """The delete event came first and the runner measured after it: the worker forgets."""
+    gone = asyncio.Event()
+
+    async def vanish(ctx: RecordingContext) -> Result | None:
+        if ctx.obj.metadata.name == "vanishing":
+            await kube.merge_patch(
+                GITREPO, "vanishing", {"metadata": {"finalizers": None}}, namespace=namespace
+            )
+            await kube.delete(GITREPO, "vanishing", namespace=namespace)
+            await gone.wait()  # the informer has dropped it and told the controller
+        return None
+
+    step = Step(fn=vanish, name="vanish", conditions=())
+    async with running_controller(kube, namespace, extra_steps=[step]) as harness:
+        harness.informers.get(GITREPO, selected=True).add_handler(
+            lambda change: gone.set() if change.kind == "deleted" else None
+        )
+        await kube.create(GITREPO, gitrepo("vanishing", namespace))
+        await eventually(gone.is_set, message="deleted mid-reconcile")
+        await eventually(lambda: not harness.controller.queue.processing, message="reconcile over")
+    assert 'name="vanishing"' not in exposition().decode()

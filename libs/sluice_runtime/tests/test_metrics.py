@@ -1,0 +1,70 @@
+"""The process's /metrics text: one series per object, however many, and none for the gone."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sluice_runtime.observing import metrics
+
+
+def counts(kind: str) -> dict[tuple[str, str], float]:
+    """Reconciles counted by each `gotk_reconcile_duration_seconds` series of `kind`,
+    by (namespace, name)."""
+    text = metrics.exposition().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    family = families.get("gotk_reconcile_duration_seconds")
+    return {
+        (s.labels["namespace"], s.labels["name"]): s.value
+        for s in (family.samples if family else [])
+        if s.name.endswith("_count") and s.labels.get("kind") == kind
+    }
+
+
+def object_series(kind: str) -> set[tuple[str, str]]:
+    return set(counts(kind))
+
+
+def test_every_object_of_a_fleet_past_the_sdks_default_limit_keeps_its_series() -> None:
+    kind = "FleetProbe"
+    recorder = metrics.ControllerMetrics.create(service="test-controller", kind=kind)
+    objects = {("apps", f"app-{i}") for i in range(2_500)}  # the SDK's default folds at 2,000
+    try:
+        for namespace, name in objects:
+            recorder.reconciled(name=name, namespace=namespace, seconds=0.2, result="success")
+        assert object_series(kind) == objects
+        assert b"otel_metric_overflow" not in metrics.exposition()
+    finally:
+        for namespace, name in objects:
+            recorder.forget(name=name, namespace=namespace)
+    assert object_series(kind) == set()
+
+
+@pytest.mark.parametrize(
+    ("recorded", "forgotten", "left"),
+    [
+        pytest.param(["a", "b"], ["a"], {"b"}, id="only the deleted object's series goes"),
+        pytest.param(["a"], ["a", "a"], set(), id="forgetting twice is harmless"),
+        pytest.param(["a"], ["never-seen"], {"a"}, id="an object never measured"),
+        pytest.param(["a"], [], {"a"}, id="nothing deleted"),
+    ],
+)
+def test_a_forgotten_objects_series_is_gone_from_the_text(
+    recorded: list[str], forgotten: list[str], left: set[str]
+) -> None:
+    kind = "ForgetProbe"
+    recorder = metrics.ControllerMetrics.create(service="test-controller", kind=kind)
+    try:
+        for name in recorded:
+            recorder.reconciled(name=name, namespace="ns", seconds=0.1, result="success")
+        for name in forgotten:
+            recorder.forget(name=name, namespace="ns")
+        assert object_series(kind) == {("ns", name) for name in left}
+        # A series recreated after its object is recreated starts from zero, as in Flux.
+        for name in set(forgotten):
+            recorder.reconciled(name=name, namespace="ns", seconds=0.1, result="success")
+        counted = counts(kind)
+        assert all(counted[("ns", name)] == 1 for name in set(forgotten) - set(left))
+    finally:
+        for name in {*recorded, *forgotten}:
+            recorder.forget(name=name, namespace="ns")

@@ -203,3 +203,57 @@ def test_a_requested_task_is_not_queued_behind_bulk_callbacks(
     requested_first: bool, bulk_between: int
 ) -> None:
     assert _noise_and_hops(requested_first) == bulk_between
+
+
+@pytest.mark.parametrize(
+    ("requested_first", "expected"),
+    [
+        pytest.param(True, 0, id="requested first"),
+        pytest.param(False, 20 * 50, id="fifo"),
+    ],
+)  # fmt: skip
+async def test_a_requested_reconcile_resumes_ahead_of_a_busy_loop(
+    kube: KubeClient, namespace: str, requested_first: bool, expected: int
+) -> None:
+    """As a webhook's push while bulk work keeps the loop's ready queue full: the requested
+    reconcile's steps resume ahead of every bulk callback that was ready before them (its
+    requests, on connections of their own, are answered on the same terms)."""
+    loop = asyncio.get_running_loop()
+    ran = [0]
+    stop = asyncio.Event()
+    passed: list[int] = []
+
+    async def bulk() -> None:
+        while not stop.is_set():
+            ran[0] += 1
+            await asyncio.sleep(0)
+
+    async def hops(ctx: RecordingContext) -> Result | None:
+        if REQUESTED_AT in (ctx.obj.metadata.annotations or {}):
+            await ctx.client.get(GITREPO, ctx.obj.metadata.name, ctx.obj.metadata.namespace)
+            before = ran[0]
+            for _ in range(20):
+                await asyncio.sleep(0)
+            passed.append(ran[0] - before)
+        return None
+
+    step = Step(fn=hops, name="hops", conditions=())
+    lanes.prioritize(loop, requested_first=requested_first)
+    try:
+        async with running_controller(kube, namespace, extra_steps=[step]) as harness:
+            await kube.create(GITREPO, gitrepo("asked", namespace))
+            key = f"{namespace}/asked"
+            await eventually(lambda: harness.journal.count(key) == 1, message="first reconcile")
+            noise = [loop.create_task(bulk(), context=contextvars.Context()) for _ in range(50)]
+            await kube.merge_patch(
+                GITREPO, "asked", {"metadata": {"annotations": {REQUESTED_AT: "now"}}},
+                namespace=namespace,
+            )  # fmt: skip
+            await eventually(lambda: bool(passed), message="requested reconcile")
+            stop.set()
+            await asyncio.gather(*noise)
+            await eventually(lambda: harness.journal.count(key) == 2, message="its status")
+    finally:
+        stop.set()
+        lanes.prioritize(loop, requested_first=False)  # as asyncio's own, for the tests after
+    assert passed == [expected]

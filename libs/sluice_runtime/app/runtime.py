@@ -125,7 +125,7 @@ async def running(
     """
     async with contextlib.AsyncExitStack() as stack:
         # Requested reconciles' callbacks go ahead of bulk ones in the loop too.
-        ready = lanes.prioritize(
+        ready_lanes = lanes.prioritize(
             asyncio.get_running_loop(), requested_first=not getattr(options, "fifo_loop", False)
         )
         client = await KubeClient.connect(
@@ -136,7 +136,7 @@ async def running(
         observe_asyncio_tasks(service, asyncio.get_running_loop())
         client.observe(RequestMetrics(service))
         if getattr(options, "trace_requests", ""):
-            reacting.enable(options.trace_requests, ready)
+            reacting.enable(options.trace_requests, ready_lanes)
             stack.callback(reacting.disable)
             client.observe(reacting.RequestTimes())
         await require_kinds(client, kinds)

@@ -171,6 +171,11 @@ class KubeClient(WriteVerbs):
         return self._shared.limiter.qps > 0
 
     @property
+    def lane_pools(self) -> int:
+        """Connection pools in use: 1, and 2 once a requested reconcile has sent a request."""
+        return 1 if self._shared.requested_api is None else 2
+
+    @property
     def host(self) -> str:
         return str(self._shared.api.configuration.host)
 

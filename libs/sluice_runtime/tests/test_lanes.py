@@ -6,10 +6,13 @@ import asyncio
 import contextvars
 import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
+from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import lanes
+from sluice_runtime.kube import kubeconfigs
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.reconciling.steps import Result, Step
 
@@ -257,3 +260,21 @@ async def test_a_requested_reconcile_resumes_ahead_of_a_busy_loop(
         stop.set()
         lanes.prioritize(loop, requested_first=False)  # as asyncio's own, for the tests after
     assert passed == [expected]
+
+
+async def test_requested_work_reaches_the_server_on_connections_of_its_own(
+    cluster: Cluster, namespace: str
+) -> None:
+    """With a tenant's client certificate too: the certificate was read from files deleted
+    once the first pool's TLS context had loaded it, and the requested lane's pool has it."""
+    credentials = kubeconfigs.parse(Path(cluster.kubeconfig).read_text())
+    assert credentials.cert_data is not None
+    client = await KubeClient.from_credentials(credentials)
+    try:
+        bulk = await client.request("GET", f"/api/v1/namespaces/{namespace}")
+        with lanes.serving(True):
+            asked = await client.request("GET", f"/api/v1/namespaces/{namespace}")
+        assert asked["metadata"]["uid"] == bulk["metadata"]["uid"]
+        assert client.lane_pools == 2
+    finally:
+        await client.close()

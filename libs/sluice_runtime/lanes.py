@@ -141,8 +141,8 @@ class ReadyLanes:
             self.append(handle)
 
     def append(self, handle: asyncio.Handle) -> None:
-        context: contextvars.Context | None = getattr(handle, "_context", None)
-        if context is None or not context.get(_REQUESTED, False):
+        # Every asyncio Handle has a context (its creator's, copied, when none is given).
+        if not handle._context.get(_REQUESTED, False):  # type: ignore[attr-defined]
             self._bulk.append(handle)
             return
         if self.observer is not None:

@@ -129,7 +129,7 @@ async def test_a_requested_key_is_served_as_requested_by_whichever_worker_takes_
 class _Handle:
     """What ReadyLanes reads of an asyncio.Handle: its context."""
 
-    def __init__(self, name: str, context: contextvars.Context | None) -> None:
+    def __init__(self, name: str, context: contextvars.Context) -> None:
         self.name, self._context = name, context
 
 
@@ -146,12 +146,11 @@ def _context(requested: bool) -> contextvars.Context:
         pytest.param("b1 b2 R1", True, "R1 b1 b2", id="a requested callback goes first"),
         pytest.param("b1 R1 b2 R2 b3", True, "R1 R2 b1 b2 b3", id="each lane keeps its order"),
         pytest.param("b1 R1 b2", False, "b1 R1 b2", id="fifo: as asyncio's own queue"),
-        pytest.param("n1 R1", True, "R1 n1", id="a handle without a context is bulk"),
         pytest.param("", True, "", id="empty"),
     ],
 )  # fmt: skip
 def test_ready_lanes_order(queued: str, requested_first: bool, order: str) -> None:
-    contexts = {"b": _context(False), "R": _context(True), "n": None}
+    contexts = {"b": _context(False), "R": _context(True)}
     ready = lanes.ReadyLanes(requested_first=requested_first)
     for name in queued.split():
         ready.append(_Handle(name, contexts[name[0]]))  # type: ignore[arg-type]

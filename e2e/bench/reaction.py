@@ -291,14 +291,15 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         token = ["--events-token-file", str(events_token_file(workdir))]
         events = ["--events-addr", f"http://127.0.0.1:{events_port}", *token]
         if args.fifo_loop:
-            events.append("--fifo-loop")  # the source- and kustomize-controller's loops
+            events.append("--fifo-loop")  # the source-, kustomize- and gating-controller's
         controllers = [
             Controller(
                 "notification-controller",
                 "notification_controller",
                 ["--kubeconfig", kubeconfig, "--receiver-addr", f"127.0.0.1:{receiver_port}",
                  "--events-addr", f"127.0.0.1:{events_port}", *token,
-                 "--receiver-debounce", f"{args.receiver_debounce}s"],
+                 "--receiver-debounce", f"{args.receiver_debounce}s",
+                 *(["--fifo-loop"] if args.fifo_loop else [])],
                 workdir / "notification-controller.log",
             ),
             Controller(
@@ -415,8 +416,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--fifo-loop",
         action="store_true",
-        help="run the source- and kustomize-controller with --fifo-loop (requested reconciles' "
-        "callbacks not served first in their event loops), to compare",
+        help="run the controllers with --fifo-loop (requested work's callbacks not served "
+        "first in their event loops), to compare",
     )
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)

@@ -32,7 +32,7 @@ load Kustomization Ready yet) when it ended; the figure under load is over
 those trials. The receiver's push must not wait behind the load's queue.
 
 Usage: python -m e2e.bench reaction [--trials 30] [--receiver-debounce 2s]
-       [--load-apps 1000] [--out FILE]
+       [--load-apps 1000] [--fifo-loop] [--out FILE]
 """
 
 from __future__ import annotations
@@ -290,13 +290,16 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         receiver_port, events_port, storage_port = free_port(), free_port(), free_port()
         token = ["--events-token-file", str(events_token_file(workdir))]
         events = ["--events-addr", f"http://127.0.0.1:{events_port}", *token]
+        if args.fifo_loop:
+            events.append("--fifo-loop")  # the source-, kustomize- and gating-controller's
         controllers = [
             Controller(
                 "notification-controller",
                 "notification_controller",
                 ["--kubeconfig", kubeconfig, "--receiver-addr", f"127.0.0.1:{receiver_port}",
                  "--events-addr", f"127.0.0.1:{events_port}", *token,
-                 "--receiver-debounce", f"{args.receiver_debounce}s"],
+                 "--receiver-debounce", f"{args.receiver_debounce}s",
+                 *(["--fifo-loop"] if args.fifo_loop else [])],
                 workdir / "notification-controller.log",
             ),
             Controller(
@@ -417,6 +420,12 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=0,
         help="deliver this many MTTP apps (OCI) while the webhook series runs",
+    )
+    parser.add_argument(
+        "--fifo-loop",
+        action="store_true",
+        help="run the controllers with --fifo-loop (requested work's callbacks not served "
+        "first in their event loops), to compare",
     )
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)

@@ -15,7 +15,11 @@ to the bench seeing the Kustomization applied, is split into:
 
 Per reconcile also: API requests sent, the time at least one was in flight,
 and the event loop's lag while it ran (a sampler's lateness: mean, max, and
-the share of the window it was late), and the loop thread's CPU meanwhile.
+the share of the window it was late), and the loop thread's CPU meanwhile;
+and its own callbacks in the loop (sluice_runtime.lanes.ReadyLanes): how many
+ran, how many bulk callbacks were ready ahead of them (what they would have
+queued behind in a single first-come, first-served queue), and the seconds
+they waited.
 """
 
 from __future__ import annotations
@@ -75,6 +79,9 @@ def _reconcile(prefix: str, timeline: dict[str, Any]) -> dict[str, float]:
         f"{prefix} · loop lag max ms": 1000 * lag.get("max", 0.0),
         f"{prefix} · loop late share": lag.get("late_share", 0.0),
         f"{prefix} · loop thread CPU s": timeline["loop_cpu"],
+        f"{prefix} · loop wake-ups": float(timeline.get("wakeups", 0)),
+        f"{prefix} · bulk callbacks passed": float(timeline.get("bulk_passed", 0)),
+        f"{prefix} · wait in ready queue s": timeline.get("ready_wait", 0.0),
     }
     return {**stages, **details}
 

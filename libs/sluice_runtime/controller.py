@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -67,7 +68,11 @@ class Informers:
             )
             self._informers[key] = informer
             if self._started:
-                asyncio.get_running_loop().create_task(informer.start())
+                # A fresh context: the informer is the process's, even when a requested
+                # reconcile asked for it first (it must not inherit that lane).
+                asyncio.get_running_loop().create_task(
+                    informer.start(), context=contextvars.Context()
+                )
         return informer
 
     def all(self) -> list[Informer]:

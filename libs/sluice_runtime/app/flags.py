@@ -90,6 +90,12 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
         help="append a JSON line per requested reconcile to FILE: its queue wait, steps, API "
         "requests and the event loop's lag meanwhile (benchmarks)",
     )
+    switch(
+        p,
+        "--fifo-loop",
+        help="run the event loop's ready callbacks first come, first served, requested "
+        "reconciles' too (the code before their lane in the loop, to compare; benchmarks)",
+    )
     return p
 
 

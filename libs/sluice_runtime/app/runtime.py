@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from sluice_runtime import lanes
 from sluice_runtime.app.flags import runtime_namespace, watched_namespace
 from sluice_runtime.controller import Controller, Informers, ReconcileObserver
 from sluice_runtime.endpoints import Heartbeat, probing
@@ -123,6 +124,10 @@ async def running(
     controller in-process with exactly the wiring of the real one.
     """
     async with contextlib.AsyncExitStack() as stack:
+        # Requested reconciles' callbacks go ahead of bulk ones in the loop too.
+        ready_lanes = lanes.prioritize(
+            asyncio.get_running_loop(), requested_first=not getattr(options, "fifo_loop", False)
+        )
         client = await KubeClient.connect(
             kubeconfig=options.kubeconfig, qps=options.kube_api_qps, burst=options.kube_api_burst
         )
@@ -131,7 +136,7 @@ async def running(
         observe_asyncio_tasks(service, asyncio.get_running_loop())
         client.observe(RequestMetrics(service))
         if getattr(options, "trace_requests", ""):
-            reacting.enable(options.trace_requests)
+            reacting.enable(options.trace_requests, ready_lanes)
             stack.callback(reacting.disable)
             client.observe(reacting.RequestTimes())
         await require_kinds(client, kinds)

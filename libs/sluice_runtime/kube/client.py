@@ -28,8 +28,13 @@ from typing import Any, Literal
 import aiohttp
 
 from sluice_api.meta import JSON as JSON
+from sluice_runtime import lanes
 from sluice_runtime.kube.attributing import RequestObserver, tell_observers
-from sluice_runtime.kube.connecting import credentials_api_client, kubeconfig_api_client
+from sluice_runtime.kube.connecting import (
+    credentials_api_client,
+    kubeconfig_api_client,
+    twin_api_client,
+)
 from sluice_runtime.kube.errors import (
     ApiError,
     ApiUnavailable,
@@ -69,6 +74,22 @@ class _Shared:
     limiter: TokenBucket
     requests: int = 0
     observers: list[RequestObserver] = field(default_factory=list)
+    requested_api: Any = None
+    """The same server and credentials, on connections of their own, for requested
+    reconciles (`lanes`): made by the first of them, so every connection of it is
+    opened in a requested task and the event loop serves its I/O first."""
+
+    def api_for_lane(self) -> Any:
+        if not lanes.is_requested():
+            return self.api
+        if self.requested_api is None:
+            self.requested_api = twin_api_client(self.api)
+        return self.requested_api
+
+    async def close(self) -> None:
+        await self.api.close()
+        if self.requested_api is not None:
+            await self.requested_api.close()
 
 
 @dataclass
@@ -150,6 +171,11 @@ class KubeClient(WriteVerbs):
         return self._shared.limiter.qps > 0
 
     @property
+    def lane_pools(self) -> int:
+        """Connection pools in use: 1, and 2 once a requested reconcile has sent a request."""
+        return 1 if self._shared.requested_api is None else 2
+
+    @property
     def host(self) -> str:
         return str(self._shared.api.configuration.host)
 
@@ -173,7 +199,7 @@ class KubeClient(WriteVerbs):
         return KubeClient(self._shared, {"Impersonate-User": user}, user)
 
     async def close(self) -> None:
-        await self._shared.api.close()
+        await self._shared.close()
 
     # -- raw requests -----------------------------------------------------
 
@@ -197,7 +223,8 @@ class KubeClient(WriteVerbs):
             started = time.monotonic()
             status = 0
             try:
-                response: aiohttp.ClientResponse = await self._shared.api.call_api(
+                api = self._shared.api_for_lane()
+                response: aiohttp.ClientResponse = await api.call_api(
                     path,
                     method,
                     query_params=list(query),

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import os
 import ssl
 import tempfile
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import aiohttp
 
 from sluice_runtime.kube.errors import ConfigError
 from sluice_runtime.kube.exec_plugins import run_exec_plugin
@@ -53,6 +56,26 @@ async def kubeconfig_api_client(kubeconfig: str | None, context: str | None) -> 
     api = k8s_client.ApiClient(configuration=configuration)
     skip_environment_lookups(api)
     return api
+
+
+def twin_api_client(api: Any) -> Any:
+    """An ApiClient like `api` (server, credentials, TLS context, headers) on a
+    connection pool of its own.
+
+    Built from `api` rather than from its Configuration: a client made from
+    credentials loaded its certificate from files that were deleted once its
+    SSLContext had read them, so the context is what carries it.
+    """
+    session = api.rest_client.pool_manager
+    connector = session.connector
+    twin = copy.copy(api)
+    twin.rest_client = copy.copy(api.rest_client)
+    twin.rest_client.pool_manager = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connector.limit, ssl=connector._ssl),
+        trust_env=session.trust_env,
+        read_bufsize=2**21,  # as kubernetes-asyncio's: big watch events fit
+    )
+    return twin
 
 
 def skip_environment_lookups(api: Any) -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice_runtime.kube.attributing import Request
+from sluice_runtime.lanes import ReadyLanes
 
 LAG_PERIOD = 0.005
 """How often the loop-lag sampler asks to wake; its lateness is the lag."""
@@ -59,6 +60,13 @@ class Timeline:
     lag: dict[str, float] = field(default_factory=dict)
     loop_cpu: float = 0.0
     """CPU the loop's thread used while the reconcile ran (all of its tasks)."""
+    wakeups: int = 0
+    """Callbacks of this reconcile the loop ran from its ready lane (`lanes.ReadyLanes`)."""
+    bulk_passed: int = 0
+    """Bulk callbacks that were ready ahead of those when each became ready: what they
+    would have waited behind in a single first-come, first-served queue (a count)."""
+    ready_wait: float = 0.0
+    """Seconds those callbacks waited in the loop's ready queue, summed."""
 
 
 @dataclass
@@ -67,6 +75,9 @@ class _State:
     samples: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_LAG_KEPT))
     pending: dict[tuple[str, str], tuple[float, str]] = field(default_factory=dict)
     sampler: asyncio.Task[None] | None = None
+    ready: ReadyLanes | None = None
+    readied: dict[int, float] = field(default_factory=dict)
+    """id(handle) → perf_counter when a requested callback became ready."""
 
 
 _state: _State | None = None
@@ -75,18 +86,48 @@ _current: contextvars.ContextVar[Timeline | None] = contextvars.ContextVar(
 )
 
 
-def enable(path: str) -> None:
-    """Trace requested reconciles into `path` from now on (in a running loop)."""
+def enable(path: str, ready: ReadyLanes | None = None) -> None:
+    """Trace requested reconciles into `path` from now on (in a running loop), and
+    their callbacks' waits in the loop's `ready` lanes when the loop has them."""
     global _state
-    _state = _State(Path(path))
+    _state = _State(Path(path), ready=ready)
     _state.sampler = asyncio.get_running_loop().create_task(_sample_lag(_state), name="loop-lag")
+    if ready is not None:
+        ready.observer = _ReadyTimes(_state)
 
 
 def disable() -> None:
     global _state
     if _state is not None and _state.sampler is not None:
         _state.sampler.cancel()
+    if _state is not None and _state.ready is not None:
+        _state.ready.observer = None
     _state = None
+
+
+class _ReadyTimes:
+    """A ReadyObserver: each requested callback's wait in the loop, into its timeline."""
+
+    def __init__(self, state: _State) -> None:
+        self._state = state
+
+    def readied(self, handle: asyncio.Handle, bulk_ahead: int) -> None:
+        timeline = _timeline_of(handle)
+        if timeline is not None:
+            timeline.bulk_passed += bulk_ahead
+            self._state.readied[id(handle)] = time.perf_counter()
+
+    def running(self, handle: asyncio.Handle) -> None:
+        since = self._state.readied.pop(id(handle), None)
+        timeline = _timeline_of(handle)
+        if since is not None and timeline is not None:
+            timeline.wakeups += 1
+            timeline.ready_wait += time.perf_counter() - since
+
+
+def _timeline_of(handle: asyncio.Handle) -> Timeline | None:
+    context: contextvars.Context | None = getattr(handle, "_context", None)
+    return None if context is None else context.get(_current, None)
 
 
 async def _sample_lag(state: _State) -> None:

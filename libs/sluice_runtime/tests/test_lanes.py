@@ -6,10 +6,13 @@ import asyncio
 import contextvars
 import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
+from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import lanes
+from sluice_runtime.kube import kubeconfigs
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.reconciling.steps import Result, Step
 
@@ -121,3 +124,159 @@ async def test_a_requested_key_is_served_as_requested_by_whichever_worker_takes_
         await kube.merge_patch(GITREPO, "second", new_url, namespace=namespace)
         await eventually(lambda: len(marks["second"]) == 3, message="a bulk reconcile after")
     assert marks == {"first": [False, True], "second": [False, True, False]}
+
+
+# -- the event loop's ready queue in two lanes --------------------------------------
+
+
+class _Handle:
+    """What ReadyLanes reads of an asyncio.Handle: its context."""
+
+    def __init__(self, name: str, context: contextvars.Context) -> None:
+        self.name, self._context = name, context
+
+
+def _context(requested: bool) -> contextvars.Context:
+    context = contextvars.copy_context()
+    if requested:
+        context.run(lanes.serving_requests)
+    return context
+
+
+@pytest.mark.parametrize(
+    ("queued", "requested_first", "order"),
+    [
+        pytest.param("b1 b2 R1", True, "R1 b1 b2", id="a requested callback goes first"),
+        pytest.param("b1 R1 b2 R2 b3", True, "R1 R2 b1 b2 b3", id="each lane keeps its order"),
+        pytest.param("b1 R1 b2", False, "b1 R1 b2", id="fifo: as asyncio's own queue"),
+        pytest.param("", True, "", id="empty"),
+    ],
+)  # fmt: skip
+def test_ready_lanes_order(queued: str, requested_first: bool, order: str) -> None:
+    contexts = {"b": _context(False), "R": _context(True)}
+    ready = lanes.ReadyLanes(requested_first=requested_first)
+    for name in queued.split():
+        ready.append(_Handle(name, contexts[name[0]]))  # type: ignore[arg-type]
+    assert len(ready) == len(queued.split()) and bool(ready) == bool(queued)
+    taken = [ready.popleft().name for _ in range(len(ready))]  # type: ignore[attr-defined]
+    assert taken == order.split() and not ready
+
+
+def _noise_and_hops(requested_first: bool) -> int:
+    """Bulk callbacks the loop ran while a requested task made 20 hops through it,
+    with 50 bulk tasks keeping the loop's ready queue full (asyncio's own loop)."""
+    loop = asyncio.new_event_loop()
+    lanes.prioritize(loop, requested_first=requested_first)
+    ran = [0]
+    stop = asyncio.Event()
+
+    async def bulk() -> None:
+        while not stop.is_set():
+            ran[0] += 1
+            await asyncio.sleep(0)
+
+    async def requested() -> int:
+        lanes.serving_requests()
+        await asyncio.sleep(0)  # the bulk tasks are all ready from here on
+        before = ran[0]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return ran[0] - before
+
+    async def main() -> int:
+        noise = [asyncio.create_task(bulk()) for _ in range(50)]
+        await asyncio.sleep(0)
+        passed = await asyncio.create_task(requested())
+        stop.set()
+        await asyncio.gather(*noise)
+        return passed
+
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize(
+    ("requested_first", "bulk_between"),
+    [
+        pytest.param(True, 0, id="requested first: no bulk callback runs between its hops"),
+        pytest.param(False, 20 * 50, id="fifo: each hop waits for the 50 bulk tasks"),
+    ],
+)  # fmt: skip
+def test_a_requested_task_is_not_queued_behind_bulk_callbacks(
+    requested_first: bool, bulk_between: int
+) -> None:
+    assert _noise_and_hops(requested_first) == bulk_between
+
+
+@pytest.mark.parametrize(
+    ("requested_first", "expected"),
+    [
+        pytest.param(True, 0, id="requested first"),
+        pytest.param(False, 20 * 50, id="fifo"),
+    ],
+)  # fmt: skip
+async def test_a_requested_reconcile_resumes_ahead_of_a_busy_loop(
+    kube: KubeClient, namespace: str, requested_first: bool, expected: int
+) -> None:
+    """As a webhook's push while bulk work keeps the loop's ready queue full: the requested
+    reconcile's steps resume ahead of every bulk callback that was ready before them (its
+    requests, on connections of their own, are answered on the same terms)."""
+    loop = asyncio.get_running_loop()
+    ran = [0]
+    stop = asyncio.Event()
+    passed: list[int] = []
+
+    async def bulk() -> None:
+        while not stop.is_set():
+            ran[0] += 1
+            await asyncio.sleep(0)
+
+    async def hops(ctx: RecordingContext) -> Result | None:
+        if REQUESTED_AT in (ctx.obj.metadata.annotations or {}):
+            await ctx.client.get(GITREPO, ctx.obj.metadata.name, ctx.obj.metadata.namespace)
+            before = ran[0]
+            for _ in range(20):
+                await asyncio.sleep(0)
+            passed.append(ran[0] - before)
+        return None
+
+    step = Step(fn=hops, name="hops", conditions=())
+    lanes.prioritize(loop, requested_first=requested_first)
+    try:
+        async with running_controller(kube, namespace, extra_steps=[step]) as harness:
+            await kube.create(GITREPO, gitrepo("asked", namespace))
+            key = f"{namespace}/asked"
+            await eventually(lambda: harness.journal.count(key) == 1, message="first reconcile")
+            noise = [loop.create_task(bulk(), context=contextvars.Context()) for _ in range(50)]
+            await kube.merge_patch(
+                GITREPO, "asked", {"metadata": {"annotations": {REQUESTED_AT: "now"}}},
+                namespace=namespace,
+            )  # fmt: skip
+            await eventually(lambda: bool(passed), message="requested reconcile")
+            stop.set()
+            await asyncio.gather(*noise)
+            await eventually(lambda: harness.journal.count(key) == 2, message="its status")
+    finally:
+        stop.set()
+        lanes.prioritize(loop, requested_first=False)  # as asyncio's own, for the tests after
+    assert passed == [expected]
+
+
+async def test_requested_work_reaches_the_server_on_connections_of_its_own(
+    cluster: Cluster, namespace: str
+) -> None:
+    """With a tenant's client certificate too: the certificate was read from files deleted
+    once the first pool's TLS context had loaded it, and the requested lane's pool has it."""
+    credentials = kubeconfigs.parse(Path(cluster.kubeconfig).read_text())
+    assert credentials.cert_data is not None
+    client = await KubeClient.from_credentials(credentials)
+    try:
+        bulk = await client.request("GET", f"/api/v1/namespaces/{namespace}")
+        with lanes.serving(True):
+            asked = await client.request("GET", f"/api/v1/namespaces/{namespace}")
+        assert asked["metadata"]["uid"] == bulk["metadata"]["uid"]
+        assert client.lane_pools == 2
+    finally:
+        await client.close()

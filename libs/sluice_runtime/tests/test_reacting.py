@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from sluice_runtime import lanes
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.observing import reacting
 
@@ -59,3 +61,33 @@ async def test_a_requested_reconcile_leaves_a_timeline_and_a_bulk_one_none(
     assert line["queued"] <= line["started"] <= line["ended"]
     assert [name for name, _, _ in line["steps"]] == ["record", "status"]
     assert [(verb, phase) for _, _, verb, phase, _, _ in line["requests"]] == [("patch", "status")]
+
+
+async def test_a_requested_reconcile_counts_its_callbacks_in_the_loop(
+    kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """Its steps' resumptions and its status write's I/O (on the requested lane's own
+    connections) are the loop callbacks it ran, each timed in the ready queue."""
+    loop = asyncio.get_running_loop()
+    trace = tmp_path / "requests.jsonl"
+    ready = lanes.prioritize(loop)
+    reacting.enable(str(trace), ready)
+    stop = kube.observe(reacting.RequestTimes())
+    try:
+        async with running_controller(kube, namespace) as harness:
+            await kube.create(GITREPO, gitrepo("app", namespace))
+            key = f"{namespace}/app"
+            await eventually(lambda: harness.journal.count(key) == 1, message="first reconcile")
+            await kube.merge_patch(
+                GITREPO, "app", {"metadata": {"annotations": {REQUESTED_AT: "now"}}},
+                namespace=namespace,
+            )  # fmt: skip
+            await eventually(lambda: trace.exists() and trace.read_text().count("\n") == 1)
+    finally:
+        stop()
+        reacting.disable()
+        lanes.prioritize(loop, requested_first=False)  # as asyncio's own, for the tests after
+    (line,) = [json.loads(text) for text in trace.read_text().splitlines()]
+    assert line["wakeups"] > 1  # at least its step and its status write's answer
+    assert line["bulk_passed"] >= 0 and line["ready_wait"] >= 0
+    assert ready is not None and ready.observer is None  # disabled with the trace

@@ -45,6 +45,7 @@ from sluice_api.gating import (
 )
 from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION, format_time
 from sluice_api.notification import Receiver, ReceiverResource
+from sluice_runtime import lanes
 from sluice_runtime.conditions import is_ready
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
@@ -172,7 +173,10 @@ class WebhookServer:
             )
         if decision.act_now:
             try:
-                await self.act(receiver, now, filters=filters, req=req)
+                # A verified push is requested work: its patch goes first in this
+                # loop and over the requested lane's connections (sluice_runtime.lanes).
+                with lanes.serving(True):
+                    await self.act(receiver, now, filters=filters, req=req)
             except ActionFailed as error:
                 log_.warning("webhook action failed", error=str(error))
                 return web.Response(status=500, text=str(error))
@@ -203,7 +207,8 @@ class WebhookServer:
         async def later() -> None:
             await asyncio.sleep(max(0.0, (when - self.clock()).total_seconds()))
             try:
-                await self.act(receiver, self.clock(), filters=filters, req=req)
+                with lanes.serving(True):
+                    await self.act(receiver, self.clock(), filters=filters, req=req)
             except ActionFailed as error:
                 # Its requests were answered 200 already: the log is all that is left.
                 log.warning(

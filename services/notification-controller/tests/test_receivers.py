@@ -24,7 +24,9 @@ from sluice_api.notification import Receiver, ReferableKind
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import condition, github_headers, make_secret, push_payload
 from sluice_envtest.pytest_plugin import Cluster
+from sluice_runtime import lanes
 from sluice_runtime.conditions import is_ready
+from sluice_runtime.kube.attributing import Request
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.resources import NAMESPACE, SECRET, ResourceType
@@ -793,3 +795,26 @@ def test_every_kind_a_receiver_may_name_has_a_default_api_version(kind: str) -> 
     own = {model.KIND: model.api_version_str() for model in ALL_KINDS}
     assert DEFAULT_API_VERSIONS[kind] == own.get(kind, DEFAULT_API_VERSIONS[kind])
     assert DEFAULT_API_VERSIONS[kind].count("/") == 1
+
+
+async def test_a_push_patches_its_resources_as_requested_work(platform: Platform) -> None:
+    """Its patch goes ahead of the controller's other work in the event loop and over the
+    requested lane's connections (sluice_runtime.lanes), as a requested reconcile's."""
+    p = platform
+    await deliverable(p, "lane")
+    url = await p.receiver("lane-ci", "github", TOKEN, [{"kind": "GitRepository", "name": "lane"}])
+    seen: list[tuple[str, str, bool]] = []
+
+    class Lanes:
+        def requested(self, request: Request) -> None:
+            seen.append((request.verb, request.path, lanes.is_requested()))
+
+    stop = p.webhooks.client.observe(Lanes())
+    try:
+        body = push_payload()
+        assert await p.post(url, body, github_headers(TOKEN, body)) == (200, "ok")
+    finally:
+        stop()
+    path = f"/apis/source.toolkit.fluxcd.io/v1/namespaces/{p.namespace}/gitrepositories/lane"
+    assert ("patch", path, True) in seen
+    assert p.webhooks.client.lane_pools == 2

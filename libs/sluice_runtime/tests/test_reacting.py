@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,40 +38,11 @@ def test_lag_between(
     assert reacting.lag_between(samples, start, end) == pytest.approx(expected)
 
 
-async def test_a_requested_reconcile_leaves_a_timeline_and_a_bulk_one_none(
-    kube: KubeClient, namespace: str, tmp_path: Path
-) -> None:
-    trace = tmp_path / "requests.jsonl"
-    reacting.enable(str(trace))
-    stop = kube.observe(reacting.RequestTimes())
-    try:
-        async with running_controller(kube, namespace) as harness:
-            await kube.create(GITREPO, gitrepo("app", namespace))
-            key = f"{namespace}/app"
-            await eventually(lambda: harness.journal.count(key) == 1, message="first reconcile")
-            await kube.merge_patch(
-                GITREPO, "app", {"metadata": {"annotations": {REQUESTED_AT: "now"}}},
-                namespace=namespace,
-            )  # fmt: skip
-            await eventually(lambda: trace.exists() and trace.read_text().count("\n") == 1)
-    finally:
-        stop()
-        reacting.disable()
-    (line,) = [json.loads(text) for text in trace.read_text().splitlines()]
-    assert (line["kind"], line["key"], line["cause"]) == ("GitRepository", key, "requestedAt")
-    assert line["queued"] <= line["started"] <= line["ended"]
-    assert [name for name, _, _ in line["steps"]] == ["record", "status"]
-    assert [(verb, phase) for _, _, verb, phase, _, _ in line["requests"]] == [("patch", "status")]
-
-
-async def test_a_requested_reconcile_counts_its_callbacks_in_the_loop(
-    kube: KubeClient, namespace: str, tmp_path: Path
-) -> None:
-    """Its steps' resumptions and its status write's I/O (on the requested lane's own
-    connections) are the loop callbacks it ran, each timed in the ready queue."""
-    loop = asyncio.get_running_loop()
-    trace = tmp_path / "requests.jsonl"
-    ready = lanes.prioritize(loop)
+async def traced_requested_reconcile(
+    kube: KubeClient, namespace: str, trace: Path, ready: lanes.ReadyLanes | None = None
+) -> dict[str, Any]:
+    """A GitRepository's first (bulk) reconcile and one requested after it, traced to
+    `trace`: the one timeline written."""
     reacting.enable(str(trace), ready)
     stop = kube.observe(reacting.RequestTimes())
     try:
@@ -86,8 +58,33 @@ async def test_a_requested_reconcile_counts_its_callbacks_in_the_loop(
     finally:
         stop()
         reacting.disable()
-        lanes.prioritize(loop, requested_first=False)  # as asyncio's own, for the tests after
     (line,) = [json.loads(text) for text in trace.read_text().splitlines()]
+    assert isinstance(line, dict)
+    return line
+
+
+async def test_a_requested_reconcile_leaves_a_timeline_and_a_bulk_one_none(
+    kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    line = await traced_requested_reconcile(kube, namespace, tmp_path / "requests.jsonl")
+    assert (line["kind"], line["key"], line["cause"]) == ("GitRepository", f"{namespace}/app",
+                                                          "requestedAt")  # fmt: skip
+    assert line["queued"] <= line["started"] <= line["ended"]
+    assert [name for name, _, _ in line["steps"]] == ["record", "status"]
+    assert [(verb, phase) for _, _, verb, phase, _, _ in line["requests"]] == [("patch", "status")]
+
+
+async def test_a_requested_reconcile_counts_its_callbacks_in_the_loop(
+    kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """Its steps' resumptions and its status write's I/O (on the requested lane's own
+    connections) are the loop callbacks it ran, each timed in the ready queue."""
+    loop = asyncio.get_running_loop()
+    ready = lanes.prioritize(loop)
+    try:
+        line = await traced_requested_reconcile(kube, namespace, tmp_path / "requests.jsonl", ready)
+    finally:
+        lanes.prioritize(loop, requested_first=False)  # as asyncio's own, for the tests after
     assert line["wakeups"] > 1  # at least its step and its status write's answer
     assert line["bulk_passed"] >= 0 and line["ready_wait"] >= 0
     assert ready is not None and ready.observer is None  # disabled with the trace

@@ -60,13 +60,13 @@ from e2e.fleet import (
     OCIREPO,
     Controller,
     Origin,
-    all_ready,
     create_apps,
     git_origin,
     kustomize_controller,
     oci_origin,
     prepare_namespace,
     source_controller,
+    watch_ready,
 )
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane
@@ -132,7 +132,7 @@ async def run_helm(apps: int, workdir: Path) -> dict[str, Any]:
                               "values": {"greeting": f"app-{i}"}}},
                 )  # fmt: skip
             created = time.monotonic() - start
-            ready = await all_ready(client, HELMRELEASE, ns, apps) + created
+            ready = await watch_ready(client, HELMRELEASE, ns, apps) + created
             return {
                 "apps": apps,
                 "source_kind": "helm",
@@ -252,10 +252,10 @@ async def run_resourceset(apps: int, workdir: Path) -> dict[str, Any]:
                               "filter": {"includeTag": "^app-", "limit": apps}}},
                 )  # fmt: skip
                 await client.create(RSET, resourceset_of(registry, repository, ns))
-                exported = await all_ready(client, RSIP, ns, 1)
-                applied = await all_ready(client, RSET, ns, 1)
-                sources_ready = await all_ready(client, OCIREPO, ns, apps)
-                await all_ready(client, KUSTOMIZATION, ns, apps)
+                exported = await watch_ready(client, RSIP, ns, 1)
+                applied = await watch_ready(client, RSET, ns, 1)
+                sources_ready = await watch_ready(client, OCIREPO, ns, apps)
+                await watch_ready(client, KUSTOMIZATION, ns, apps)
                 total = time.monotonic() - start
             return {
                 "apps": apps,
@@ -326,8 +326,8 @@ async def run_one(
                 created = time.monotonic() - start
                 # Both from the start of creation: waiting for the sources first
                 # must not take their time out of the Kustomizations' figure.
-                sources_ready = await all_ready(client, origin.rt, ns, apps) + created
-                ks_ready = await all_ready(client, KUSTOMIZATION, ns, apps) + sources_ready
+                sources_ready = await watch_ready(client, origin.rt, ns, apps) + created
+                ks_ready = await watch_ready(client, KUSTOMIZATION, ns, apps) + sources_ready
             # VmHWM before the bench's own /metrics scrapes of the profile: whether
             # rendering them (1,000 per-object series) is what sets the peak.
             peaks_before_scrape = {"source": source.peak_mib(), "kustomize": kustomize.peak_mib()}

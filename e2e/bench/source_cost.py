@@ -32,7 +32,7 @@ from typing import Any
 from e2e.bench import profiling
 from e2e.bench.cluster import create_namespace
 from e2e.bench.common import table, write
-from e2e.fleet import APP, Origin, all_ready, git_origin, oci_origin, source_controller
+from e2e.fleet import APP, Origin, git_origin, oci_origin, source_controller, watch_ready
 from sluice_cli.crds_command import all_crds
 from sluice_envtest.controlplane import ControlPlane
 from sluice_envtest.gitserver import GitHttpServer
@@ -125,7 +125,7 @@ async def run_one(apps: int, kind: str, workdir: Path, args: argparse.Namespace)
                     )  # fmt: skip
 
             await asyncio.gather(*(create(i) for i in range(apps)))
-            await all_ready(client, origin.rt, ns, apps)
+            await watch_ready(client, origin.rt, ns, apps)
             ready = time.monotonic() - start
             await _events_sent(client, ns)
             cpu = profiling.cpu_seconds(source)[0] - cpu_before

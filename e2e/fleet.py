@@ -23,12 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from sluice_envtest.controlplane import die_with_parent, free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import is_ready
 from sluice_envtest.measuring import exceptions_in_log
 from sluice_envtest.registry import OciRegistry
 from sluice_runtime.kube.client import JSON, KubeClient
+from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.resources import NAMESPACE, SERVICE_ACCOUNT, ResourceType
 
 OCIREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "ocirepositories", "OCIRepository")
@@ -417,17 +420,19 @@ async def watch_ready(
                 events = client.watch(
                     rt, resource_version=version, namespace=ns, timeout_seconds=left
                 )
-                async for event in contextlib.aclosing(events):
-                    meta = event.object.get("metadata") or {}
-                    version = meta.get("resourceVersion", version)
-                    if event.type == "DELETED":
-                        ready.discard(meta["name"])
-                        waiting.pop(meta["name"], None)
-                    elif event.type != "BOOKMARK":
-                        see(event.object)
-                    if len(ready) >= count:
-                        break
-        except Exception:  # a dropped watch, Gone, a restarting server: list again
+                async with contextlib.aclosing(events):
+                    async for event in events:
+                        meta = event.object.get("metadata") or {}
+                        version = meta.get("resourceVersion", version)
+                        if event.type == "DELETED":
+                            ready.discard(meta["name"])
+                            waiting.pop(meta["name"], None)
+                        elif event.type != "BOOKMARK":
+                            see(event.object)
+                        if len(ready) >= count:
+                            break
+        except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
+            # A dropped watch, Gone, a restarting API server: list again.
             await asyncio.sleep(0.5)
     if len(ready) >= count:
         return time.monotonic() - start

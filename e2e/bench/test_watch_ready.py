@@ -9,6 +9,7 @@ import pytest
 
 from e2e.fleet import watch_ready
 from sluice_api.meta import FINALIZER
+from sluice_runtime.kube.attributing import Request
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.resources import ResourceType
 
@@ -56,9 +57,21 @@ async def test_ready_objects_are_counted_from_the_list_and_the_watch(
         await marked_ready(kube, namespace, "b")
         await marked_ready(kube, namespace, "c")
 
+    lists: list[str] = []
+
+    class Lists:
+        def requested(self, request: Request) -> None:
+            if request.verb == "list" and request.path.endswith("/ocirepositories"):
+                lists.append(request.path)
+
     marking = asyncio.create_task(later())
-    await watch_ready(kube, OCIREPO, namespace, 3, limit=60)
+    stop = kube.observe(Lists())
+    try:
+        await watch_ready(kube, OCIREPO, namespace, 3, limit=60)
+    finally:
+        stop()
     await marking
+    assert len(lists) == 1, "one list, then the watch: not a poll"
     with pytest.raises(
         RuntimeError, match=re.escape("OCIRepositorys not ready after 1s, e.g. never")
     ):

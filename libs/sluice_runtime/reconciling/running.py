@@ -179,9 +179,11 @@ class Runner(Generic[C]):
             outcome = await self._run_steps(ctx, generation)
             if in_flight is not None and (added := await in_flight.added()) != "added":
                 # Never published, and a deletion would not come back to us:
-                # undo here what the steps stored.
+                # undo here what the steps stored, and tell nobody.
+                ctx.events.drop()
                 await self._finalize_unpublished(ctx)
                 return _not_finalized(added)
+            ctx.events.release()
         finally:
             if in_flight is not None:
                 in_flight.cancel()
@@ -214,6 +216,8 @@ class Runner(Generic[C]):
         """The one place a reconcile's context is built, for the steps and for
         `finalize` alike."""
         conditions = Conditions(obj.status.conditions, generation=generation)
+        events = self._events_for(raw)
+        events.holding = in_flight is not None
 
         async def publish() -> None:
             # Nothing is published before the finalizer is in place.
@@ -228,7 +232,7 @@ class Runner(Generic[C]):
             client=self.client,
             conditions=conditions,
             log=log,
-            events=self._events_for(raw),
+            events=events,
             publish=publish,
             ready_reason=self.reconciler.success_reason,
         )

@@ -14,7 +14,9 @@ from sluice_envtest.registry import OciRegistry
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import EVENT
 from sluice_runtime.reconciling.running import Runner
+from sluice_runtime.recording import EventRecorder
 from source_controller import ocirepository
 
 from .conftest import OCIREPO, ocirepo
@@ -41,15 +43,21 @@ async def test_a_source_deleted_before_its_finalizer_keeps_nothing_in_storage(
     except NotFound:
         pass
     storage = Storage(tmp_path / "storage", advertised_addr="127.0.0.1:1")
-    runner = Runner(ocirepository.reconciler(storage), client=kube, recorder=None)
+    recorder = EventRecorder(kube, controller="source-controller")
+    runner = Runner(ocirepository.reconciler(storage), client=kube, recorder=recorder)
     counted = Requests(f"{namespace}/app")
     pulled = registry_requests(oci_registry, repository)
     stop = kube.observe(counted)
     try:
-        outcome = await runner.reconcile(raw)
+        async with recorder.running():
+            outcome = await runner.reconcile(raw)
+            await recorder.flushed()
     finally:
         stop()
     assert outcome.result == "gone"
+    # No NewArtifact event for an artifact already removed.
+    events = (await kube.list(EVENT, namespace=namespace)).items
+    assert [e["reason"] for e in events if e["involvedObject"]["name"] == "app"] == []
     # The fetch ran beside the finalizer patch (before: the patch's NotFound
     # ended the reconcile before the registry was asked).
     fetched = registry_requests(oci_registry, repository) - pulled

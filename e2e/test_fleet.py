@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from e2e.fleet import all_ready
+from sluice_runtime.kube.attributing import Request
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.resources import CONFIG_MAP
 
@@ -26,6 +27,14 @@ async def test_objects_passing_before_and_after_the_wait_began_are_all_counted(
     await kube.create(CONFIG_MAP, config_map("early", "done"), namespace=namespace)
     await kube.create(CONFIG_MAP, config_map("late", "pending"), namespace=namespace)
     await kube.create(CONFIG_MAP, config_map("gone", "done"), namespace=namespace)
+    lists: list[str] = []
+
+    class Lists:
+        def requested(self, request: Request) -> None:
+            if request.verb == "list" and request.path.endswith("/configmaps"):
+                lists.append(request.path)
+
+    stop = kube.observe(Lists())
     waiting = asyncio.ensure_future(all_ready(kube, CONFIG_MAP, namespace, 3, check=done))
     await asyncio.sleep(0.5)
     # A passing object deleted no longer counts: three pass only once both below are done.
@@ -34,7 +43,11 @@ async def test_objects_passing_before_and_after_the_wait_began_are_all_counted(
     await asyncio.sleep(0.5)
     assert not waiting.done()
     await kube.create(CONFIG_MAP, config_map("new", "done"), namespace=namespace)
-    assert await asyncio.wait_for(waiting, 60) >= 0
+    try:
+        assert await asyncio.wait_for(waiting, 60) >= 0
+    finally:
+        stop()
+    assert len(lists) == 1, "one list, then the watch: not a poll"
 
 
 async def test_a_wait_past_its_limit_names_how_many_passed_and_one_that_did_not(

@@ -230,6 +230,14 @@ class ControlPlane(Startable):
             f"{self.log_tail('kube-apiserver')}"
         )
 
+    def pid(self, name: str) -> int:
+        """The process id of the running part `name` ("etcd", "kube-apiserver"),
+        to measure what a benchmark costs it."""
+        for part, proc, _ in self._procs:
+            if part == name:
+                return proc.pid
+        raise KeyError(f"{name} is not running")
+
     def log_tail(self, name: str, lines: int = 20) -> str:
         path = self.workdir / f"{name}.log"
         if not path.exists():

@@ -89,6 +89,8 @@ class Seen:
     method: str
     path: str
     fault: Fault
+    peer: str = ""
+    """The client's address and port: one per connection it opened."""
 
 
 class FaultyProxy(Startable):
@@ -226,7 +228,9 @@ class FaultyProxy(Startable):
         source, upstream_path = self.route(request.path)
         fault = self._fault_for(upstream_path)
         with self._lock:
-            self._seen.append(Seen(time.monotonic(), source, request.method, upstream_path, fault))
+            self._seen.append(
+                Seen(time.monotonic(), source, request.method, upstream_path, fault, _peer(request))
+            )
         if fault is Fault.ERROR:
             return web.Response(status=500, text="injected fault: internal server error\n")
         if fault is Fault.RESET:
@@ -260,6 +264,11 @@ class FaultyProxy(Startable):
         await asyncio.sleep(0.05)  # let the half reach the client before the cut
         _reset(request)
         return response
+
+
+def _peer(request: web.Request) -> str:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return f"{peer[0]}:{peer[1]}" if peer else ""
 
 
 def _reset(request: web.Request) -> None:

@@ -267,6 +267,22 @@ class ObjectRecorder:
     recorder: EventRecorder | None
     involved: InvolvedObject
     sent: list[Event] = field(default_factory=list)
+    holding: bool = False
+    """Events wait in `held` until `release()`: a source's first reconcile runs
+    before its finalizer is in place, and a NewArtifact event must not announce
+    an artifact whose object was deleted meanwhile (`drop()`)."""
+    held: list[Event] = field(default_factory=list)
+
+    def release(self) -> None:
+        self.holding = False
+        if self.recorder is not None:
+            for event in self.held:
+                self.recorder.record(event)
+        self.held.clear()
+
+    def drop(self) -> None:
+        self.holding = False
+        self.held.clear()
 
     def event(
         self,
@@ -287,7 +303,9 @@ class ObjectRecorder:
             time=datetime.now(UTC),
         )
         self.sent.append(event)
-        if self.recorder is not None:
+        if self.holding:
+            self.held.append(event)
+        elif self.recorder is not None:
             self.recorder.record(event)
 
     def normal(self, reason: str, message: str, **kw: Any) -> None:

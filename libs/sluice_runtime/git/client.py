@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import base64
 import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -183,14 +184,49 @@ def auth_from_secret(data: Mapping[str, str], *, secret: str) -> GitAuth:
     )
 
 
+_IN_FLIGHT: dict[tuple[asyncio.AbstractEventLoop, str, GitAuth], asyncio.Task[dict[str, str]]] = {}
+
+
 async def ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str]:
     """The remote's refs, `refs/...` → commit SHA (annotated tags peeled).
 
-    This is the whole cost of a no-op fetch, so over HTTP(S) with the
-    system's trust store (no per-repository CA, no SSH known_hosts: nothing
-    libgit2 would have to hold per process) it runs here, in a thread,
-    without a worker process.
+    An ls-remote of the same URL with the same credentials already on its
+    way is joined rather than sent again: a fleet of GitRepositories on one
+    monorepo (Flux's own benchmark) reconciled together asks the server
+    once per round trip instead of once per object (issue 19). Its answer is
+    one this caller could have had by asking a moment earlier, with its own
+    credentials. A requested reconcile (a webhook announcing a push) never
+    joins: an ls-remote sent before the push would not show it.
     """
+    if lanes.is_requested():
+        return await _ls_remote(url, auth, timeout=timeout)
+    key = (asyncio.get_running_loop(), url, auth)
+    task = _IN_FLIGHT.get(key)
+    if task is None:
+        task = asyncio.create_task(_ls_remote(url, auth, timeout=timeout), name=f"ls-remote {url}")
+        _IN_FLIGHT[key] = task
+        task.add_done_callback(functools.partial(_landed, key))
+    try:
+        # Shielded: one caller cancelled (its reconcile ended) leaves the others theirs.
+        return dict(await asyncio.wait_for(asyncio.shield(task), timeout + 5))
+    except TimeoutError:
+        raise GitError("timeout", f"git operation timed out after {timeout:g}s") from None
+
+
+def _landed(
+    key: tuple[asyncio.AbstractEventLoop, str, GitAuth], task: asyncio.Task[dict[str, str]]
+) -> None:
+    if _IN_FLIGHT.get(key) is task:
+        del _IN_FLIGHT[key]
+    if not task.cancelled():
+        task.exception()  # retrieved: every caller may have gone
+
+
+async def _ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str]:
+    """One ls-remote. This is the whole cost of a no-op fetch, so over HTTP(S)
+    with the system's trust store (no per-repository CA, no SSH known_hosts:
+    nothing libgit2 would have to hold per process) it runs here, in a
+    thread, without a worker process."""
     if urlsplit(url).scheme in ("http", "https") and not auth.ca:
         try:
             listing = asyncio.get_running_loop().run_in_executor(

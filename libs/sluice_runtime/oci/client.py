@@ -18,6 +18,7 @@ import oras.auth
 import oras.container
 import oras.provider
 import requests
+import requests.adapters
 
 from sluice_runtime.describing import describe_http_status, describe_transport
 from sluice_runtime.oci.artifacts import MANIFEST_TYPES
@@ -34,6 +35,18 @@ from sluice_runtime.oci.registry import (
     RegistryError,
 )
 
+_CONNECTIONS = requests.adapters.HTTPAdapter(pool_connections=16, pool_maxsize=8)
+"""One pool of kept-alive connections for every `Registry` of the process.
+
+A `Registry` lives for one reconcile (its credentials and token are that
+object's), and its session would open a connection of its own each time: a
+TCP and TLS handshake per source reconcile against the same registry (issue
+19). The session (headers, auth state, no cookies) stays per object; only
+sockets are shared, and urllib3 keys its pools by scheme, host, port and TLS
+settings (CA file, verification), so a connection is reused only where a new
+one would have been made the same way. urllib3's pools are thread-safe: the
+source-controller's registry threads share them."""
+
 
 class Registry(oras.provider.Registry):  # type: ignore[misc]
     def __init__(
@@ -49,6 +62,8 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
     ) -> None:
         host, repository = api_location(url.host, url.repository)
         super().__init__(hostname=host, insecure=insecure, tls_verify=ca_file if ca_file else True)
+        self.session.mount("https://", _CONNECTIONS)
+        self.session.mount("http://", _CONNECTIONS)
         self.url = url
         self.timeout = timeout
         self.hints = hints

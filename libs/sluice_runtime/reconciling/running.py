@@ -35,10 +35,11 @@ from sluice_runtime.conditions import Conditions, ready_state
 from sluice_runtime.kube.attributing import attributed
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiUnavailable, Conflict, KubeError, NotFound
-from sluice_runtime.kube.patching import add_finalizer_ops, remove_finalizer_ops
+from sluice_runtime.kube.patching import remove_finalizer_ops
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.observing import reacting, tracing
 from sluice_runtime.observing.metrics import ControllerMetrics
+from sluice_runtime.reconciling import finalizing
 from sluice_runtime.reconciling.errors import StepError, Waiting
 from sluice_runtime.reconciling.patching import StatusPatcher
 from sluice_runtime.reconciling.steps import C, ContextFactory, ReconcileContext, Step
@@ -81,6 +82,10 @@ class Reconciler(Generic[C]):
     finalize: Callable[[C], Awaitable[None]] | None = None
     """Cleanup when the object is deleted (artifacts, applied objects)."""
     uses_finalizer: bool = True
+    finalizer_beside_steps: bool = False
+    """Add the finalizer while the steps run rather than before them, publishing
+    nothing until it is in place: only for a kind whose steps change nothing
+    outside the object that `finalize` does not undo (a source's storage)."""
     trigger_annotations: Sequence[str] = ()
     """Annotations whose change means "reconcile now", besides requestedAt
     (a Gate's open/close requests)."""
@@ -156,28 +161,32 @@ class Runner(Generic[C]):
             log.debug("suspended, not reconciling")
             return Outcome("suspended")
 
-        if self.reconciler.uses_finalizer and FINALIZER not in (meta.get("finalizers") or []):
-            try:
-                await self.client.json_patch(
-                    self.rt,
-                    meta["name"],
-                    add_finalizer_ops(meta.get("finalizers"), FINALIZER),
-                    namespace=meta.get("namespace"),
-                )
-            except NotFound:
-                return Outcome("gone")
-            except KubeError as error:
-                log.info("adding finalizer failed, retrying", error=str(error))
-                return Outcome("error", backoff=True)
+        in_flight: finalizing.FinalizerInFlight | None = None
+        if self.reconciler.uses_finalizer and finalizing.needed(meta):
+            if self.reconciler.finalizer_beside_steps:
+                in_flight = finalizing.FinalizerInFlight(self.client, self.rt, meta)
+            else:
+                added = await finalizing.add_finalizer(self.client, self.rt, meta)
+                if added != "added":
+                    return _not_finalized(added)
 
         requested = (meta.get("annotations") or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION)
         if requested:
             obj.status.last_handled_reconcile_at = requested
         patcher = StatusPatcher(self.client, self.rt, raw)
-        ctx = self._context(obj, raw, generation=generation, patcher=patcher)
+        ctx = self._context(obj, raw, generation=generation, patcher=patcher, in_flight=in_flight)
         try:
             outcome = await self._run_steps(ctx, generation)
+            if in_flight is not None and (added := await in_flight.added()) != "added":
+                # Never published, and a deletion would not come back to us:
+                # undo here what the steps stored, and tell nobody.
+                ctx.events.drop()
+                await self._finalize_unpublished(ctx)
+                return _not_finalized(added)
+            ctx.events.release()
         finally:
+            if in_flight is not None:
+                in_flight.cancel()
             await ctx.cleanup.aclose()
         if not outcome.publish:
             return outcome
@@ -196,13 +205,24 @@ class Runner(Generic[C]):
         return outcome
 
     def _context(
-        self, obj: Resource[Any, Any], raw: JSON, *, generation: int, patcher: StatusPatcher
+        self,
+        obj: Resource[Any, Any],
+        raw: JSON,
+        *,
+        generation: int,
+        patcher: StatusPatcher,
+        in_flight: finalizing.FinalizerInFlight | None = None,
     ) -> C:
         """The one place a reconcile's context is built, for the steps and for
         `finalize` alike."""
         conditions = Conditions(obj.status.conditions, generation=generation)
+        events = self._events_for(raw)
+        events.holding = in_flight is not None
 
         async def publish() -> None:
+            # Nothing is published before the finalizer is in place.
+            if in_flight is not None and await in_flight.added() != "added":
+                return
             with attributed(phase="status"):
                 await patcher.write(_status_of(obj, conditions))
 
@@ -212,7 +232,7 @@ class Runner(Generic[C]):
             client=self.client,
             conditions=conditions,
             log=log,
-            events=self._events_for(raw),
+            events=events,
             publish=publish,
             ready_reason=self.reconciler.success_reason,
         )
@@ -308,6 +328,14 @@ class Runner(Generic[C]):
         else:
             ctx.events.warning(reason, message, metadata=ctx.event_metadata)
 
+    async def _finalize_unpublished(self, ctx: C) -> None:
+        if self.reconciler.finalize is None:
+            return
+        try:
+            await self.reconciler.finalize(ctx)
+        except (StepError, KubeError) as error:
+            log.warning("cleaning up after the finalizer failed, failed", error=str(error))
+
     async def _reject_invalid(
         self, raw: JSON, generation: int, error: pydantic.ValidationError
     ) -> Outcome:
@@ -363,6 +391,12 @@ class Runner(Generic[C]):
             return Outcome("error", backoff=True)
         log.info("finalized")
         return Outcome("deleted")
+
+
+def _not_finalized(added: finalizing.Added) -> Outcome:
+    if added == "gone":
+        return Outcome("gone")
+    return Outcome("error", backoff=True)
 
 
 def _status_of(obj: Resource[Any, Any], conditions: Conditions) -> JSON:

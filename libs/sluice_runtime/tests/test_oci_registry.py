@@ -6,6 +6,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,30 @@ def test_a_failing_registry_read_is_a_registry_error_naming_the_host(
     assert proxy.host in str(raised.value) and message in str(raised.value), str(raised.value)
     read()
     assert "sha256:" + hashlib.sha256((tmp_path / "layer").read_bytes()).hexdigest() == layer
+
+
+def test_registries_of_one_process_share_kept_alive_connections(
+    proxied_blob: tuple[FaultyProxy, str], tmp_path: Path
+) -> None:
+    """A Registry per reconcile (its own credentials and token), but not a
+    connection per reconcile: 24 pulls on 4 threads, as the source-controller's
+    registry pool runs them, open at most one connection per thread, and every
+    layer still arrives whole (before: 24 connections, a handshake each)."""
+    proxy, target = proxied_blob
+    url, layer = target.split("|")
+
+    def pull(i: int) -> str:
+        registry = Registry(
+            OCIURL.parse(url), insecure=True, ca_file=None, username=None, password=None,
+            timeout=10.0, hints=Hints(tls="spec.insecure", credentials="spec.secretRef"),
+        )  # fmt: skip
+        registry.manifest("v1")
+        registry.download(layer, tmp_path / f"layer-{i}", max_size=1 << 20)
+        return "sha256:" + hashlib.sha256((tmp_path / f"layer-{i}").read_bytes()).hexdigest()
+
+    with ThreadPoolExecutor(max_workers=4) as threads:
+        digests = list(threads.map(pull, range(24)))
+    assert digests == [layer] * 24
+    seen = proxy.seen()
+    assert len(seen) == 48
+    assert 1 <= len({s.peer for s in seen}) <= 4, sorted({s.peer for s in seen})

@@ -8,9 +8,10 @@ checkout: everything besides the commit that shapes the bytes), so a second
 GitRepository copies it instead of cloning.
 
 Access: an entry is only ever offered after the asking GitRepository's own
-ls-remote, with its own credentials, advertised the commit under one of the
-URL's refs. Git serves any advertised commit to whoever received the
-advertisement, so that tenant could have fetched exactly this content
+ls-remote, with its own credentials (or one of the same URL and credentials
+it joined in flight), advertised the commit under one of the URL's refs.
+Git serves any advertised commit to whoever received the advertisement, so
+that tenant could have fetched exactly this content
 itself; wrong credentials fail at that ls-remote, before the cache is read.
 What an ls-remote cannot prove is not cached: a pinned commit no ref points
 at, submodules (other URLs, other credentials), includes (other objects'

@@ -328,4 +328,7 @@ def source_reconciler(
         context=context,
         negative_conditions=NEGATIVE_CONDITIONS,
         finalize=finalize,
+        # The steps only write storage, which `finalize` removes: the
+        # finalizer's round trip runs beside the fetch (issue 19).
+        finalizer_beside_steps=True,
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from sluice_envtest.faulty_proxy import Fault, FaultyProxy, prefix_route
 from sluice_envtest.gitserver import GitHttpServer
 from sluice_runtime import lanes
@@ -84,3 +86,32 @@ async def test_a_requested_ls_remote_does_not_queue_behind_hung_ones(
             for listing in hung:
                 listing.cancel()
     assert refs["refs/heads/main"] == work.head
+
+
+@pytest.mark.parametrize(
+    ("requested", "advertisements"),
+    [
+        pytest.param(False, 1, id="interval-reconciles-join-one"),
+        pytest.param(True, 8, id="requested-ones-ask-alone"),
+    ],
+)
+async def test_concurrent_ls_remotes_of_one_url_share_one_answer(
+    git_http: GitHttpServer, requested: bool, advertisements: int
+) -> None:
+    """Eight GitRepositories of one URL and credentials reconciled together (a
+    monorepo fleet) ask the server once; a requested reconcile (a webhook
+    announcing a push) must see the push, so it never joins one sent before."""
+    name = f"shared-ls-remote-{requested}".lower()
+    work = git_http.create_repo(name)
+    work.commit("one", files={"a.yaml": "a: 1\n"})
+    work.push()
+    before = git_http.stats(name)
+
+    async def listing() -> dict[str, str]:
+        if requested:
+            lanes.serving_requests()
+        return await gitclient.ls_remote(git_http.url(name), gitclient.GitAuth(), timeout=10)
+
+    listings = await asyncio.gather(*(asyncio.create_task(listing()) for _ in range(8)))
+    assert [refs["refs/heads/main"] for refs in listings] == [work.head] * 8
+    assert (git_http.stats(name) - before).upload_pack_advertisements == advertisements

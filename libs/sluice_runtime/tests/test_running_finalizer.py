@@ -17,7 +17,7 @@ from sluice_runtime.kube.attributing import Request
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import ResourceType
-from sluice_runtime.reconciling.running import Reconciler, Runner
+from sluice_runtime.reconciling.running import Outcome, Reconciler, Runner
 from sluice_runtime.reconciling.steps import ReconcileContext, Result, step
 
 OCIREPO = ResourceType.of_model(OCIRepository)
@@ -74,18 +74,12 @@ async def created(kube: KubeClient, namespace: str, name: str) -> JSON:
     )
 
 
-@pytest.mark.parametrize(
-    ("beside", "answered_first"),
-    [
-        pytest.param(False, True, id="before-the-steps"),
-        pytest.param(True, False, id="beside-the-steps"),
-    ],
-)
-async def test_the_status_is_written_only_once_the_finalizer_is_in_place(
-    kube: KubeClient, namespace: str, tmp_path: Path, beside: bool, answered_first: bool
-) -> None:
-    raw = await created(kube, namespace, "app")
-    seen = Seen(f"{namespace}/app")
+async def reconciled(
+    kube: KubeClient, raw: JSON, tmp_path: Path, *, beside: bool
+) -> tuple[Outcome, Seen, list[bool], Path]:
+    """One reconcile of `raw` by the test reconciler: its outcome, the requests seen,
+    whether the finalizer was answered when the step started, and where it stored."""
+    seen = Seen(f"{raw['metadata']['namespace']}/{raw['metadata']['name']}")
     at_step_start: list[bool] = []
     stored = tmp_path / "artifact"
     runner = Runner(
@@ -98,6 +92,21 @@ async def test_the_status_is_written_only_once_the_finalizer_is_in_place(
         outcome = await runner.reconcile(raw)
     finally:
         stop()
+    return outcome, seen, at_step_start, stored
+
+
+@pytest.mark.parametrize(
+    ("beside", "answered_first"),
+    [
+        pytest.param(False, True, id="before-the-steps"),
+        pytest.param(True, False, id="beside-the-steps"),
+    ],
+)
+async def test_the_status_is_written_only_once_the_finalizer_is_in_place(
+    kube: KubeClient, namespace: str, tmp_path: Path, beside: bool, answered_first: bool
+) -> None:
+    raw = await created(kube, namespace, "app")
+    outcome, seen, at_step_start, _ = await reconciled(kube, raw, tmp_path, beside=beside)
     assert outcome.result == "success"
     # Beside: the steps start before the finalizer's answer (its round trip
     # overlaps theirs); before: after it.
@@ -121,19 +130,7 @@ async def test_an_object_deleted_before_its_finalizer_is_cleaned_up_and_not_writ
     await kube.delete(OCIREPO, "gone", namespace=namespace)
     with pytest.raises(NotFound):
         await kube.get(OCIREPO, "gone", namespace=namespace)
-    seen = Seen(f"{namespace}/gone")
-    at_step_start: list[bool] = []
-    stored = tmp_path / "artifact"
-    runner = Runner(
-        reconciler(beside=True, seen=seen, stored=stored, at_step_start=at_step_start),
-        client=kube,
-        recorder=None,
-    )
-    stop = kube.observe(seen)
-    try:
-        outcome = await runner.reconcile(raw)
-    finally:
-        stop()
+    outcome, seen, at_step_start, stored = await reconciled(kube, raw, tmp_path, beside=True)
     assert outcome.result == "gone"
     assert at_step_start == [False], "the steps ran beside the finalizer patch"
     assert not stored.exists(), "finalize removed what the steps stored"

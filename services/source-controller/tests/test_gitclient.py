@@ -170,10 +170,10 @@ async def test_ls_remote_credentials(
         work = server.create_repo("private")
         work.commit("one", files={"a.yaml": "a: 1\n"})
         work.push()
-        try:
-            refs = await gitclient.ls_remote(server.url("private"), auth, timeout=10)
-        except gitclient.GitError as error:
-            assert (error.kind, error.message) == (kind, message)
+        listing = gitclient.ls_remote(server.url("private"), auth, timeout=10)
+        if kind is None:
+            assert (await listing)["refs/heads/main"] == work.head
         else:
-            assert kind is None
-            assert refs["refs/heads/main"] == work.head
+            with pytest.raises(gitclient.GitError) as refused:
+                await listing
+            assert (refused.value.kind, refused.value.message) == (kind, message)

@@ -126,6 +126,12 @@ async def _spawn() -> asyncio.subprocess.Process:
 _workers: dict[asyncio.AbstractEventLoop, _WarmWorkers] = {}
 
 
+async def close() -> None:
+    """At shutdown: the running loop's warm workers and its listing connections."""
+    await workers().close()
+    await advertising.close()
+
+
 def workers() -> _WarmWorkers:
     loop = asyncio.get_running_loop()
     if loop not in _workers:

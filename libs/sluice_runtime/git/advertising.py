@@ -146,7 +146,9 @@ def _session() -> aiohttp.ClientSession:
     cookie jar: one tenant's cookies never go with another's request to the
     same host (credentials are per request, in its headers). No connection
     limit: a hung server holds its own connections, never a slot another
-    remote's listing (a webhook's) would queue for.
+    remote's listing (a webhook's) would queue for. A GET on a kept-alive
+    connection the server closed while it was idle is sent again on a new one
+    by aiohttp itself (3.10 and later).
     """
     loop = asyncio.get_running_loop()
     session = _sessions.get(loop)
@@ -172,24 +174,6 @@ async def _get(
     headers: Mapping[str, str],
     limits: aiohttp.ClientTimeout,
 ) -> tuple[bytes, int, str]:
-    try:
-        return await _get_once(session, endpoint, headers, limits)
-    except aiohttp.ServerDisconnectedError:
-        pass  # a kept-alive connection the server closed while it was idle
-    # A GET is safe to send again, once, on a new connection.
-    try:
-        return await _get_once(session, endpoint, headers, limits)
-    except aiohttp.ServerDisconnectedError:
-        host = urlsplit(endpoint).hostname or ""
-        raise AdvertisementError("git", f"failed to list refs of {host}: disconnected") from None
-
-
-async def _get_once(
-    session: aiohttp.ClientSession,
-    endpoint: str,
-    headers: Mapping[str, str],
-    limits: aiohttp.ClientTimeout,
-) -> tuple[bytes, int, str]:
     host = urlsplit(endpoint).hostname or ""
     try:
         async with session.get(endpoint, headers=headers, timeout=limits) as answer:
@@ -208,8 +192,6 @@ async def _get_once(
             "auth",
             f"host {host} is not trusted (TLS certificate or SSH host key not verified)",
         ) from None
-    except aiohttp.ServerDisconnectedError:
-        raise
     except aiohttp.TooManyRedirects:
         raise AdvertisementError("git", "too many redirects") from None
     except (aiohttp.ClientError, OSError) as error:

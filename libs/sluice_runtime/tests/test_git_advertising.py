@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from sluice_runtime.git.advertising import AdvertisementError, parse_advertisement, served_here
+from sluice_runtime.git.advertising import (
+    CONTENT_TYPE,
+    AdvertisementError,
+    close,
+    list_refs,
+    parse_advertisement,
+    served_here,
+)
 
 A = "a" * 40
 B = "b" * 40
@@ -85,3 +94,41 @@ def test_parse_advertisement_refuses_what_is_not_one(body: bytes, problem: str) 
 )
 def test_served_here(url: str, ca: str | None, here: bool) -> None:
     assert served_here(url, ca=ca) is here
+
+
+async def test_a_kept_alive_connection_closed_while_idle_is_replaced() -> None:
+    """A server that answers one request per connection and closes it when the
+    next arrives, without having said so (no `Connection: close`): the race of
+    a kept-alive connection the server dropped as the client reused it. Every
+    listing still gets its answer, on a new connection."""
+    body = SERVICE + pkt(f"{A} refs/heads/main\n") + b"0000"
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: " + CONTENT_TYPE.encode() + b"\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")  # the client reused it: drop it unanswered
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        for _ in range(3):
+            refs = await list_refs(
+                f"http://127.0.0.1:{port}/repo.git",
+                username=None,
+                password=None,
+                bearer_token=None,
+                timeout=10,
+            )
+            assert refs == {"refs/heads/main": A}
+    finally:
+        await close()
+        server.close()
+    assert connections == 3

@@ -9,24 +9,18 @@ secret is wrong or the host is not trusted) versus everything else.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import base64
 import contextlib
 import functools
 import json
-import shutil
 import sys
-import tempfile
-import threading
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from sluice_runtime import lanes
-from sluice_runtime.git import worker as gitworker
+from sluice_runtime.git import advertising
 from sluice_runtime.kube.secrets import require
 from sluice_runtime.redacting import redact_url
 
@@ -132,6 +126,12 @@ async def _spawn() -> asyncio.subprocess.Process:
 _workers: dict[asyncio.AbstractEventLoop, _WarmWorkers] = {}
 
 
+async def close() -> None:
+    """At shutdown: the running loop's warm workers and its listing connections."""
+    await workers().close()
+    await advertising.close()
+
+
 def workers() -> _WarmWorkers:
     loop = asyncio.get_running_loop()
     if loop not in _workers:
@@ -224,60 +224,28 @@ def _landed(
 
 async def _ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str]:
     """One ls-remote. This is the whole cost of a no-op fetch, so over HTTP(S)
-    with the system's trust store (no per-repository CA, no SSH known_hosts:
-    nothing libgit2 would have to hold per process) it runs here, in a
-    thread, without a worker process."""
-    if urlsplit(url).scheme in ("http", "https") and not auth.ca:
+    with the system's trust store it is one request from the event loop
+    (`advertising`: no thread, no process, no libgit2 in this process);
+    otherwise (SSH, a repository's CA) a worker process sets libgit2's trust
+    for that one repository."""
+    if advertising.served_here(url, ca=auth.ca):
         try:
-            listing = asyncio.get_running_loop().run_in_executor(
-                lanes.executor(_PROBE_THREADS), _list_refs_here, url, auth, timeout
+            return await advertising.list_refs(
+                url,
+                username=auth.username,
+                password=auth.password,
+                bearer_token=auth.bearer_token,
+                timeout=timeout,
             )
-            return await asyncio.wait_for(listing, timeout + 5)
         except TimeoutError:
             raise GitError("timeout", f"git operation timed out after {timeout:g}s") from None
+        except advertising.AdvertisementError as error:
+            raise GitError("auth" if error.kind == "auth" else "git", error.message) from None
     answer = await _run(
         {"op": "ls_remote", "url": url, "auth": auth.as_request(), "timeout": timeout},
         timeout=timeout,
     )
     return dict(answer["refs"])
-
-
-_PROBE_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="git-ls-remote")
-"""In-process ls-remotes run here, not in asyncio's default executor: one that
-outlives its deadline keeps its thread until libgit2's own (process-wide,
-60 s) timeout, and a hung git server must not take the threads the artifact
-file server and storage work need (found by the chaos suite: 20 hung
-GitRepositories starved the file server). Four bound the damage; further
-calls queue and time out at their deadline."""
-
-_local = threading.local()
-_DEFAULT_TIMEOUT_MS = 60_000
-
-
-def _probe_repository() -> Any:
-    """A bare repository per thread, only ever used for anonymous remotes."""
-    repo = getattr(_local, "repo", None)
-    if repo is None:
-        import pygit2
-
-        # Process-wide libgit2 timeouts bound a stuck thread; the per-call
-        # deadline is the asyncio timeout around it.
-        pygit2.option(pygit2.enums.Option.SET_SERVER_CONNECT_TIMEOUT, _DEFAULT_TIMEOUT_MS)
-        pygit2.option(pygit2.enums.Option.SET_SERVER_TIMEOUT, _DEFAULT_TIMEOUT_MS)
-        path = tempfile.mkdtemp(prefix="sluice-probe-")
-        atexit.register(shutil.rmtree, path, ignore_errors=True)
-        repo = pygit2.init_repository(path, bare=True)
-        _local.repo = repo
-    return repo
-
-
-def _list_refs_here(url: str, auth: GitAuth, timeout: float) -> dict[str, str]:
-    request = {"url": url, "auth": auth.as_request(), "timeout": timeout}
-    try:
-        return gitworker.list_refs(_probe_repository(), request)
-    except Exception as error:
-        classified = gitworker.classify(error)
-        raise GitError("auth" if classified.kind == "auth" else "git", classified.message) from None
 
 
 async def checkout(

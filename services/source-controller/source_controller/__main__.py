@@ -136,7 +136,7 @@ async def setup(runtime: app.Runtime) -> None:
     # downloads to the leader alone (Flux starts its file server the same way).
     runtime.when_leading(serving(file_server(root), options.storage_addr))
 
-    runtime.stack.push_async_callback(gitclient.workers().close)
+    runtime.stack.push_async_callback(gitclient.close)
     gate_rt = ResourceType.of_model(Gate)
     gate_store = runtime.informers.get(gate_rt).store
     git_rt = ResourceType.of_model(GitRepository)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +118,62 @@ async def test_concurrent_ls_remotes_of_one_url_share_one_answer(
     listings = await asyncio.gather(*(asyncio.create_task(listing()) for _ in range(8)))
     assert [refs["refs/heads/main"] for refs in listings] == [work.head] * 8
     assert (git_http.stats(name) - before).upload_pack_advertisements == advertisements
+
+
+async def test_an_http_ls_remote_leaves_libgit2_out_of_the_process(git_http: GitHttpServer) -> None:
+    """pygit2 maps its own OpenSSL and libgit2, ~12 MiB resident for the life of
+    the process (issue 19): an HTTP ls-remote, the only Git operation a
+    controller ran in-process, must not load it. A fresh interpreter, as a
+    controller's own `python -m` is."""
+    work = git_http.create_repo("lean-ls-remote")
+    work.commit("one", files={"a.yaml": "a: 1\n"})
+    work.push()
+    script = (
+        "import asyncio, json, sys\n"
+        "from sluice_runtime.git import client\n"
+        "refs = asyncio.run(client.ls_remote(sys.argv[1], client.GitAuth(), timeout=10))\n"
+        "print(json.dumps([refs['refs/heads/main'], 'pygit2' in sys.modules]))\n"
+    )
+    listing = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, git_http.url("lean-ls-remote"),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await listing.communicate()
+    assert json.loads(out) == [work.head, False]
+
+
+@pytest.mark.parametrize(
+    ("auth", "kind", "message"),
+    [
+        pytest.param(gitclient.GitAuth(username="git", password="pw"), None, "", id="basic"),
+        pytest.param(gitclient.GitAuth(bearer_token="tok"), None, "", id="bearer"),
+        pytest.param(
+            gitclient.GitAuth(),
+            "auth",
+            "the server requires authentication and no credentials fit",
+            id="no-credentials",
+        ),
+        pytest.param(
+            gitclient.GitAuth(username="git", password="wrong"),
+            "auth",
+            "the server refused the credentials",
+            id="wrong-password",
+        ),
+    ],
+)
+async def test_ls_remote_credentials(
+    tmp_path: Path, auth: gitclient.GitAuth, kind: str | None, message: str
+) -> None:
+    """Basic credentials after the server's 401, a bearer token on every request;
+    refusals are `auth` failures with the messages the libgit2 worker gives."""
+    with GitHttpServer(workdir=tmp_path, username="git", password="pw", token="tok") as server:
+        work = server.create_repo("private")
+        work.commit("one", files={"a.yaml": "a: 1\n"})
+        work.push()
+        listing = gitclient.ls_remote(server.url("private"), auth, timeout=10)
+        if kind is None:
+            assert (await listing)["refs/heads/main"] == work.head
+        else:
+            with pytest.raises(gitclient.GitError) as refused:
+                await listing
+            assert (refused.value.kind, refused.value.message) == (kind, message)

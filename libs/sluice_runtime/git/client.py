@@ -40,6 +40,11 @@ class GitError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    @classmethod
+    def timed_out(cls, timeout: float) -> GitError:
+        """Past its deadline: a worker's operation, a listing, or a wait for one joined."""
+        return cls("timeout", f"git operation timed out after {timeout:g}s")
+
 
 @dataclass(frozen=True)
 class GitAuth:
@@ -150,7 +155,7 @@ async def _run(request: dict[str, Any], *, timeout: float) -> dict[str, Any]:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
-        raise GitError("timeout", f"git operation timed out after {timeout:g}s") from None
+        raise GitError.timed_out(timeout) from None
     except asyncio.CancelledError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -210,7 +215,7 @@ async def ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, str
         # Shielded: one caller cancelled (its reconcile ended) leaves the others theirs.
         return dict(await asyncio.wait_for(asyncio.shield(task), timeout + 5))
     except TimeoutError:
-        raise GitError("timeout", f"git operation timed out after {timeout:g}s") from None
+        raise GitError.timed_out(timeout) from None
 
 
 def _landed(
@@ -238,7 +243,7 @@ async def _ls_remote(url: str, auth: GitAuth, *, timeout: float) -> dict[str, st
                 timeout=timeout,
             )
         except TimeoutError:
-            raise GitError("timeout", f"git operation timed out after {timeout:g}s") from None
+            raise GitError.timed_out(timeout) from None
         except advertising.AdvertisementError as error:
             raise GitError("auth" if error.kind == "auth" else "git", error.message) from None
     answer = await _run(

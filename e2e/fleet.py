@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from e2e.watching import Listed, follow
 from sluice_envtest.controlplane import die_with_parent, free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import is_ready
 from sluice_envtest.measuring import exceptions_in_log
 from sluice_envtest.registry import OciRegistry
 from sluice_runtime.kube.client import JSON, KubeClient
-from sluice_runtime.kube.errors import ApiUnavailable, Gone
 from sluice_runtime.kube.resources import NAMESPACE, SERVICE_ACCOUNT, ResourceType
 
 OCIREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "ocirepositories", "OCIRepository")
@@ -393,7 +393,6 @@ async def all_ready(
     start = time.monotonic()
     passing: set[str] = set()
     failing: dict[str, JSON] = {}  # the latest version of each object not passing yet
-    version = ""
 
     def seen(obj: JSON, deleted: bool = False) -> None:
         name = obj["metadata"]["name"]
@@ -407,34 +406,26 @@ async def all_ready(
             else:
                 failing[name] = obj
 
-    while len(passing) < count:
-        left = limit - (time.monotonic() - start)
-        try:
-            async with asyncio.timeout(max(left, 0)):
-                if not version:
-                    listed = await client.list(rt, namespace=ns)
-                    passing.clear()
-                    failing.clear()
-                    for obj in listed.items:
-                        seen(obj)
-                    version = listed.resource_version
-                    continue
-                events = client.watch(rt, namespace=ns, resource_version=version)
-                async with contextlib.aclosing(events):  # closed at once on break
-                    async for event in events:
-                        version = event.object.get("metadata", {}).get("resourceVersion", version)
-                        if event.type != "BOOKMARK":
-                            seen(event.object, deleted=event.type == "DELETED")
-                        if len(passing) >= count:
-                            break
-        except Gone:
-            version = ""  # compacted past our version: list again
-        except ApiUnavailable:
-            await asyncio.sleep(0.2)
-        except TimeoutError:
-            stuck: JSON = next(iter(failing.values()), {})
-            raise RuntimeError(
-                f"{rt.kind}s not ready after {limit}s ({len(passing)} of {count}), e.g. "
-                f"{stuck.get('metadata', {}).get('name')}: {stuck.get('status')}"
-            ) from None
+    if count <= 0:
+        return 0.0  # nothing to wait for: not even the one list
+    try:
+        async with asyncio.timeout(limit):
+            changes = follow(client, rt, ns)
+            async with contextlib.aclosing(changes):  # ends the watch once enough pass
+                async for change in changes:
+                    if isinstance(change, Listed):
+                        passing.clear()
+                        failing.clear()
+                        for obj in change.objects:
+                            seen(obj)
+                    else:
+                        seen(change.object, deleted=change.deleted)
+                    if len(passing) >= count:
+                        break
+    except TimeoutError:
+        stuck: JSON = next(iter(failing.values()), {})
+        raise RuntimeError(
+            f"{rt.kind}s not ready after {limit}s ({len(passing)} of {count}), e.g. "
+            f"{stuck.get('metadata', {}).get('name')}: {stuck.get('status')}"
+        ) from None
     return time.monotonic() - start

@@ -3,8 +3,8 @@
 Controllers run as separate processes (`e2e.fleet.Controller`), as they do in a
 cluster, so the benchmark's own work (polling, load generation) never runs
 on a controller's event loop. What the benchmark observes it reads through
-API watches: `Watching` stamps every change of a kind with the moment it
-arrived, so a trial stops at the event, not at the next poll.
+API watches (`e2e.watching.follow`): `Watching` stamps every change of a kind
+with the moment it arrived, so a trial stops at the event, not at the next poll.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from e2e.fleet import Controller
+from e2e.watching import Listed, follow
 from sluice_api.meta import format_time
 from sluice_envtest import harness
 from sluice_runtime.kube.client import JSON, KubeClient
-from sluice_runtime.kube.errors import ApiUnavailable, Gone
 from sluice_runtime.kube.resources import NAMESPACE, SECRET, ResourceType
 
 __all__ = ["Controller"]
@@ -229,24 +229,9 @@ class Watching:
                 waiter.found.set_result((obj, at))
 
     async def _run(self) -> None:
-        version = ""
-        while True:
-            try:
-                # The list too: a relist after Gone that met an API too busy to
-                # answer ended this task, the waits after it timed out, and the
-                # ApiUnavailable surfaced at exit as a traceback.
-                if not version:
-                    listed = await self.client.list(self.rt, namespace=self.namespace)
-                    self.objects = {o["metadata"]["name"]: o for o in listed.items}
-                    version = listed.resource_version
-                    self._listed.set()
-                async for event in self.client.watch(
-                    self.rt, namespace=self.namespace, resource_version=version
-                ):
-                    version = event.object.get("metadata", {}).get("resourceVersion", version)
-                    if event.type != "BOOKMARK":
-                        self._seen(event.object, deleted=event.type == "DELETED")
-            except Gone:
-                version = ""
-            except ApiUnavailable:
-                await asyncio.sleep(0.2)
+        async for change in follow(self.client, self.rt, self.namespace):
+            if isinstance(change, Listed):
+                self.objects = {o["metadata"]["name"]: o for o in change.objects}
+                self._listed.set()
+            else:
+                self._seen(change.object, deleted=change.deleted)

@@ -29,6 +29,7 @@ import aiohttp
 import structlog
 
 from sluice_api.meta import format_time
+from sluice_runtime import resolving
 from sluice_runtime.kube.attributing import attributed
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound
@@ -153,7 +154,10 @@ class EventRecorder:
 
     @contextlib.asynccontextmanager
     async def running(self, *, drain_timeout: float = 5.0) -> AsyncIterator[EventRecorder]:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
+        self._session = aiohttp.ClientSession(
+            connector=resolving.connector(lookup_timeout=15),
+            timeout=aiohttp.ClientTimeout(total=15),
+        )
         sender = asyncio.get_running_loop().create_task(self._send_loop(), name="event-sender")
         try:
             yield self

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from sluice_runtime import resolving
 from sluice_runtime.redacting import redact_url
 
 CONTENT_TYPE = "application/x-git-upload-pack-advertisement"
@@ -147,7 +148,9 @@ def _session() -> aiohttp.ClientSession:
     cookie jar: one tenant's cookies never go with another's request to the
     same host (credentials are per request, in its headers). No connection
     limit: a hung server holds its own connections, never a slot another
-    remote's listing (a webhook's) would queue for. A GET on a kept-alive
+    remote's listing (a webhook's) would queue for. Host names are looked up
+    on threads of their own (`resolving`), never in the loop's default
+    executor. A GET on a kept-alive
     connection the server closed while it was idle is sent again on a new one
     by aiohttp itself (3.10 and later).
     """
@@ -155,7 +158,7 @@ def _session() -> aiohttp.ClientSession:
     session = _sessions.get(loop)
     if session is None or session.closed:
         session = _sessions[loop] = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
+            connector=resolving.connector(limit=0),
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=True,
         )
@@ -199,4 +202,8 @@ async def _get(
         if isinstance(error, asyncio.TimeoutError):
             raise
         text = redact_url(str(error)) or type(error).__name__
+        if isinstance(error, aiohttp.ClientConnectorError) and isinstance(
+            error.os_error, resolving.UnresolvedHost
+        ):
+            text = error.os_error.strerror or text  # "cannot resolve host ...", unwrapped
         raise AdvertisementError("git", f"failed to list refs of {host}: {text}") from None

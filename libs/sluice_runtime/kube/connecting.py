@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from sluice_runtime import resolving
 from sluice_runtime.kube.errors import ConfigError
 from sluice_runtime.kube.exec_plugins import run_exec_plugin
 from sluice_runtime.kube.kubeconfigs import Credentials, ExecPlugin
@@ -54,6 +55,7 @@ async def kubeconfig_api_client(kubeconfig: str | None, context: str | None) -> 
     # exhausted by informers plus concurrent reconciles.
     configuration.connection_pool_maxsize = 512
     api = k8s_client.ApiClient(configuration=configuration)
+    await _own_lookups(api)
     skip_environment_lookups(api)
     return api
 
@@ -66,16 +68,30 @@ def twin_api_client(api: Any) -> Any:
     credentials loaded its certificate from files that were deleted once its
     SSLContext had read them, so the context is what carries it.
     """
-    session = api.rest_client.pool_manager
-    connector = session.connector
     twin = copy.copy(api)
     twin.rest_client = copy.copy(api.rest_client)
-    twin.rest_client.pool_manager = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=connector.limit, ssl=connector._ssl),
+    twin.rest_client.pool_manager = _session_like(api.rest_client.pool_manager)
+    return twin
+
+
+def _session_like(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
+    """kubernetes-asyncio's session (connection limit, TLS context, proxy lookups)
+    with a connector that looks the server's name up on threads of its own
+    (`resolving`): a tenant names the server of a remote cluster."""
+    connector = session.connector
+    assert isinstance(connector, aiohttp.TCPConnector)
+    return aiohttp.ClientSession(
+        connector=resolving.connector(limit=connector.limit, ssl=connector._ssl),
         trust_env=session.trust_env,
         read_bufsize=2**21,  # as kubernetes-asyncio's: big watch events fit
     )
-    return twin
+
+
+async def _own_lookups(api: Any) -> None:
+    """Swap the session kubernetes-asyncio made (no connection opened yet) for one like it."""
+    made = api.rest_client.pool_manager
+    api.rest_client.pool_manager = _session_like(made)
+    await made.close()
 
 
 def skip_environment_lookups(api: Any) -> None:
@@ -140,6 +156,7 @@ async def credentials_api_client(credentials: Credentials) -> Any:
                 "certificate and its key"
             ) from None
     configuration.ssl_ca_cert = configuration.cert_file = configuration.key_file = None
+    await _own_lookups(api)
     skip_environment_lookups(api)
     return api
 

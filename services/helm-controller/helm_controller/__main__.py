@@ -15,7 +15,7 @@ import structlog
 
 from helm_controller import contexts, helmrelease, watching
 from sluice_api import ExternalArtifact, Gate, HelmChart, HelmRelease, OCIRepository
-from sluice_runtime import app, gatekeeping
+from sluice_runtime import app, gatekeeping, resolving
 from sluice_runtime.helming import HelmMissing, helm_binary
 from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
@@ -39,7 +39,7 @@ async def setup(runtime: app.Runtime) -> None:
     except HelmMissing as error:
         raise app.StartupError(str(error)) from None
     log.info("helm", binary=str(helm))
-    session = aiohttp.ClientSession()
+    session = aiohttp.ClientSession(connector=resolving.connector())  # chart hosts
     runtime.stack.push_async_callback(session.close)
 
     # No default identity here: the HelmRelease steps impersonate per call.

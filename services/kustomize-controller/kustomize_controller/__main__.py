@@ -25,7 +25,7 @@ from sluice_api import (
     OCIRepository,
 )
 from sluice_api.meta import ObjectId
-from sluice_runtime import app, building, gatekeeping
+from sluice_runtime import app, building, gatekeeping, resolving
 from sluice_runtime.informing.queueing import Lane
 from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
@@ -97,7 +97,7 @@ async def setup(runtime: app.Runtime) -> None:
         )
     except (decrypting.SopsUnavailable, OSError) as error:
         raise app.StartupError(f"SOPS decryption: {error}") from None
-    session = aiohttp.ClientSession()
+    session = aiohttp.ClientSession(connector=resolving.connector())  # artifact hosts
     runtime.stack.push_async_callback(session.close)
     targets = TargetClusters(
         runtime.client,

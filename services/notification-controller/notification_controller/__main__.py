@@ -22,7 +22,7 @@ from notification_controller.hub import EventHub, HubObserver
 from notification_controller.limiting import Dedup, WebhookLimiter
 from notification_controller.webhooks import WebhookObserver, WebhookServer
 from sluice_api import Alert, Gate, Provider, Receiver
-from sluice_runtime import app
+from sluice_runtime import app, resolving
 from sluice_runtime.endpoints import serving
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.resources import ResourceType
@@ -154,7 +154,7 @@ class Wiring:
         runtime.controller(alerts.reconciler())
         runtime.controller(provider_objects.reconciler())
 
-        session = aiohttp.ClientSession()
+        session = aiohttp.ClientSession(connector=resolving.connector())  # provider hosts
         runtime.stack.push_async_callback(session.close)
         hub = EventHub(
             client=runtime.client,

@@ -13,7 +13,7 @@ import aiohttp
 
 from resourceset_controller import contexts, providers, resourceset
 from sluice_api import ResourceSet, ResourceSetInputProvider
-from sluice_runtime import app
+from sluice_runtime import app, resolving
 from sluice_runtime.git import client as gitclient
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.resources import ResourceType
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def setup(runtime: app.Runtime) -> None:
     """Wire both controllers; ResourceSets also watch providers."""
-    session = aiohttp.ClientSession()
+    session = aiohttp.ClientSession(connector=resolving.connector())  # provider APIs
     runtime.stack.push_async_callback(session.close)
     runtime.stack.push_async_callback(gitclient.close)  # warm git workers, listing connections
     rset_rt = ResourceType.of_model(ResourceSet)

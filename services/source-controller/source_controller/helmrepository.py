@@ -30,6 +30,7 @@ import yaml
 
 from sluice_api.meta import parse_duration
 from sluice_api.source import HelmRepository, HelmRepositorySpec, SourceCondition, SourceReason
+from sluice_runtime import resolving
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.describing import describe_transport
 from sluice_runtime.informing.watching import Store
@@ -135,7 +136,10 @@ async def fetch(
         headers["Authorization"] = f"Basic {token}"
     try:
         async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+            aiohttp.ClientSession(
+                connector=resolving.connector(lookup_timeout=timeout),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as session,
             session.get(url, headers=headers, ssl=creds.ssl_context or True) as answer,
         ):
             if answer.status == 304:

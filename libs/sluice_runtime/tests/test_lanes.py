@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice_api.meta import FINALIZER
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import holding, lanes
 from sluice_runtime.kube import kubeconfigs
@@ -326,5 +327,53 @@ async def test_a_bulk_request_waits_while_a_requested_reconcile_is_in_flight(
         await asyncio.wait_for(asked.wait(), timeout=20)
         # This test's own task is bulk work of the same process.
         await asyncio.wait_for(bulk_read(), timeout=20)
+        await eventually(lambda: len(seen) == 2, message="both done")
+    assert seen == order
+
+
+@pytest.mark.parametrize(
+    ("limit", "order"),
+    [
+        pytest.param(2.0, ["requested done", "bulk started"], id="held"),
+        pytest.param(0.0, ["bulk started", "requested done"], id="holding off"),
+    ],
+)
+async def test_a_bulk_reconcile_starts_after_a_requested_one_in_flight(
+    kube: KubeClient,
+    namespace: str,
+    limit: float,
+    order: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not only its requests: its fetch, build and CPU would compete with the request too."""
+    seen: list[str] = []
+    asked = asyncio.Event()
+
+    async def note(ctx: RecordingContext) -> Result | None:
+        name = ctx.obj.metadata.name
+        if name == "bulk":
+            seen.append("bulk started")
+        elif lanes.is_requested() and REQUESTED_AT in (ctx.obj.metadata.annotations or {}):
+            asked.set()
+            held = holding.HOLD.held
+            await eventually(lambda: holding.HOLD.held > held or "bulk started" in seen)
+            seen.append("requested done")
+        return None
+
+    monkeypatch.setattr(holding, "HOLD", holding.BulkHold(limit=limit))
+    step = Step(fn=note, name="note", conditions=())
+    async with running_controller(kube, namespace, extra_steps=[step]) as harness:
+        await kube.create(GITREPO, gitrepo("asked", namespace))
+        await eventually(lambda: harness.journal.count(f"{namespace}/asked") >= 1)
+        ask = {"metadata": {"annotations": {REQUESTED_AT: "now"}}}
+        await kube.merge_patch(GITREPO, "asked", ask, namespace=namespace)
+        await asyncio.wait_for(asked.wait(), timeout=20)
+        # With its finalizer in place, its reconcile sends no request before the
+        # step: only the worker holding back keeps it from starting. Sent as
+        # requested work, so that this create is not itself held.
+        bulk = gitrepo("bulk", namespace)
+        bulk["metadata"]["finalizers"] = [FINALIZER]
+        with lanes.serving(True):
+            await kube.create(GITREPO, bulk)
         await eventually(lambda: len(seen) == 2, message="both done")
     assert seen == order

@@ -35,7 +35,7 @@ The series themselves are `e2e.bench.reaction_trials`; this module starts what
 they run against, then reports their figures.
 
 Usage: python -m e2e.bench reaction [--trials 30] [--receiver-debounce 2s]
-       [--load-apps 1000] [--fifo-loop] [--out FILE]
+       [--load-apps 1000] [--fifo-loop] [--requested-hold S] [--out FILE]
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         events = ["--events-addr", f"http://127.0.0.1:{events_port}", *token]
         if args.fifo_loop:
             events.append("--fifo-loop")  # the source-, kustomize- and gating-controller's
+        if args.requested_hold is not None:
+            events += ["--requested-hold", f"{args.requested_hold}s"]
         controllers = [
             Controller(
                 "notification-controller",
@@ -224,6 +226,14 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="run the controllers with --fifo-loop (requested work's callbacks not served "
         "first in their event loops), to compare",
+    )
+    parser.add_argument(
+        "--requested-hold",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="run the source-, kustomize- and gating-controller with --requested-hold "
+        "(0: bulk requests never hold back for requested ones), to compare",
     )
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ from typing import Generic, Protocol
 import structlog
 
 from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
-from sluice_runtime import lanes
+from sluice_runtime import holding, lanes
 from sluice_runtime.informing.queueing import ExponentialBackoff, Lane, QueueShutDown, WorkQueue
 from sluice_runtime.informing.watching import Change, Informer
 from sluice_runtime.kube.client import JSON, KubeClient
@@ -263,6 +263,11 @@ class Controller(Generic[C]):
                 key, lane = await self.queue.take(urgent_only=urgent_only)
             except QueueShutDown:
                 return
+            if not urgent_only and lane is not Lane.REQUESTED:
+                # Requested work of this process in flight: a bulk reconcile starts
+                # after it, so the fetches, builds and requests it would add do
+                # not compete with it (holding.py; at most --requested-hold).
+                await holding.HOLD.turn()
             started = time.perf_counter()
             timeline = reacting.begin(self.rt.kind, key, lane_worker=urgent_only)
             try:

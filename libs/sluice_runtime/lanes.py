@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import ParamSpec, Protocol, TypeVar
 
+from sluice_runtime import holding
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -77,7 +79,12 @@ def serving(requested: bool) -> Iterator[None]:
     """
     token = _REQUESTED.set(requested)
     try:
-        yield
+        if requested:
+            # Bulk API requests of the process hold back meanwhile (holding.py).
+            with holding.HOLD.serving():
+                yield
+        else:
+            yield
     finally:
         _REQUESTED.reset(token)
 

@@ -78,6 +78,14 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
     p.add_argument("--kube-api-qps", type=float, default=50.0)
     p.add_argument("--kube-api-burst", type=int, default=300)
     p.add_argument("--shutdown-timeout", type=duration, default=30.0)
+    p.add_argument(
+        "--requested-hold",
+        type=duration,
+        default=2.0,
+        help="while a requested reconcile (a webhook's, the CLI's) is in flight, hold this "
+        "process's other API requests back for at most this long, so the API server serves "
+        "it first; 0 turns it off",
+    )
     switch(
         p,
         "--profile-phases",

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from sluice_runtime import lanes
+from sluice_runtime import holding, lanes
 from sluice_runtime.app.flags import runtime_namespace, watched_namespace
 from sluice_runtime.controller import Controller, Informers, ReconcileObserver
 from sluice_runtime.endpoints import Heartbeat, probing
@@ -125,6 +125,7 @@ async def running(
     """
     async with contextlib.AsyncExitStack() as stack:
         # Requested reconciles' callbacks go ahead of bulk ones in the loop too.
+        holding.HOLD.limit = getattr(options, "requested_hold", holding.LIMIT)
         ready_lanes = lanes.prioritize(
             asyncio.get_running_loop(), requested_first=not getattr(options, "fifo_loop", False)
         )

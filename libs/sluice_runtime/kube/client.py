@@ -28,7 +28,7 @@ from typing import Any, Literal
 import aiohttp
 
 from sluice_api.meta import JSON as JSON
-from sluice_runtime import lanes
+from sluice_runtime import holding, lanes
 from sluice_runtime.kube.attributing import RequestObserver, tell_observers
 from sluice_runtime.kube.connecting import (
     credentials_api_client,
@@ -218,6 +218,10 @@ class KubeClient(WriteVerbs):
         headers = {"Accept": accept, "Content-Type": content_type, **self._headers}
         for attempt in itertools.count():
             if throttle:
+                if not lanes.is_requested():
+                    # Requested work of this process in flight: let its requests
+                    # reach a server that is not busy with ours (holding.py).
+                    await holding.HOLD.turn()
                 await self._shared.limiter.take()
             self._shared.requests += 1
             started = time.monotonic()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice_api.meta import FINALIZER
 from sluice_envtest.pytest_plugin import Cluster
-from sluice_runtime import lanes
+from sluice_runtime import holding, lanes
 from sluice_runtime.kube import kubeconfigs
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.reconciling.steps import Result, Step
@@ -280,3 +281,99 @@ async def test_requested_work_reaches_the_server_on_connections_of_its_own(
         assert client.lane_pools == 2
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(
+    ("limit", "order"),
+    [
+        pytest.param(2.0, ["requested done", "bulk answered"], id="held"),
+        pytest.param(0.0, ["bulk answered", "requested done"], id="holding off"),
+    ],
+)
+async def test_a_bulk_request_waits_while_a_requested_reconcile_is_in_flight(
+    kube: KubeClient,
+    namespace: str,
+    limit: float,
+    order: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """So the API server serves the requested reconcile's requests without ours (holding.py)."""
+    seen: list[str] = []
+    asked = asyncio.Event()
+    answered = asyncio.Event()
+
+    async def requested_work(ctx: RecordingContext) -> Result | None:
+        if lanes.is_requested() and REQUESTED_AT in (ctx.obj.metadata.annotations or {}):
+            asked.set()
+            held = holding.HOLD.held
+            # Until a bulk request is held, or was answered without waiting.
+            await eventually(lambda: holding.HOLD.held > held or answered.is_set())
+            seen.append("requested done")
+        return None
+
+    async def bulk_read() -> None:
+        await kube.get(GITREPO, "asked", namespace)
+        seen.append("bulk answered")
+        answered.set()
+
+    step = Step(fn=requested_work, name="requested_work", conditions=())
+    # A hold of its own: one an earlier test's long request ran out leaves bulk a turn.
+    monkeypatch.setattr(holding, "HOLD", holding.BulkHold(limit=limit))
+    async with running_controller(kube, namespace, extra_steps=[step]) as harness:
+        await kube.create(GITREPO, gitrepo("asked", namespace))
+        await eventually(lambda: harness.journal.count(f"{namespace}/asked") >= 1)
+        ask = {"metadata": {"annotations": {REQUESTED_AT: "now"}}}
+        await kube.merge_patch(GITREPO, "asked", ask, namespace=namespace)
+        await asyncio.wait_for(asked.wait(), timeout=20)
+        # This test's own task is bulk work of the same process.
+        await asyncio.wait_for(bulk_read(), timeout=20)
+        await eventually(lambda: len(seen) == 2, message="both done")
+    assert seen == order
+
+
+@pytest.mark.parametrize(
+    ("limit", "order"),
+    [
+        pytest.param(2.0, ["requested done", "bulk started"], id="held"),
+        pytest.param(0.0, ["bulk started", "requested done"], id="holding off"),
+    ],
+)
+async def test_a_bulk_reconcile_starts_after_a_requested_one_in_flight(
+    kube: KubeClient,
+    namespace: str,
+    limit: float,
+    order: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not only its requests: its fetch, build and CPU would compete with the request too."""
+    seen: list[str] = []
+    asked = asyncio.Event()
+
+    async def note(ctx: RecordingContext) -> Result | None:
+        name = ctx.obj.metadata.name
+        if name == "bulk":
+            seen.append("bulk started")
+        elif lanes.is_requested() and REQUESTED_AT in (ctx.obj.metadata.annotations or {}):
+            asked.set()
+            held = holding.HOLD.held
+            await eventually(lambda: holding.HOLD.held > held or "bulk started" in seen)
+            seen.append("requested done")
+        return None
+
+    monkeypatch.setattr(holding, "HOLD", holding.BulkHold(limit=limit))
+    step = Step(fn=note, name="note", conditions=())
+    async with running_controller(kube, namespace, extra_steps=[step]) as harness:
+        await kube.create(GITREPO, gitrepo("asked", namespace))
+        await eventually(lambda: harness.journal.count(f"{namespace}/asked") >= 1)
+        ask = {"metadata": {"annotations": {REQUESTED_AT: "now"}}}
+        await kube.merge_patch(GITREPO, "asked", ask, namespace=namespace)
+        await asyncio.wait_for(asked.wait(), timeout=20)
+        # With its finalizer in place, its reconcile sends no request before the
+        # step: only the worker holding back keeps it from starting. Sent as
+        # requested work, so that this create is not itself held.
+        bulk = gitrepo("bulk", namespace)
+        bulk["metadata"]["finalizers"] = [FINALIZER]
+        with lanes.serving(True):
+            await kube.create(GITREPO, bulk)
+        await eventually(lambda: len(seen) == 2, message="both done")
+    assert seen == order

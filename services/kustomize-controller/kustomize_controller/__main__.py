@@ -152,7 +152,7 @@ async def setup(runtime: app.Runtime) -> None:
             ResourceType.of_model(kind),
             kustomization.source_watchers(kustomizations),
             urgent=kustomization.answers_a_request,
-        )
+        ).add_handler(kustomization.announced_requests(kustomizations))
     controller.watch(ks_rt, kustomization.dependent_watchers(kustomizations), selected=True)
     # A gate opens or closes because someone asked: its consumers go first.
     controller.watch(

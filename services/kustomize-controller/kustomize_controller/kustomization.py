@@ -30,9 +30,10 @@ from kustomize_controller.health_checking import reconcile_health, reconcile_hea
 from kustomize_controller.specs import health_rules, ignore_rules_by_field, unsupported
 from sluice_api.kustomize import Kustomization
 from sluice_api.meta import Artifact
-from sluice_runtime import building, dependencies, gatekeeping, substituting
+from sluice_runtime import building, dependencies, gatekeeping, holding, substituting
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.conditions import condition_of
+from sluice_runtime.controller import requested
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube.expressions import InvalidExpression
 from sluice_runtime.kube.ignoring import InvalidSelector
@@ -282,24 +283,30 @@ STEPS = (
 # -- what makes a Kustomization reconcile ---------------------------------------------------
 
 
+def _followers(change: Change, kustomizations: Store) -> list[str]:
+    """The Kustomizations that follow the changed source (suspended ones ignore it)."""
+    meta = change.obj["metadata"]
+    source = dependencies.source_ref(
+        str(change.obj.get("kind")), meta.get("namespace", ""), meta["name"]
+    )
+    return [
+        key
+        for key in kustomizations.referencing(dependencies.SOURCE_REF, source)
+        if not ((kustomizations.get(key) or {}).get("spec") or {}).get("suspend")
+    ]
+
+
+def _revision(obj: dict[str, Any] | None) -> Any:
+    return (((obj or {}).get("status") or {}).get("artifact") or {}).get("revision")
+
+
 def source_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:
     """Kustomizations to reconcile when a source's artifact revision changes."""
 
     def mapper(change: Change) -> list[str]:
-        old = ((change.old or {}).get("status") or {}).get("artifact") or {}
-        new = ((change.new or {}).get("status") or {}).get("artifact") or {}
-        if change.kind == "deleted" or old.get("revision") == new.get("revision"):
+        if change.kind == "deleted" or _revision(change.old) == _revision(change.new):
             return []
-        meta = change.obj["metadata"]
-        source = dependencies.source_ref(
-            str(change.obj.get("kind")), meta.get("namespace", ""), meta["name"]
-        )
-        # A suspended Kustomization ignores source events.
-        return [
-            key
-            for key in kustomizations.referencing(dependencies.SOURCE_REF, source)
-            if not ((kustomizations.get(key) or {}).get("spec") or {}).get("suspend")
-        ]
+        return _followers(change, kustomizations)
 
     return mapper
 
@@ -312,6 +319,26 @@ def answers_a_request(change: Change) -> bool:
     old = ((change.old or {}).get("status") or {}).get("lastHandledReconcileAt")
     new = ((change.new or {}).get("status") or {}).get("lastHandledReconcileAt")
     return change.kind == "updated" and new is not None and new != old
+
+
+def announced_requests(kustomizations: Store) -> Callable[[Change], None]:
+    """Hold bulk API requests (sluice_runtime.holding) from the moment a source
+    Kustomizations follow is asked to reconcile: its new artifact comes as
+    requested work here, and the source's own fetch and status write are
+    requests the API server serves sooner without ours. The hold ends with
+    the requested reconcile, or at once when the source answered without a
+    new revision (nothing will come)."""
+
+    def handler(change: Change) -> None:
+        if change.kind != "updated":
+            return
+        if requested(change):
+            if _followers(change, kustomizations):
+                holding.HOLD.expect()
+        elif answers_a_request(change) and _revision(change.old) == _revision(change.new):
+            holding.HOLD.answered()
+
+    return handler
 
 
 def dependent_watchers(kustomizations: Store) -> Callable[[Change], list[str]]:

@@ -12,9 +12,10 @@ request first there is to send fewer others meanwhile.
 So while a process has requested work in flight, or expects some (a source
 a Kustomization follows was just asked to reconcile: its new artifact will
 come as requested work in a moment), its bulk API requests wait before
-they are sent; those already in flight finish. Watches never wait (they
-deliver what the requested work waits for), nor does anything a requested
-task sends.
+they are sent, and its bulk workers start no new reconcile; what is in
+flight finishes. Only work nobody asked for waits: never a requested task,
+nor the controller's machinery (watches and lists deliver what requested
+work waits for; a leader must renew its lease whatever happens).
 
 A hold is short and bounded: it ends when the requested work is done, and
 never lasts longer than `limit` seconds (`--requested-hold`, 2 s by

@@ -39,9 +39,12 @@ from sluice_runtime import holding
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_REQUESTED: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "sluice_serving_requests", default=False
+_REQUESTED: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+    "sluice_serving_requests", default=None
 )
+"""True in requested work, False in bulk work (a reconcile nobody asked for),
+None outside both: the controller's own machinery (informers, leader
+election, the event sender), which never holds back for requested work."""
 
 REQUESTED_THREADS = 2
 """Threads beside each bulk pool: requests come one at a time (a push, a CLI call)."""
@@ -56,7 +59,12 @@ def serving_requests() -> None:
 
 
 def is_requested() -> bool:
-    return _REQUESTED.get()
+    return _REQUESTED.get() is True
+
+
+def is_bulk() -> bool:
+    """Inside a reconcile (or a request served for one) that nobody asked for."""
+    return _REQUESTED.get() is False
 
 
 HEADER = "X-Sluice-Lane"
@@ -149,7 +157,7 @@ class ReadyLanes:
 
     def append(self, handle: asyncio.Handle) -> None:
         # Every asyncio Handle has a context (its creator's, copied, when none is given).
-        if not handle._context.get(_REQUESTED, False):  # type: ignore[attr-defined]
+        if not handle._context.get(_REQUESTED, None):  # type: ignore[attr-defined]
             self._bulk.append(handle)
             return
         if self.observer is not None:

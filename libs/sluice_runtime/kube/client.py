@@ -218,9 +218,10 @@ class KubeClient(WriteVerbs):
         headers = {"Accept": accept, "Content-Type": content_type, **self._headers}
         for attempt in itertools.count():
             if throttle:
-                if not lanes.is_requested():
+                if lanes.is_bulk():
                     # Requested work of this process in flight: let its requests
                     # reach a server that is not busy with ours (holding.py).
+                    # Not the machinery's: a lease renewal must never wait.
                     await holding.HOLD.turn()
                 await self._shared.limiter.take()
             self._shared.requests += 1

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
+from kustomize_controller import context
 from kustomize_controller.context import HealthWait
 from kustomize_controller.watching_applied import AppliedWatch
 from sluice_api.kustomize import NAME_LABEL, NAMESPACE_LABEL
@@ -31,6 +33,7 @@ from .conftest import (
 
 WEB = ObjectRef.to(ResourceType("apps", "v1", "deployments", "Deployment"), "web", "apps")
 DB = ObjectRef.to(ResourceType("apps", "v1", "deployments", "Deployment"), "db", "apps")
+API = ObjectRef.to(ResourceType("apps", "v1", "deployments", "Deployment"), "api", "apps")
 
 
 def running_health_checks(obj: dict[str, object]) -> bool:
@@ -124,27 +127,118 @@ async def test_a_change_to_an_applied_object_names_its_kustomization(
         await watch.close()
 
 
+IN_PROGRESS = Health(
+    "InProgress", "Deployment generation is 2, but latest observed generation is 1"
+)
+CURRENT = Health("Current", "")
+
+
+def a_wait(**fields: Any) -> HealthWait:
+    """WEB in progress as the apply answered it (version 5), DB Current; both applied
+    by this Kustomization; 60 s to go, the fallback read due at 5 s."""
+    defaults: dict[str, Any] = {
+        "fingerprint": (),
+        "targets": [WEB, DB],
+        "started": 0.0,
+        "deadline": 60.0,
+        "delay": 0.5,
+        "inventory": None,
+        "applied_versions": {WEB.id: "5", DB.id: "6"},
+        "read_versions": {WEB.id: "5", DB.id: "6"},
+        "current": {DB: CURRENT},
+        "pending": {WEB: IN_PROGRESS},
+        "read_due": 5.0,
+        "gap": 10.0,
+    }
+    return HealthWait(**{**defaults, **fields})
+
+
 @pytest.mark.parametrize(
     ("oid", "version", "moved"),
     [
         pytest.param(WEB.id, "7", True, id="rolled-out-since-the-apply"),
         pytest.param(WEB.id, "5", False, id="the-applys-own-write"),
+        pytest.param(WEB.id, "4", False, id="an-older-write-seen-late"),
+        pytest.param(WEB.id, "abc", True, id="an-opaque-version-that-differs"),
         pytest.param(DB.id, "9", False, id="already-current"),
         pytest.param(ObjectRef.to(CONFIG_MAP, "other", "apps").id, "3", False, id="not-waited-for"),
     ],
 )
 def test_which_changes_re_check_a_wait_at_once(oid: ObjectId, version: str, moved: bool) -> None:
-    wait = HealthWait(
-        fingerprint=(),
-        targets=[WEB, DB],
-        started=0,
-        deadline=60,
-        delay=0.5,
-        inventory=None,
-        applied_versions={WEB.id: "5", DB.id: "6"},
-        current={DB: Health("Current", "")},
-    )
-    assert wait.moved(oid, version) is moved
+    assert a_wait().moved(oid, version) is moved
+
+
+def test_a_change_past_a_re_checks_read_is_news_and_one_at_it_is_not() -> None:
+    wait = a_wait(read_versions={WEB.id: "8", DB.id: "6"})
+    assert not wait.moved(WEB.id, "7")
+    assert not wait.moved(WEB.id, "8")
+    assert wait.moved(WEB.id, "9")
+
+
+@pytest.mark.parametrize(
+    ("version", "than", "newer"),
+    [
+        pytest.param("10", "9", True, id="numerically-not-lexically"),
+        pytest.param("9", "10", False, id="older"),
+        pytest.param("9", "9", False, id="same"),
+        pytest.param("9", "", True, id="nothing-read-yet"),
+        pytest.param("a", "b", True, id="opaque-and-different"),
+        pytest.param("a", "a", False, id="opaque-and-same"),
+    ],
+)
+def test_which_resource_versions_are_newer(version: str, than: str, newer: bool) -> None:
+    assert context.newer(version, than) is newer
+
+
+NOT_WATCHED: dict[ObjectRef, str | None] = {WEB: None}
+
+
+@pytest.mark.parametrize(
+    ("wait", "live", "now", "read"),
+    [
+        pytest.param(a_wait(), {WEB: "5"}, 1.0, [], id="watched-and-unchanged-reads-nothing"),
+        pytest.param(a_wait(), {WEB: "4"}, 1.0, [], id="the-watch-lagging-reads-nothing"),
+        pytest.param(a_wait(), {WEB: ""}, 1.0, [], id="not-seen-by-the-watch-yet"),
+        pytest.param(a_wait(), {WEB: "7"}, 1.0, [WEB], id="changed-since-read"),
+        pytest.param(a_wait(), NOT_WATCHED, 1.0, [WEB], id="not-watched-is-polled"),
+        pytest.param(a_wait(), {WEB: "5"}, 5.0, [WEB], id="the-fallback-is-due"),
+        pytest.param(a_wait(read_due=90.0), {WEB: "5"}, 60.0, [WEB], id="timed-out"),
+        pytest.param(a_wait(pending={}), {WEB: "5"}, 1.0, [WEB], id="no-reading-yet"),
+        pytest.param(
+            a_wait(targets=[WEB, DB, API], pending={WEB: IN_PROGRESS, API: IN_PROGRESS}),
+            {WEB: "5", API: "12"},
+            1.0,
+            [API],
+            id="only-what-changed",
+        ),
+    ],
+)
+def test_what_a_re_check_reads(
+    wait: HealthWait, live: dict[ObjectRef, str | None], now: float, read: list[ObjectRef]
+) -> None:
+    assert wait.to_read(live, now=now) == read
+
+
+@pytest.mark.parametrize(
+    ("wait", "live", "now", "delay"),
+    [
+        pytest.param(a_wait(shown=True), {WEB: "5"}, 1.0, 4.0, id="watched-waits-for-the-fallback"),
+        pytest.param(a_wait(), {WEB: "5"}, 1.0, 1.0, id="watched-wakes-to-show-the-wait"),
+        pytest.param(a_wait(), {WEB: "7"}, 1.0, 0.0, id="moved-before-it-was-registered"),
+        pytest.param(a_wait(), {WEB: "4"}, 1.0, 1.0, id="the-watch-lagging-is-no-news"),
+        pytest.param(a_wait(), NOT_WATCHED, 1.0, 0.5, id="not-watched-polls"),
+        pytest.param(
+            a_wait(shown=True, read_due=90.0), {WEB: "5"}, 58.0, 2.0, id="never-past-the-timeout"
+        ),
+        pytest.param(
+            a_wait(delay=2.0, shown=True), NOT_WATCHED, 59.0, 1.0, id="polls-never-past-the-timeout"
+        ),
+    ],
+)
+def test_when_a_wait_is_re_checked(
+    wait: HealthWait, live: dict[ObjectRef, str | None], now: float, delay: float
+) -> None:
+    assert wait.next_recheck(live, now=now, progress_after=2.0) == delay
 
 
 @pytest.mark.parametrize("ending", ["new-revision", "deleted"])

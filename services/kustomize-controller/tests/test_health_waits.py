@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
+import yaml
 
 from kustomize_controller import context
-from kustomize_controller.context import HealthWait
+from kustomize_controller.context import HealthWait, KustomizationContext, Services
 from kustomize_controller.watching_applied import AppliedWatch
 from sluice_api.kustomize import NAME_LABEL, NAMESPACE_LABEL
 from sluice_api.meta import ObjectId
 from sluice_envtest.harness import condition, exists
-from sluice_envtest.workloads import simulated_rollouts
+from sluice_envtest.workloads import rolled_out_status, simulated_rollouts
 from sluice_runtime.kube.attributing import Request
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.health import Health
 from sluice_runtime.kube.resources import ObjectRef, ResourceType
+from sluice_runtime.reconciling.steps import Result
 
 from .conftest import (
     CONFIG_MAP,
@@ -239,6 +242,94 @@ def test_when_a_wait_is_re_checked(
     wait: HealthWait, live: dict[ObjectRef, str | None], now: float, delay: float
 ) -> None:
     assert wait.next_recheck(live, now=now, progress_after=2.0) == delay
+
+
+async def synced(services: Services, rt: ResourceType, namespace: str) -> None:
+    """Until the applied-object watch of `rt` has listed, as in a controller that has
+    been running a while."""
+    deadline = time.monotonic() + 30
+    while services.live is None or services.live.versions(rt, namespace) is None:
+        assert time.monotonic() < deadline, f"the applied {rt.kind} watch never listed"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_rollout_the_watch_saw_before_the_wait_began_ends_it(delivery: Delivery) -> None:
+    """The race a watch-driven wait must close: the rollout reaches the watch after
+    the apply answered but before the wait is registered, so no re-check is queued
+    for it. Registering the wait compares the watch's version with the apply's
+    and re-checks at once, rather than at the fallback read (never, here)."""
+    d = delivery
+    ns = d.namespace
+    services = d.controller().runner.reconciler.context.keywords["services"]
+    services.health_progress_after = 3600.0
+    services.health_fallback = 3600.0
+    await synced(services, DEPLOYMENT, ns)
+    reconciler = d.controller().runner.reconciler
+    original = next(s for s in reconciler.steps if s.name == "reconcile_health")
+
+    async def rolled_out_first(ctx: KustomizationContext) -> Result | None:
+        # Between the apply's answer and the wait: the rollout, seen by the watch.
+        rolled = await roll_out_now(d.kube, ns, "web")
+        deadline = time.monotonic() + 30
+        while (services.live.versions(DEPLOYMENT, ns) or {}).get("web") != rolled:
+            assert time.monotonic() < deadline, "the watch never saw the rollout"
+            await asyncio.sleep(0.02)
+        return await original(ctx)
+
+    reconciler.steps = [
+        replace(s, fn=rolled_out_first) if s is original else s for s in reconciler.steps
+    ]
+    repo = d.repo("app")
+    repo.commit("v1", files={"web.yaml": deployment("web", ns)})
+    repo.push()
+    await d.git_repository("app")
+    await d.kustomization("app", source="app", wait=True, timeout="10m")
+    ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
+    assert (condition(ready, "Healthy") or {}).get("status") == "True"
+
+
+async def roll_out_now(kube: KubeClient, namespace: str, name: str) -> str:
+    """Roll the Deployment out; its resourceVersion after."""
+    obj = await kube.get(DEPLOYMENT, name, namespace)
+    patched = await kube.merge_patch(
+        DEPLOYMENT,
+        name,
+        {"status": rolled_out_status(obj)},
+        namespace=namespace,
+        subresource="status",
+    )
+    return str(patched["metadata"]["resourceVersion"])
+
+
+async def test_an_object_the_watch_does_not_tell_of_is_polled(delivery: Delivery) -> None:
+    """`healthChecks` naming a Deployment this Kustomization did not apply: its watch
+    reports nothing to this Kustomization, so the wait polls (the fallback read
+    would come only after an hour here)."""
+    d = delivery
+    ns = d.namespace
+    services = d.controller().runner.reconciler.context.keywords["services"]
+    services.health_progress_after = 3600.0
+    services.health_fallback = 3600.0
+    await synced(services, DEPLOYMENT, ns)
+    await d.kube.create(DEPLOYMENT, yaml.safe_load(deployment("web", ns)), namespace=ns)
+    repo = d.repo("app")
+    repo.commit("v1", files={"cm.yaml": config_map("a", ns)})
+    repo.push()
+    await d.git_repository("app")
+    await d.kustomization(
+        "app",
+        source="app",
+        timeout="10m",
+        healthChecks=[{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+    )
+    key = f"{ns}/app"
+    deadline = time.monotonic() + 60
+    while key not in services.health_waits:
+        assert time.monotonic() < deadline, "no health wait started"
+        await asyncio.sleep(0.05)
+    await roll_out_now(d.kube, ns, "web")
+    ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
+    assert (condition(ready, "Healthy") or {}).get("status") == "True"
 
 
 @pytest.mark.parametrize("ending", ["new-revision", "deleted"])

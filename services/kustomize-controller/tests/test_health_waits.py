@@ -283,6 +283,8 @@ async def test_a_rollout_the_watch_saw_before_the_wait_began_ends_it(delivery: D
     repo.commit("v1", files={"web.yaml": deployment("web", ns)})
     repo.push()
     await d.git_repository("app")
+    # Its artifact in place first: no new revision queues the Kustomization again.
+    await d.observe.wait_ready(GITREPO, "app")
     await d.kustomization("app", source="app", wait=True, timeout="10m")
     ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
     assert (condition(ready, "Healthy") or {}).get("status") == "True"

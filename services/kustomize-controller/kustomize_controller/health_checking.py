@@ -27,7 +27,7 @@ watch of their kind is synced:
   (`HealthWait.next_recheck`). Nothing is read on a timer but a fallback,
   in case the watch missed a change: every object not Current is read
   `Services.health_fallback` (5 s) after the apply, then at doubling gaps
-  up to `FALLBACK_MAX` (20 s), and at the timeout. A watch misses changes
+  up to `FALLBACK_LONGEST` times that (20 s), and at the timeout. A watch misses changes
   only across a relist (its connection lost for longer than the API
   server keeps history), which is rare; 5 s lets most rollouts under load
   (2-4 s in the 1000-app MTTP run) end on the watch's word alone, and 20 s
@@ -43,11 +43,14 @@ has listed moves from polling to the watch.
 
 Status, as Flux shows it: Reconciling=True and Ready=Unknown "Running health
 checks for revision ... with a timeout of ...", once the wait has lasted
-`Services.health_progress_after` (2 s): a watched wait is re-checked at that
-moment to show it, reading nothing the watch has not seen change. A rollout
-done sooner costs no status patch of its own, as with the blocking wait
-before (the reconcile that applied leaves status to the re-check that ends
-the wait, inventory included); one that takes longer costs one, as it did.
+`Services.health_progress_after` (2 s), written by the first re-check after
+that: the poll's (3.5 s in), and a watched wait is re-checked at that same
+moment to be shown (`polled_after`), reading nothing the watch has not seen
+change. Not sooner: in the 1000-app MTTP run most rollouts end between 2
+and 3.5 s, and showing each of those waits would cost a status write. A
+rollout done sooner costs no status patch of its own, as with the blocking
+wait before (the reconcile that applied leaves status to the re-check that
+ends the wait, inventory included); one that takes longer costs one.
 Until status shows the wait, the inventory lives in `HealthWait.inventory`:
 a full reconcile that replaces the wait, and a deletion, start from it; a
 restart forgets it, which costs one full reconcile, as a restart during a
@@ -77,9 +80,9 @@ from sluice_runtime.reconciling.steps import Result, done, step
 FIRST_RECHECK = 0.5
 """Seconds before the first timed re-check while an object waited for is not watched
 (then doubling up to the health interval)."""
-FALLBACK_MAX = 20.0
-"""The longest gap between a watched wait's fallback reads (`Services.health_fallback`
-first, doubling)."""
+FALLBACK_LONGEST = 4
+"""The longest gap between a watched wait's fallback reads, in first gaps
+(`Services.health_fallback`, doubling)."""
 
 
 def _fingerprint(ctx: KustomizationContext) -> tuple[str, ...]:
@@ -116,7 +119,9 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
         current={t: h for t, h in known.items() if h.is_current},
         pending={t: h for t, h in known.items() if not h.is_current},
         read_due=now + fallback,
-        gap=min(fallback * 2, max(FALLBACK_MAX, fallback)),
+        gap=min(fallback * 2, fallback * FALLBACK_LONGEST),
+        show_at=now
+        + polled_after(ctx.services.health_progress_after, ctx.services.health_interval),
     )
     # The apply's answers are readings a few milliseconds old: only what they
     # did not show is read now; the rest waits for the watch (or the timer).
@@ -177,13 +182,14 @@ async def _judge(ctx: KustomizationContext, wait: HealthWait, *, read: list[Obje
         if reading.resource_version:
             wait.read_versions[target.id] = reading.resource_version
     if due:
-        wait.read_due, wait.gap = now + wait.gap, min(wait.gap * 2, FALLBACK_MAX)
+        longest = services.health_fallback * FALLBACK_LONGEST
+        wait.read_due, wait.gap = now + wait.gap, min(wait.gap * 2, longest)
     wait.shown = wait.shown or now - wait.started >= services.health_progress_after
     # Registered and checked against the watch in one go (no await between): a
     # change the watch saw before, or while this read, is not lost.
     services.health_waits[ctx.key] = wait
     live = _live(ctx, wait)
-    delay = wait.next_recheck(live, now=now, progress_after=services.health_progress_after)
+    delay = wait.next_recheck(live, now=now)
     if not wait.watched(live):
         wait.delay = min(wait.delay * 2, max(services.health_interval, FIRST_RECHECK))
     raise Waiting(
@@ -194,6 +200,16 @@ async def _judge(ctx: KustomizationContext, wait: HealthWait, *, read: list[Obje
         in_progress=True,
         publish=wait.shown,
     )
+
+
+def polled_after(seconds: float, interval: float) -> float:
+    """The first moment the poll (FIRST_RECHECK, doubling up to `interval`) re-checks a
+    wait `seconds` or more in: when a wait is shown, polled or watched."""
+    at, delay = 0.0, FIRST_RECHECK
+    while at < seconds:
+        at += delay
+        delay = min(delay * 2, max(interval, FIRST_RECHECK))
+    return at
 
 
 def _live(ctx: KustomizationContext, wait: HealthWait) -> Live:

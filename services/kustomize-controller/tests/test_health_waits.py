@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kustomize_controller import context
+from kustomize_controller import context, health_checking
 from kustomize_controller.context import HealthWait, KustomizationContext, Services
 from kustomize_controller.watching_applied import AppliedWatch
 from sluice_api.kustomize import NAME_LABEL, NAMESPACE_LABEL
@@ -156,6 +156,7 @@ def a_wait(**fields: Any) -> HealthWait:
         "pending": {WEB: IN_PROGRESS},
         "read_due": 5.0,
         "gap": 10.0,
+        "show_at": 3.5,
     }
     return HealthWait(**{**defaults, **fields})
 
@@ -230,7 +231,7 @@ def test_what_a_re_check_reads(
     ("wait", "live", "now", "delay"),
     [
         pytest.param(a_wait(shown=True), {WEB: "5"}, 1.0, 4.0, id="watched-waits-for-the-fallback"),
-        pytest.param(a_wait(), {WEB: "5"}, 1.0, 1.0, id="watched-wakes-to-show-the-wait"),
+        pytest.param(a_wait(), {WEB: "5"}, 1.0, 2.5, id="watched-wakes-to-show-the-wait"),
         pytest.param(a_wait(), {WEB: "7"}, 1.0, 0.0, id="moved-before-it-was-registered"),
         pytest.param(a_wait(shown=True), {WEB: "4"}, 1.0, 4.0, id="the-watch-lagging-is-no-news"),
         pytest.param(a_wait(shown=True), {WEB: ""}, 1.0, 4.0, id="not-seen-by-the-watch-yet"),
@@ -244,7 +245,21 @@ def test_what_a_re_check_reads(
 def test_when_a_wait_is_re_checked(
     wait: HealthWait, live: dict[ObjectRef, str | None], now: float, delay: float
 ) -> None:
-    assert wait.next_recheck(live, now=now, progress_after=2.0) == delay
+    assert wait.next_recheck(live, now=now) == delay
+
+
+@pytest.mark.parametrize(
+    ("seconds", "interval", "at"),
+    [
+        pytest.param(2.0, 2.0, 3.5, id="the-defaults"),
+        pytest.param(1.5, 2.0, 1.5, id="on-a-poll"),
+        pytest.param(0.0, 2.0, 0.0, id="at-once"),
+        pytest.param(10.0, 2.0, 11.5, id="every-interval-after-the-doubling"),
+        pytest.param(3600.0, 0.1, 3600.0, id="an-interval-below-the-first-re-check"),
+    ],
+)
+def test_when_a_wait_is_shown(seconds: float, interval: float, at: float) -> None:
+    assert health_checking.polled_after(seconds, interval) == at
 
 
 async def synced(services: Services, rt: ResourceType, namespace: str) -> None:

@@ -119,7 +119,7 @@ async def reconcile_health(ctx: KustomizationContext) -> Result | None:
         current={t: h for t, h in known.items() if h.is_current},
         pending={t: h for t, h in known.items() if not h.is_current},
         read_due=now + fallback,
-        gap=min(fallback * 2, fallback * FALLBACK_LONGEST),
+        gap=fallback * 2,
         show_at=now
         + polled_after(ctx.services.health_progress_after, ctx.services.health_interval),
     )

@@ -47,6 +47,9 @@ __all__ = [
 class ObjectHealth:
     subject: str
     health: Health
+    resource_version: str = ""
+    """Of the object as read ("" when it was not read, or not found): a later
+    change to it (a watch event past this version) is news for a wait."""
 
     def __str__(self) -> str:
         return f"{self.subject}: {self.health.status}: {self.health.message}"
@@ -104,7 +107,8 @@ async def read_health(
         return ObjectHealth(subject, Health("Unknown", f"cannot read {rt.kind}: {describe(error)}"))
     obj.setdefault("kind", rt.kind)
     obj.setdefault("apiVersion", rt.api_version)
-    return ObjectHealth(subject, status(obj))
+    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return ObjectHealth(subject, status(obj), version)
 
 
 async def check_health(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.health import Health, compute_status, wait_for_health
+from sluice_runtime.kube.health import Health, check_health, compute_status, wait_for_health
 from sluice_runtime.kube.resources import CONFIG_MAP, ObjectRef, ResourceType
 
 from .test_ssa_manager import deployment as deployment_manifest
@@ -602,3 +602,16 @@ async def test_known_readings_replace_the_first_read(kube: KubeClient, namespace
     ]
     # Only the object that was not yet Current was read, once.
     assert kube.request_count - before == 1
+
+
+async def test_a_reading_carries_the_version_it_read(kube: KubeClient, namespace: str) -> None:
+    """What lets a wait tell a watch event it has already read from news."""
+    created = await kube.create(CONFIG_MAP, {"metadata": {"name": "c", "namespace": namespace}})
+    report = await check_health(
+        kube,
+        [ObjectRef.to(CONFIG_MAP, "c", namespace), ObjectRef.to(CONFIG_MAP, "gone", namespace)],
+    )
+    assert [o.resource_version for o in report.objects] == [
+        created["metadata"]["resourceVersion"],
+        "",
+    ]

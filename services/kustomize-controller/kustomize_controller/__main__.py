@@ -134,17 +134,14 @@ async def setup(runtime: app.Runtime) -> None:
     controller = runtime.controller(kustomization.reconciler(services))
 
     def recheck_health(key: str, oid: ObjectId, resource_version: str) -> None:
-        # What a Kustomization waits for changed (a rollout progressed): look now
-        # rather than at the wait's next poll, ahead of first reconciles. While a
-        # re-check runs, it is told instead: queued then, the key would run again
-        # after a re-check that ended the wait, as a full reconcile.
+        # What a Kustomization waits for changed (a rollout progressed): look now,
+        # ahead of first reconciles. A re-check holding the wait compares the
+        # watch's versions itself once it has read; queued then, the key would
+        # run again after a re-check that ended the wait, as a full reconcile.
         wait = services.health_waits.get(key)
-        if wait is None or not wait.moved(oid, resource_version):
+        if wait is None or wait.judging or not wait.moved(oid, resource_version):
             return
-        if key in controller.queue.processing:
-            wait.nudged = True
-        else:
-            controller.enqueue(key, lane=Lane.FOLLOW_UP)
+        controller.enqueue(key, lane=Lane.FOLLOW_UP)
 
     live.on_change = recheck_health
     for kind in SOURCE_KINDS:

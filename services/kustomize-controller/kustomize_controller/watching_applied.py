@@ -16,8 +16,10 @@ one; what a reconcile writes is remembered from the API's own answer.
 
 `on_change` is told of every change: the key of the Kustomization whose
 object it is (from its owner labels), the object and its new
-resourceVersion, so that a health wait in progress is checked at once
-rather than at its next poll.
+resourceVersion. It is what a health wait in progress waits on: a re-check
+reads an object when this says it changed, rather than on a timer
+(`health_checking`), and compares `versions` with its readings so that a
+change told before the wait began is not lost.
 """
 
 from __future__ import annotations

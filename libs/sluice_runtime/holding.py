@@ -11,7 +11,9 @@ request first there is to send fewer others meanwhile.
 
 So while a process has requested work in flight, or expects some (a source
 a Kustomization follows was just asked to reconcile: its new artifact will
-come as requested work in a moment), its bulk API requests wait before
+come as requested work in a moment; a source's new artifact fetched
+because someone asked is about to be applied as requested work elsewhere:
+`followed`, for half the limit), its bulk API requests wait before
 they are sent, and its bulk workers start no new reconcile; what is in
 flight finishes. Only work nobody asked for waits: never a requested task,
 nor the controller's machinery (watches and lists deliver what requested
@@ -45,6 +47,9 @@ class HoldState:
     """Requested tasks running now (a reconcile, a download a requested reconcile asked for)."""
     expected_until: float = 0.0
     """Requested work is announced until then (monotonic seconds)."""
+    following_until: float = 0.0
+    """Requested work elsewhere follows what requested work here produced (a
+    consumer applies a source's new artifact) until about then."""
     started: float | None = None
     """When the hold in force began; None when bulk requests go."""
     cooldown_until: float = 0.0
@@ -61,7 +66,8 @@ class Settled:
 
 def settle(state: HoldState, now: float, limit: float) -> Settled:
     """Whether bulk requests hold at `now`, and the state to keep."""
-    wanted = state.serving > 0 or now < state.expected_until
+    expected = max(state.expected_until, state.following_until)
+    wanted = state.serving > 0 or now < expected
     if limit <= 0 or not wanted:
         return Settled(replace(state, started=None), holding=False, next_check=None)
     if now < state.cooldown_until:
@@ -72,7 +78,7 @@ def settle(state: HoldState, now: float, limit: float) -> Settled:
         return Settled(cooled, holding=False, next_check=cooled.cooldown_until)
     ends = started + limit
     if state.serving == 0:
-        ends = min(ends, state.expected_until)
+        ends = min(ends, expected)
     return Settled(replace(state, started=started), holding=True, next_check=ends)
 
 
@@ -112,6 +118,16 @@ class BulkHold:
         """Requested work is on its way (at most `limit` seconds away)."""
         until = self._clock() + self.limit
         self._state = replace(self._state, expected_until=max(until, self._state.expected_until))
+        self._update()
+
+    def followed(self) -> None:
+        """Requested work here produced what others follow (a source's new artifact,
+        the kustomize-controller applies it as requested work): hold on for them,
+        half the limit, since nothing here tells when they are done. The
+        artifact's download comes back to this process as requested work, and its
+        apply takes a few round trips more."""
+        until = self._clock() + self.limit / 2
+        self._state = replace(self._state, following_until=max(until, self._state.following_until))
         self._update()
 
     def answered(self) -> None:

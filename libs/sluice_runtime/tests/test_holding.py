@@ -72,6 +72,24 @@ LIMIT = 2.0
         pytest.param(
             HoldState(serving=0, started=10.0), 11.0, False, None, None, 0.0, id="work done"
         ),
+        pytest.param(
+            HoldState(following_until=10.5, expected_until=10.2, started=10.0),
+            10.3,
+            True,
+            10.5,
+            10.0,
+            0.0,
+            id="followers hold on past an expectation",
+        ),
+        pytest.param(
+            HoldState(following_until=13.0, started=10.0),
+            11.0,
+            True,
+            12.0,
+            10.0,
+            0.0,
+            id="followers within the limit too",
+        ),
     ],
 )
 def test_settle(
@@ -140,3 +158,16 @@ async def test_a_hold_runs_out() -> None:
         assert hold.holding
         await asyncio.wait_for(hold.turn(), timeout=10)
         assert not hold.holding
+
+
+async def test_followers_are_held_for_after_the_requested_work_ends() -> None:
+    """Unlike an expectation here, which the requested work it announced fulfils."""
+    clock = Clock()
+    hold = BulkHold(limit=LIMIT, clock=clock)
+    with hold.serving():
+        hold.followed()
+    assert hold.holding
+    clock.now += LIMIT / 2
+    hold.expect()
+    hold.answered()
+    assert not hold.holding

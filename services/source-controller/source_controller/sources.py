@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sluice_api.meta import Artifact, Resource, format_time, parse_duration
 from sluice_api.source import SourceCondition, SourceReason
-from sluice_runtime import failpoints, gatekeeping, lanes
+from sluice_runtime import failpoints, gatekeeping, holding, lanes
 from sluice_runtime.artifacts.fetching import DEFAULT_MAX_MEMBERS
 from sluice_runtime.artifacts.ignoring import IgnoreRules, InvalidIgnorePattern
 from sluice_runtime.artifacts.storage import ArtifactFile, ArtifactTooLarge, Storage
@@ -275,6 +275,10 @@ async def record_artifact(
     if previous is None or previous.revision != revision:
         ctx.events.normal("NewArtifact", new_artifact_message, metadata=ctx.event_metadata)
         ctx.success_announced = True
+        if lanes.is_requested():
+            # Its consumers apply it as requested work next: bulk fetches and status
+            # writes of ours would compete with their requests (holding.py).
+            holding.HOLD.followed()
         failpoints.hit("source.status.before-patch")
 
 

@@ -15,6 +15,7 @@ from sluice_envtest.gitserver import GitHttpServer, WorkRepo, generate_history
 from sluice_envtest.harness import condition, make_secret
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_envtest.sshserver import SshGitServer, generate_key, known_hosts_line
+from sluice_runtime import holding
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import ResourceType
@@ -94,6 +95,32 @@ async def test_a_new_commit_becomes_a_new_artifact_and_the_old_one_is_collected(
     assert "deploy/extra.yaml" in await served_files(second)
     # Retention is one record with no TTL in these tests: the old file is gone.
     assert not old_path.exists()
+
+
+async def test_a_new_artifact_someone_asked_for_holds_bulk_work_for_its_consumers(
+    source_controller: SourceController, git_http: GitHttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its consumers apply it as requested work next (sluice_runtime.holding): not a
+    first fetch nobody asked for, nor a request answered without a new revision."""
+    sc = source_controller
+    # A clock that stands still: a hold in force stays, whatever the machine's speed.
+    hold = holding.BulkHold(clock=lambda: 1000.0)
+    monkeypatch.setattr(holding, "HOLD", hold)
+    try:
+        work = seeded(git_http, f"followed-{sc.namespace}")
+        url = git_http.url(f"followed-{sc.namespace}")
+        await create(sc, gitrepo("followed", url, ref={"branch": "main"}))
+        await sc.wait_ready(GITREPO, "followed")
+        assert not hold.holding, "a first fetch nobody asked for"
+        await sc.poke(GITREPO, "followed", "no-op")
+        assert not hold.holding, "asked, but no new revision"
+        work.commit("second", files={"deploy/extra.yaml": MANIFEST.replace("app", "extra")})
+        work.push()
+        await sc.poke(GITREPO, "followed", "new")
+        assert hold.holding
+    finally:
+        hold.limit = 0  # let go of any bulk work it holds
+        hold.answered()
 
 
 async def test_a_crashed_write_s_temporary_file_is_collected_with_no_new_revision(

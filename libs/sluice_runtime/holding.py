@@ -93,8 +93,7 @@ class BulkHold:
         self._timer: asyncio.TimerHandle | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self.held = 0
-        """Bulk requests that waited (for tests and `--trace-requests`)."""
-        self.held_seconds = 0.0
+        """Bulk requests and reconciles that waited (tests read it)."""
 
     @property
     def holding(self) -> bool:
@@ -139,7 +138,6 @@ class BulkHold:
         """Return when a bulk request may go."""
         if not self._holding:
             return
-        started = self._clock()
         self.held += 1
         while self._holding:
             waiter = asyncio.get_running_loop().create_future()
@@ -149,7 +147,6 @@ class BulkHold:
             finally:
                 with contextlib.suppress(ValueError):
                     self._waiters.remove(waiter)
-        self.held_seconds += self._clock() - started
 
     def _update(self) -> None:
         settled = settle(self._state, self._clock(), self.limit)

@@ -336,6 +336,8 @@ def announced_requests(kustomizations: Store) -> Callable[[Change], None]:
             if _followers(change, kustomizations):
                 holding.HOLD.expect()
         elif answers_a_request(change) and _revision(change.old) == _revision(change.new):
+            # One expectation for all sources: with several asked at once, the
+            # others lose only the wait before their work arrives, not its hold.
             holding.HOLD.answered()
 
     return handler

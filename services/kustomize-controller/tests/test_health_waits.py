@@ -262,6 +262,17 @@ def test_when_a_wait_is_shown(seconds: float, interval: float, at: float) -> Non
     assert health_checking.polled_after(seconds, interval) == at
 
 
+async def watch_only(d: Delivery) -> Services:
+    """The Services of `d`'s controller, its waits moved by the applied Deployments'
+    watch (synced) alone: neither the status shown after a while nor the fallback
+    read comes into a test, however slow the machine."""
+    services: Services = d.controller().runner.reconciler.context.keywords["services"]
+    services.health_progress_after = 3600.0
+    services.health_fallback = 3600.0
+    await synced(services, DEPLOYMENT, d.namespace)
+    return services
+
+
 async def synced(services: Services, rt: ResourceType, namespace: str) -> None:
     """Until the applied-object watch of `rt` has listed, as in a controller that has
     been running a while."""
@@ -278,10 +289,7 @@ async def test_a_rollout_the_watch_saw_before_the_wait_began_ends_it(delivery: D
     and re-checks at once, rather than at the fallback read (never, here)."""
     d = delivery
     ns = d.namespace
-    services = d.controller().runner.reconciler.context.keywords["services"]
-    services.health_progress_after = 3600.0
-    services.health_fallback = 3600.0
-    await synced(services, DEPLOYMENT, ns)
+    services = await watch_only(d)
     reconciler = d.controller().runner.reconciler
     original = next(s for s in reconciler.steps if s.name == "reconcile_health")
 
@@ -327,10 +335,7 @@ async def test_an_object_the_watch_does_not_tell_of_is_polled(delivery: Delivery
     would come only after an hour here)."""
     d = delivery
     ns = d.namespace
-    services = d.controller().runner.reconciler.context.keywords["services"]
-    services.health_progress_after = 3600.0
-    services.health_fallback = 3600.0
-    await synced(services, DEPLOYMENT, ns)
+    services = await watch_only(d)
     await d.kube.create(DEPLOYMENT, yaml.safe_load(deployment("web", ns)), namespace=ns)
     repo = d.repo("app")
     repo.commit("v1", files={"cm.yaml": config_map("a", ns)})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from typing import Any
 
 from sluice_envtest.gitserver import WorkRepo
 from sluice_envtest.harness import condition
@@ -123,6 +124,29 @@ async def reconciled(d: Delivery, key: str, count: int, timeout: float = 30.0) -
     await asyncio.wait_for(d.kustomize.recorder.flushed(), timeout)
 
 
+async def succeeded(d: Delivery, key: str, timeout: float = 30.0) -> None:
+    """Until the reconcile that wrote Ready has returned and its Events were written:
+    its requests are all counted."""
+    deadline = time.monotonic() + timeout
+    while d.reconciles.last_outcome[key].result != "success":
+        assert time.monotonic() < deadline, d.reconciles.last_outcome[key]
+        await asyncio.sleep(0.05)
+    await asyncio.wait_for(d.kustomize.recorder.flushed(), timeout)
+
+
+async def waited_app(d: Delivery, **spec: Any) -> None:
+    """The MTTP shape's Kustomization `app`: `wait`, post-build substitution."""
+    await d.kustomization(
+        "app",
+        source="app",
+        wait=True,
+        timeout="1m",
+        targetNamespace=d.namespace,
+        postBuild={"substitute": {"INDEX": "1"}},
+        **spec,
+    )
+
+
 async def test_a_first_reconcile_and_a_no_change_one_cost_few_requests(delivery: Delivery) -> None:
     d = delivery
     ns = d.namespace
@@ -144,15 +168,7 @@ async def test_a_first_reconcile_and_a_no_change_one_cost_few_requests(delivery:
     counted = Requests(key)
     stop = d.kustomize.client.observe(counted)
     try:
-        await d.kustomization(
-            "app",
-            source="app",
-            wait=True,
-            timeout="1m",
-            serviceAccountName="tenant",
-            targetNamespace=ns,
-            postBuild={"substitute": {"INDEX": "1"}},
-        )
+        await waited_app(d, serviceAccountName="tenant")
         await d.observe.wait_ready(KUSTOMIZATION, "app")
         await reconciled(d, key, 1)
         first, by_phase = counted.total(), dict(counted.counts)
@@ -255,21 +271,9 @@ async def test_a_rollout_waited_for_costs_one_status_patch(delivery: Delivery) -
     stop = d.kustomize.client.observe(counted)
     try:
         async with simulated_rollouts(d.kube, namespace=ns):
-            await d.kustomization(
-                "app",
-                source="app",
-                wait=True,
-                timeout="1m",
-                targetNamespace=ns,
-                postBuild={"substitute": {"INDEX": "1"}},
-            )
+            await waited_app(d)
             ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
-            # The reconcile that wrote Ready has returned, its requests all counted.
-            deadline = time.monotonic() + 30
-            while d.reconciles.last_outcome[key].result != "success":
-                assert time.monotonic() < deadline, d.reconciles.last_outcome[key]
-                await asyncio.sleep(0.05)
-            await asyncio.wait_for(d.kustomize.recorder.flushed(), 30)
+            await succeeded(d, key)
     finally:
         stop()
     assert (condition(ready, "Healthy") or {}).get("status") == "True"
@@ -313,14 +317,7 @@ async def test_a_deployment_waited_for_is_read_once(delivery: Delivery) -> None:
     counted = Requests(key)
     stop = d.kustomize.client.observe(counted)
     try:
-        await d.kustomization(
-            "app",
-            source="app",
-            wait=True,
-            timeout="1m",
-            targetNamespace=ns,
-            postBuild={"substitute": {"INDEX": "1"}},
-        )
+        await waited_app(d)
         deadline = time.monotonic() + 30
         while key not in services.health_waits:
             assert time.monotonic() < deadline, "no health wait started"
@@ -329,11 +326,7 @@ async def test_a_deployment_waited_for_is_read_once(delivery: Delivery) -> None:
         await asyncio.sleep(1.5)
         await roll_out(d.kube, ns, "app-1")
         ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
-        deadline = time.monotonic() + 30
-        while d.reconciles.last_outcome[key].result != "success":
-            assert time.monotonic() < deadline, d.reconciles.last_outcome[key]
-            await asyncio.sleep(0.05)
-        await asyncio.wait_for(d.kustomize.recorder.flushed(), 30)
+        await succeeded(d, key)
     finally:
         stop()
     assert (condition(ready, "Healthy") or {}).get("status") == "True"

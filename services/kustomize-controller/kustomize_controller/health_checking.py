@@ -191,7 +191,7 @@ async def _judge(ctx: KustomizationContext, wait: HealthWait, *, read: list[Obje
     live = _live(ctx, wait)
     delay = wait.next_recheck(live, now=now)
     if not wait.watched(live):
-        wait.delay = min(wait.delay * 2, max(services.health_interval, FIRST_RECHECK))
+        wait.delay = _next_poll(wait.delay, services.health_interval)
     raise Waiting(
         Reason.PROGRESSING,
         f"Running health checks for revision '{ctx.artifact.revision}' "
@@ -208,8 +208,13 @@ def polled_after(seconds: float, interval: float) -> float:
     at, delay = 0.0, FIRST_RECHECK
     while at < seconds:
         at += delay
-        delay = min(delay * 2, max(interval, FIRST_RECHECK))
+        delay = _next_poll(delay, interval)
     return at
+
+
+def _next_poll(delay: float, interval: float) -> float:
+    """The poll's gap after `delay`: doubling, up to the health interval."""
+    return min(delay * 2, max(interval, FIRST_RECHECK))
 
 
 def _live(ctx: KustomizationContext, wait: HealthWait) -> Live:

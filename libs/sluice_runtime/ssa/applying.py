@@ -53,9 +53,22 @@ class Applier(Checker):
         """
         normalizing.validate(objects)
         defined = normalizing.crd_kinds(objects)
-        unchanged = await self._unchanged_since_applied(objects, force=force, defined=defined)
+        unchanged, known = await self._unchanged_since_applied(
+            objects, force=force, defined=defined
+        )
         if unchanged:
             objects = [o for o in objects if ObjectId.of(o) not in unchanged]
+        alone = known.get(ObjectId.of(objects[0])) if len(objects) == 1 else None
+        if dry_run_first and alone is not None:
+            applied = await self._apply_alone(*alone, force=force)
+            if applied is not None:
+                changeset = ChangeSet([applied])
+                if normalizing.stage_of(objects[0]) == 0:
+                    await self._wait_for_definitions(
+                        changeset, timeout=wait_timeout, so_far=changeset
+                    )
+                changeset.extend(ChangeSet.sorted(unchanged.values()))
+                return changeset
         checked: dict[ObjectId, Checked] = {}
         if dry_run_first:
             checked, _ = await self._check_all(objects, force=force)
@@ -92,8 +105,10 @@ class Applier(Checker):
         *,
         force: bool,
         defined: Mapping[tuple[str, str], str],
-    ) -> dict[ObjectId, ChangeSetEntry]:
-        """The objects exactly as the last apply left them, found without a dry-run.
+    ) -> tuple[dict[ObjectId, ChangeSetEntry], dict[ObjectId, tuple[Plan, Remembered]]]:
+        """The objects exactly as the last apply left them, found without a dry-run;
+        and, by manifest id, the changed ones whose live form is still the last
+        apply's answer.
 
         One metadata-only LIST per kind and namespace (of the objects that
         carry our owner labels) gives every live resourceVersion; an object
@@ -102,8 +117,9 @@ class Applier(Checker):
         tell (refused, an unknown kind) is left to the dry-run.
         """
         if self.memory is None and self.live is None:
-            return {}
-        candidates: dict[tuple[ResourceType, str], list[tuple[Plan, Remembered]]] = {}
+            return {}, {}
+        same: list[tuple[ObjectId, Plan, Remembered]] = []
+        changed: list[tuple[ObjectId, Plan, Remembered]] = []
         for obj in objects:
             try:
                 plan = await self._plan(obj, defined=defined, wait=0)
@@ -112,20 +128,28 @@ class Applier(Checker):
             if self.live is not None:
                 # Asked for every kind applied, so that its watch is up by the next reconcile.
                 self.live.versions(plan.ref.rt, plan.ref.namespace or "")
-            remembered = self._remembered(plan, force=force)
+            remembered = self.memory.get(self.target, plan.ref.id) if self.memory else None
             if remembered is not None:
-                candidates.setdefault((plan.ref.rt, plan.ref.namespace or ""), []).append(
-                    (plan, remembered)
-                )
+                matches = remembered.digest == self._digest(plan, force=force)
+                (same if matches else changed).append((ObjectId.of(obj), plan, remembered))
+        # A changed object is worth a look only when it may be the one left to
+        # write (`_apply_alone`): no LIST is sent for a revision that changes many.
+        lone = changed[0] if len(changed) == 1 and len(objects) - len(same) == 1 else None
+        if lone is not None and not lone[2].plain:
+            lone = None
+        candidates: dict[tuple[ResourceType, str], list[tuple[ObjectId, Plan, Remembered]]] = {}
+        for candidate in (*same, *([lone] if lone else [])):
+            rt, namespace = candidate[1].ref.rt, candidate[1].ref.namespace or ""
+            candidates.setdefault((rt, namespace), []).append(candidate)
         if not candidates:
-            return {}
+            return {}, {}
         selector = ",".join(f"{k}={v}" for k, v in sorted(self.owner_labels.items()))
 
         async def versions(group: tuple[ResourceType, str]) -> Mapping[str, str]:
             rt, namespace = group
-            known = self.live.versions(rt, namespace) if self.live is not None else None
-            if known is not None:
-                return known
+            watched = self.live.versions(rt, namespace) if self.live is not None else None
+            if watched is not None:
+                return watched
             try:
                 listed = await self.client.list(
                     rt,
@@ -145,9 +169,14 @@ class Applier(Checker):
 
         found, _ = await gather(list(candidates), versions, limit=self._limit())
         unchanged: dict[ObjectId, ChangeSetEntry] = {}
+        known: dict[ObjectId, tuple[Plan, Remembered]] = {}
         for group, live in found:
-            for plan, remembered in candidates[group]:
-                if live.get(plan.ref.name) == remembered.resource_version:
+            for oid, plan, remembered in candidates[group]:
+                if live.get(plan.ref.name) != remembered.resource_version:
+                    continue
+                if lone is not None and plan is lone[1]:
+                    known[oid] = (plan, remembered)
+                else:
                     unchanged[plan.ref.id] = ChangeSetEntry(
                         plan.ref,
                         Action.UNCHANGED,
@@ -156,7 +185,7 @@ class Applier(Checker):
                         remembered.health,
                         remembered.resource_version,
                     )
-        return unchanged
+        return unchanged, known
 
     async def _apply_stage(
         self,
@@ -274,6 +303,45 @@ class Applier(Checker):
         if not normalizing.has_drifted(existing, applied):
             return entry(Action.UNCHANGED, live=applied)
         return entry(Action.CONFIGURED, live=applied)
+
+    async def _apply_alone(
+        self, plan: Plan, remembered: Remembered, *, force: bool
+    ) -> ChangeSetEntry | None:
+        """The one object of the set to write, applied without a dry-run; None
+        sends the caller the long way round, with nothing written.
+
+        The dry-run of the set is there so that nothing of a revision is
+        applied unless all of it can be: with one object to write, its apply
+        is all or nothing by itself, and its live form is known (the last
+        apply's answer, `Remembered.plain`, its resourceVersion unchanged), so
+        neither a read nor a dry-run would tell anything the apply does not.
+        What the API refuses was not written: the long way dry-runs it again
+        and names the refusal as before, or re-creates an immutable change.
+        """
+        if self.ignore_rules or policy.ssa_policy(plan.obj, None) not in (
+            policy.SSAPolicy.OVERRIDE,
+            policy.SSAPolicy.MERGE,
+        ):
+            return None
+        if policy.reconcile_disabled(plan.obj):
+            return None
+        try:
+            applied = await self.client.apply(
+                plan.ref.rt, plan.obj, field_manager=self.field_manager, force=True
+            )
+        except ApiError:
+            return None
+        except ApiUnavailable as error:
+            # Perhaps written, perhaps not: as any apply whose answer was lost.
+            raise ApplyFailed.of(plan.ref.display, None, error) from None
+        failpoints.hit("ssa.apply.mid-apply")
+        prunable = policy.prunable(plan.obj, applied)
+        observed = compute_status(applied)
+        self._remember(plan, applied, force=force, health=observed, prunable=prunable)
+        version = str(policy.metadata(applied).get("resourceVersion") or "")
+        # Same resourceVersion: the apply wrote nothing (the change was only in form).
+        action = Action.UNCHANGED if version == remembered.resource_version else Action.CONFIGURED
+        return ChangeSetEntry(plan.ref, action, "", prunable, observed, version)
 
     async def _delete_and_wait(self, plan: Plan, existing: JSON, *, timeout: float) -> None:
         ref = plan.ref

@@ -27,6 +27,7 @@ from sluice_runtime.kube.resources import ObjectRef, ResourceType
 from sluice_runtime.ssa import normalizing, policy
 from sluice_runtime.ssa.changeset import ChangeSet, Deferred, Preview
 from sluice_runtime.ssa.errors import ApplyFailed, gather, is_immutable_error
+from sluice_runtime.ssa.managed_fields import take_over_patch
 from sluice_runtime.ssa.remembering import AppliedObjects, LiveVersions, Remembered, digest_of
 
 
@@ -300,6 +301,9 @@ class Checker:
                 health,
                 prunable,
                 str(meta.get("uid") or ""),
+                plain=policy.ssa_policy(live, None) == policy.SSAPolicy.OVERRIDE
+                and not policy.reconcile_disabled(live)
+                and not take_over_patch(live, self.field_manager),
             ),
         )
 

@@ -40,6 +40,11 @@ class Remembered:
     health: Health | None
     prunable: bool
     uid: str
+    plain: bool = False
+    """The live object as answered asks for nothing but an apply: no annotation
+    that makes it skipped or merged, no fields another manager must hand over
+    first. Then, while its resourceVersion stays, a change to it can be applied
+    without reading or dry-running it first (`Applier._apply_alone`)."""
 
 
 def digest_of(desired: Mapping[str, Any], *, force: bool, context: Sequence[str] = ()) -> str:

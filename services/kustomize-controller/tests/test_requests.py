@@ -90,6 +90,8 @@ class Requests:
     def __init__(self, key: str) -> None:
         self.key = key
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.queries: dict[tuple[str, str], list[list[tuple[str, str]]]] = {}
+        """The query of each request, by (phase, verb), in order."""
 
     def requested(self, request: Request) -> None:
         if request.key != self.key:
@@ -100,7 +102,9 @@ class Requests:
         discovery = (parts[0] == "api" and len(parts) <= 2) or (
             parts[0] == "apis" and len(parts) <= 3
         )
-        self.counts[("discovery" if discovery else request.phase, request.verb)] += 1
+        counted = ("discovery" if discovery else request.phase, request.verb)
+        self.counts[counted] += 1
+        self.queries.setdefault(counted, []).append(list(request.query))
 
     def total(self) -> int:
         return sum(n for (phase, _), n in self.counts.items() if phase != "discovery")
@@ -338,6 +342,12 @@ async def test_a_deployment_waited_for_is_read_once(delivery: Delivery) -> None:
         if verb == "get" and phase != "discovery"
     }
     assert gets == {"reconcile_health_recheck": 1}, shown
+    # That GET asks for the Deployment as of the rollout the watch told of, or
+    # later: the API server answers from its watch cache, not a quorum read.
+    rolled_out = (await d.kube.get(DEPLOYMENT, "app-1", ns))["metadata"]["resourceVersion"]
+    assert counted.queries[("reconcile_health_recheck", "get")] == [
+        [("resourceVersion", rolled_out)]
+    ], shown
 
 
 async def test_a_timed_recheck_due_while_the_watch_ends_the_wait_costs_nothing(

@@ -49,10 +49,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from e2e.bench import profiling
+from e2e.bench import ceilings, profiling
 from e2e.bench.cluster import create_namespace
 from e2e.bench.common import table, write
-from e2e.bench.profiling import raw_ssa_rate, render
+from e2e.bench.profiling import render
 from e2e.fleet import (
     APP,
     APP_KINDS,
@@ -294,8 +294,9 @@ async def run_one(
         ns = "benchmark"
         await prepare_namespace(client, ns)
         kubeconfig = str(plane.kubeconfig)
-        # The ceiling first, on the fresh server: SSA of the same objects, no controller.
-        raw_rate = await raw_ssa_rate(client, render(APP, apps), namespace="raw-ssa")
+        # The ceilings first, on the fresh server: the same objects, no controller.
+        limits = await ceilings.measure(client, render(APP, apps))
+        raw_rate = limits.ssa
         source = source_controller(
             kubeconfig, workdir, concurrent=source_concurrency, extra=["--profile-phases"]
         )
@@ -352,10 +353,14 @@ async def run_one(
                 "apply_objects_per_second": rate,
                 "raw_ssa_objects_per_second": raw_rate,
                 "ratio_to_raw": rate / raw_rate,
+                "raw_dry_run_then_apply_objects_per_second": limits.promise,
+                "raw_dry_run_objects_per_second": limits.dry_run,
+                "ratio_to_dry_run_then_apply": rate / limits.promise,
                 "first_apply_after_seconds": (first - started_at).total_seconds(),
                 "applying_seconds": applying,
                 "applying_objects_per_second": applied / applying,
                 "applying_ratio_to_raw": applied / applying / raw_rate,
+                "applying_ratio_to_dry_run_then_apply": applied / applying / limits.promise,
                 "api_requests_per_kustomization": requests / apps,
                 "requests_per_kustomization_by_verb": {
                     verb: count / apps
@@ -392,6 +397,8 @@ def _print_run(r: dict[str, Any]) -> None:
           f"sources in {_fmt_seconds(r['sources_ready_seconds'])}; peak "
           f"source {r['source_controller_peak_mib']:.0f}Mi, "
           f"kustomize {r['kustomize_controller_peak_mib']:.0f}Mi")  # fmt: skip
+    print(ceilings.ceiling_line(ceilings.of_result(r), end_to_end=r["apply_objects_per_second"],
+                                applying=r["applying_objects_per_second"]))  # fmt: skip
     if "peaks_before_scrape_mib" in r:
         before = r["peaks_before_scrape_mib"]
         print(f"peak before the profile's /metrics scrape: source {before['source']:.0f}Mi, "
@@ -464,6 +471,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['raw_ssa_objects_per_second']:.0f}", f"{r['apply_objects_per_second']:.1f}",
             f"{r['ratio_to_raw']:.0%}",
             f"{r['applying_objects_per_second']:.1f} ({r['applying_ratio_to_raw']:.0%})",
+            *ceilings.table_cells(ceilings.of_result(r), end_to_end=r["apply_objects_per_second"],
+                                  applying=r["applying_objects_per_second"]),
             f"{r['api_requests_per_kustomization']:.1f}",
             "{:.1f}/{:.1f}/{:.1f}".format(*r["load_average"]),
         ])  # fmt: skip
@@ -472,7 +481,8 @@ def main(argv: list[str] | None = None) -> None:
         print(table(
             ["N", "source", "sources ready", "Flux 2.6", "Kustomizations ready", "Flux 2.6",
              "source-ctrl peak", "Flux 2.6", "kustomize-ctrl peak", "Flux 2.6",
-             "raw SSA obj/s", "Sluice obj/s", "ratio", "while applying", "API req/ks",
+             "raw SSA obj/s", "Sluice obj/s", "ratio", "while applying",
+             *ceilings.TABLE_HEADERS, "API req/ks",
              "load avg at end"],
             rows,
         ))  # fmt: skip

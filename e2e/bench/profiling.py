@@ -1,4 +1,4 @@
-"""Where the minute goes: a per-phase profile of a benchmark run, and the raw SSA limit.
+"""Where the minute goes: a per-phase profile of a benchmark run.
 
 The controllers run with `--profile-phases`; after a run their metrics say,
 per reconcile step, the wall time spent in it (summed over every reconcile,
@@ -8,16 +8,13 @@ verb with the time spent waiting for their answers; plus the time keys
 waited in the work queue. `/proc` adds each process's CPU and its children's
 (the kustomize build runs `kubectl kustomize`).
 
-The raw SSA limit is the rate at which this API server and etcd accept
-server-side applies of the same objects at high concurrency with no
-controller in the loop: the ceiling Sluice's apply throughput is compared to.
+The ceilings Sluice's apply throughput is compared to (raw SSA, and the
+dry-run promise's floor) are measured by `ceilings`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable
@@ -30,8 +27,7 @@ import yaml
 from e2e.fleet import Controller
 from sluice_envtest.measuring import cpu_times
 from sluice_runtime.kube.client import KubeClient
-from sluice_runtime.kube.discovery import RestMapper
-from sluice_runtime.kube.resources import NAMESPACE, ResourceType
+from sluice_runtime.kube.resources import ResourceType
 
 _SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})? ([0-9.e+-]+|NaN)$", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -130,30 +126,6 @@ def profile_table(result: Profile, apps: int) -> tuple[list[str], list[list[Any]
     for name, (own, children) in result.process_cpu.items():
         lines.append([name, "process CPU (own / children)", "-", f"{own:.1f} / {children:.1f}", "-", "-"])  # fmt: skip
     return headers, lines
-
-
-async def raw_ssa_rate(
-    client: KubeClient, manifests: list[dict[str, Any]], *, namespace: str, concurrency: int = 64
-) -> float:
-    """Objects per second the API server accepts as server-side applies of
-    `manifests` into `namespace`, `concurrency` at a time, no controller involved."""
-    await client.create(
-        NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    )
-    mapper = RestMapper(client)
-    limit = asyncio.Semaphore(concurrency)
-
-    async def apply(obj: dict[str, Any]) -> None:
-        rt = await mapper.resource_for(obj["apiVersion"], obj["kind"])
-        obj["metadata"]["namespace"] = namespace
-        async with limit:
-            await client.apply(rt, obj, field_manager="raw-ssa", force=True)
-
-    for obj in manifests[:4]:  # discovery warmed before the clock starts
-        await mapper.resource_for(obj["apiVersion"], obj["kind"])
-    start = time.monotonic()
-    await asyncio.gather(*(apply(obj) for obj in manifests))
-    return len(manifests) / (time.monotonic() - start)
 
 
 async def apply_window(

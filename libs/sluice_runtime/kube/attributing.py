@@ -32,6 +32,8 @@ class Request:
     """From sending to the answer's headers (a throttled wait excluded)."""
     status: int = 0
     """The HTTP status; 0 when no answer came."""
+    query: Sequence[tuple[str, str]] = ()
+    """The query parameters sent (a GET's resourceVersion, an apply's dryRun)."""
 
 
 class RequestObserver(Protocol):
@@ -81,6 +83,6 @@ def tell_observers(
 ) -> None:
     """Tell each observer of one answered request, attributed to the current reconcile."""
     key, phase = _attribution.get()
-    request = Request(verb(method, query, content_type), path, key, phase, seconds, status)
+    request = Request(verb(method, query, content_type), path, key, phase, seconds, status, query)
     for observer in observers:
         observer.requested(request)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice_runtime.describing import describe
-from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound
 from sluice_runtime.kube.kstatus import (
     Health,
@@ -94,12 +94,23 @@ StatusRule = Callable[[Mapping[str, Any]], Health]
 
 
 async def read_health(
-    client: KubeClient, target: ObjectRef, status: StatusRule = compute_status
+    client: KubeClient,
+    target: ObjectRef,
+    status: StatusRule = compute_status,
+    *,
+    not_older_than: str = "",
 ) -> ObjectHealth:
-    """One reading of `target`; `status` judges it (kstatus unless a caller has its own rules)."""
+    """One reading of `target`; `status` judges it (kstatus unless a caller has its own rules).
+
+    `not_older_than`, a resourceVersion a watch told of, asks for the object as
+    it was then or later: the API server answers that from its watch cache,
+    where a GET without one is a quorum read through etcd (Kubernetes API
+    concepts, "Resource versions": unset is "Most Recent", set is "Not older
+    than"; the apiserver's cacher serves a Get with a resourceVersion from the
+    cache, 1.20 as 1.30 and later)."""
     rt, subject = target.rt, target.display
     try:
-        obj = await client.get(rt, target.name, target.namespace)
+        obj = await _get(client, target, not_older_than)
     except NotFound:
         return ObjectHealth(subject, Health("NotFound", f"{rt.kind} not found"))
     except (ApiError, ApiUnavailable) as error:
@@ -111,6 +122,22 @@ async def read_health(
     return ObjectHealth(subject, status(obj), version)
 
 
+async def _get(client: KubeClient, target: ObjectRef, not_older_than: str) -> JSON:
+    if not not_older_than:
+        return await client.get(target.rt, target.name, target.namespace)
+    path = target.rt.path(namespace=target.namespace, name=target.name)
+    try:
+        obj: JSON = await client.request("GET", path, query=[("resourceVersion", not_older_than)])
+    except ApiError as error:
+        if error.status != 504:
+            raise
+        # A cache that has not caught up with that version in time answers 504
+        # "Too large resource version" (an API server behind the one whose watch
+        # told of it); a quorum read has it.
+        return await client.get(target.rt, target.name, target.namespace)
+    return obj
+
+
 async def check_health(
     client: KubeClient,
     objects: Sequence[ObjectRef],
@@ -118,15 +145,21 @@ async def check_health(
     known: Mapping[ObjectRef, Health] | None = None,
     status: StatusRule = compute_status,
     concurrency: int = 8,
+    not_older_than: Mapping[ObjectRef, str] | None = None,
 ) -> HealthReport:
     """One reading of every object `known` has no reading of: a single round of
     `wait_for_health`, for callers that look again later on their own (a
-    reconcile that releases its worker between rounds instead of sleeping)."""
+    reconcile that releases its worker between rounds instead of sleeping).
+    An object in `not_older_than` is read as of that resourceVersion or later
+    (see `read_health`)."""
     limit = asyncio.Semaphore(max(concurrency, 1))
+    versions = not_older_than or {}
 
     async def read(target: ObjectRef) -> ObjectHealth:
         async with limit:
-            return await read_health(client, target, status)
+            return await read_health(
+                client, target, status, not_older_than=versions.get(target, "")
+            )
 
     known = known or {}
     unread = [t for t in objects if t not in known]

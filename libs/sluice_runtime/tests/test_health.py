@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sluice_runtime.kube.attributing import Request
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.health import Health, check_health, compute_status, wait_for_health
 from sluice_runtime.kube.resources import CONFIG_MAP, ObjectRef, ResourceType
@@ -615,3 +616,43 @@ async def test_a_reading_carries_the_version_it_read(kube: KubeClient, namespace
         created["metadata"]["resourceVersion"],
         "",
     ]
+
+
+class Queries:
+    """The query of every GET of one path, in order."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seen: list[list[tuple[str, str]]] = []
+
+    def requested(self, request: Request) -> None:
+        if request.verb == "get" and request.path == self.path:
+            self.seen.append(list(request.query))
+
+
+@pytest.mark.parametrize(
+    ("ahead", "reads"),
+    [
+        # As of the version a watch told of: served from the API server's watch cache.
+        pytest.param(0, 1, id="as-of-the-watched-version"),
+        # A version this server's cache has not reached (an API server behind the
+        # one whose watch told of it): it answers 504 after a few seconds, and a
+        # quorum read has the object.
+        pytest.param(10**9, 2, id="a-version-the-cache-lacks-falls-back-to-a-quorum-read"),
+    ],
+)
+async def test_a_reading_not_older_than_a_version(
+    kube: KubeClient, namespace: str, ahead: int, reads: int
+) -> None:
+    created = await kube.create(CONFIG_MAP, {"metadata": {"name": "c", "namespace": namespace}})
+    version = str(int(created["metadata"]["resourceVersion"]) + ahead)
+    target = ObjectRef.to(CONFIG_MAP, "c", namespace)
+    queries = Queries(CONFIG_MAP.path(namespace=namespace, name="c"))
+    stop = kube.observe(queries)
+    try:
+        report = await check_health(kube, [target], not_older_than={target: version})
+    finally:
+        stop()
+    assert report.healthy, report
+    assert report.objects[0].resource_version == created["metadata"]["resourceVersion"]
+    assert queries.seen == [[("resourceVersion", version)], []][:reads]

@@ -219,6 +219,42 @@ async def test_a_scheduled_key_enters_its_lane_when_due(lane: Lane, expected: li
     queue.shutdown()
 
 
+@pytest.mark.parametrize(
+    ("processing", "expected"),
+    [
+        # The reconcile in flight is the one the schedule was for; its outcome
+        # schedules the next (a health wait's timed re-check, due while the
+        # watch's re-check ended the wait, ran again as a full reconcile).
+        pytest.param(True, [], id="due-while-processing-is-dropped"),
+        pytest.param(False, ["a"], id="due-while-idle-is-queued"),
+    ],
+)
+async def test_a_schedule_due_while_its_key_is_processed(
+    processing: bool, expected: list[str]
+) -> None:
+    clock = ManualClock()
+    queue = WorkQueue(clock=clock)
+    queue.start()
+    queue.add("a")
+    taken = await queue.get()
+    queue.requeue_after("a", 0.5, lane=F)  # an earlier outcome's timed re-check
+    if not processing:
+        queue.done(taken)
+    clock.now += 1
+    queue.add_after("other", 500)  # wakes the timer, which now reads 1 s later
+    for _ in range(100):
+        if queue.due_in("a") is None:
+            break
+        await asyncio.sleep(0.01)
+    assert queue.due_in("a") is None, "the timer has not run"
+    await asyncio.sleep(0.01)
+    if processing:
+        queue.done(taken)
+    assert [await queue.get() for _ in expected] == expected
+    assert len(queue) == 0
+    queue.shutdown()
+
+
 async def test_a_key_asked_for_while_processing_comes_back_first() -> None:
     queue = WorkQueue()
     queue.add("a")

@@ -32,7 +32,10 @@ watch of their kind is synced:
   server keeps history), which is rare; 5 s lets most rollouts under load
   (2-4 s in the 1000-app MTTP run) end on the watch's word alone, and 20 s
   bounds how long a wait outlives a rollout the watch missed. A rollout
-  the watch sees finish costs one GET of the object that was not Current.
+  the watch sees finish costs one GET of the object that was not Current,
+  with the resourceVersion the watch told of ("not older than"): the API
+  server answers it from its watch cache instead of a quorum read through
+  etcd (a GET without one), 1.20 as 1.30 and later.
 - Not watched (another cluster through `kubeConfig`, a kind the watch was
   refused or has not listed yet, an object another Kustomization applied):
   the objects are polled, 0.5 s after the apply, doubling up to the health
@@ -147,15 +150,27 @@ async def reconcile_health_recheck(ctx: KustomizationContext) -> Result | None:
         # The reads go to the target cluster as the tenant, as the apply's did.
         await reconcile_target(ctx)
         ctx.conditions.delete(Condition.HEALTHY)
-        await _judge(ctx, wait, read=wait.to_read(_live(ctx, wait), now=time.monotonic()))
+        live = _live(ctx, wait)
+        # What the watch saw change is read as of that change or later: from the
+        # API server's watch cache, not a quorum read through etcd. The fallback's
+        # and the poll's reads, where the watch told of nothing, stay quorum reads.
+        seen = {t: str(live[t]) for t in wait.changed(live)}
+        await _judge(ctx, wait, read=wait.to_read(live, now=time.monotonic()), seen=seen)
     finally:
         wait.judging = False
     ctx.applied()
     return done()
 
 
-async def _judge(ctx: KustomizationContext, wait: HealthWait, *, read: list[ObjectRef]) -> None:
-    """Read `read` (the other objects' latest readings stand); mark Healthy, or raise:
+async def _judge(
+    ctx: KustomizationContext,
+    wait: HealthWait,
+    *,
+    read: list[ObjectRef],
+    seen: dict[ObjectRef, str] | None = None,
+) -> None:
+    """Read `read` (the other objects' latest readings stand; those in `seen` as of
+    the resourceVersion the watch told of, or later); mark Healthy, or raise:
     Waiting to look again, StepError when an object Failed or the wait timed out."""
     assert ctx.manager is not None and ctx.artifact is not None
     services = ctx.services
@@ -167,6 +182,7 @@ async def _judge(ctx: KustomizationContext, wait: HealthWait, *, read: list[Obje
         known={t: h for t, h in readings.items() if t not in read},
         status=ctx.health_rules.status,
         concurrency=ctx.manager.concurrency,
+        not_older_than=seen,
     )
     if report.healthy:
         services.health_waits.pop(ctx.key, None)

@@ -17,6 +17,7 @@ from typing import Any
 from sluice_envtest.gitserver import WorkRepo
 from sluice_envtest.harness import condition
 from sluice_envtest.workloads import roll_out, simulated_rollouts
+from sluice_runtime.informing.queueing import Lane
 from sluice_runtime.kube.attributing import Request
 
 from .conftest import (
@@ -89,6 +90,8 @@ class Requests:
     def __init__(self, key: str) -> None:
         self.key = key
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.queries: dict[tuple[str, str], list[list[tuple[str, str]]]] = {}
+        """The query of each request, by (phase, verb), in order."""
 
     def requested(self, request: Request) -> None:
         if request.key != self.key:
@@ -99,7 +102,9 @@ class Requests:
         discovery = (parts[0] == "api" and len(parts) <= 2) or (
             parts[0] == "apis" and len(parts) <= 3
         )
-        self.counts[("discovery" if discovery else request.phase, request.verb)] += 1
+        counted = ("discovery" if discovery else request.phase, request.verb)
+        self.counts[counted] += 1
+        self.queries.setdefault(counted, []).append(list(request.query))
 
     def total(self) -> int:
         return sum(n for (phase, _), n in self.counts.items() if phase != "discovery")
@@ -337,3 +342,71 @@ async def test_a_deployment_waited_for_is_read_once(delivery: Delivery) -> None:
         if verb == "get" and phase != "discovery"
     }
     assert gets == {"reconcile_health_recheck": 1}, shown
+    # That GET asks for the Deployment as of the rollout the watch told of, or
+    # later: the API server answers from its watch cache, not a quorum read.
+    rolled_out = (await d.kube.get(DEPLOYMENT, "app-1", ns))["metadata"]["resourceVersion"]
+    assert counted.queries[("reconcile_health_recheck", "get")] == [
+        [("resourceVersion", rolled_out)]
+    ], shown
+
+
+async def test_a_timed_recheck_due_while_the_watch_ends_the_wait_costs_nothing(
+    delivery: Delivery,
+) -> None:
+    """The wait's timer (the fallback read, or the moment it is shown) comes due
+    while the re-check the watch queued is ending the wait. In the 1000-app MTTP
+    run 9% of the apps then got a full reconcile right after (a dry-run of the
+    rolled-out Deployment, the apply step's reads): the timer marked the key
+    dirty, and with the wait over the next reconcile was a full one."""
+    d = delivery
+    ns = d.namespace
+    controller = d.controller()
+    services = controller.runner.reconciler.context.keywords["services"]
+    # Only the watch moves the wait; the timer comes due when this test says.
+    services.health_progress_after = 3600.0
+    services.health_fallback = 3600.0
+    deadline = time.monotonic() + 30
+    while services.live.versions(DEPLOYMENT, ns) is None:
+        assert time.monotonic() < deadline, "the applied Deployments' watch never listed"
+        await asyncio.sleep(0.05)
+    await published(d, WITH_DEPLOYMENT)
+    key = f"{ns}/app"
+    counted = Requests(key)
+
+    class TimerDueMeanwhile:
+        """Once the watch's re-check has read, the wait's timer comes due (1 ms
+        on, while the re-check writes status)."""
+
+        def requested(self, request: Request) -> None:
+            if (request.key, request.phase, request.verb) == (
+                key, "reconcile_health_recheck", "get",
+            ):  # fmt: skip
+                controller.queue.requeue_after(key, 0.001, lane=Lane.FOLLOW_UP)
+
+    stops = [d.kustomize.client.observe(counted), d.kustomize.client.observe(TimerDueMeanwhile())]
+    try:
+        await waited_app(d)
+        deadline = time.monotonic() + 30
+        while key not in services.health_waits:
+            assert time.monotonic() < deadline, "no health wait started"
+            await asyncio.sleep(0.05)
+        await roll_out(d.kube, ns, "app-1")
+        ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
+        await succeeded(d, key)
+        # A reconcile the timer would have queued is queued by now (the worker
+        # requeues a dirty key as the reconcile returns); let it run.
+        deadline = time.monotonic() + 30
+        while len(controller.queue) or key in controller.queue.processing:
+            assert time.monotonic() < deadline, "the queue never went idle"
+            await asyncio.sleep(0.05)
+        await asyncio.wait_for(d.kustomize.recorder.flushed(), 30)
+    finally:
+        for stop in stops:
+            stop()
+    assert (condition(ready, "Healthy") or {}).get("status") == "True"
+    shown = sorted(counted.counts.items())
+    assert counted.counts[("reconcile_health_recheck", "get")] == 1, shown
+    # The reconcile that applied, and the re-check that ended the wait: no third.
+    assert d.reconciles.counts[key] == 2, shown
+    assert counted.counts[("reconcile_apply", "dry-run")] == 4, shown
+    assert counted.counts[("reconcile_apply", "apply")] == 4, shown

@@ -51,6 +51,17 @@ one would have been made the same way. urllib3's pools are thread-safe: the
 source-controller's registry threads share them."""
 
 
+_BASIC_REALMS: set[tuple[str, str]] = set()
+"""Registries (scheme, host) that have asked this process for basic credentials.
+
+A `Registry` lives for one reconcile, so without this each pull from an
+htpasswd registry began with a request answered 401 before the same one with
+credentials: three round trips for a manifest and a layer, not two. A
+`Registry` with credentials for a host listed here sends them with its first
+request; only the host that asked gets them, and if it has since moved to
+token auth, its 401 challenge is answered as any other."""
+
+
 class Registry(oras.provider.Registry):  # type: ignore[misc]
     def __init__(
         self,
@@ -77,6 +88,7 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
             self.auth.set_basic_auth(username, password or "")
             token = base64.b64encode(f"{username}:{password or ''}".encode()).decode()
             self._basic = f"Basic {token}"
+            self._basic_preemptive = (self.prefix, host) in _BASIC_REALMS
 
     def do_request(
         self,
@@ -120,6 +132,7 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
                     )
                 headers["Authorization"] = self._basic
                 self._basic_preemptive = True
+                _BASIC_REALMS.add((self.prefix, self.hostname))
             else:
                 try:
                     headers, _ = self.auth.authenticate_request(response, headers)

@@ -206,7 +206,7 @@ def archive(
     ignore = ignore_rules(src, spec_ignore)
     limit = ctx.limits.artifact_max_size
     try:
-        return ctx.storage.write_archive(rel, src, ignore, max_size=limit)
+        return ctx.storage.write_archive(rel, src, ignore, max_size=limit, linked=True)
     except ArtifactTooLarge:
         raise _too_large(limit) from None
     except OSError as error:
@@ -221,7 +221,8 @@ def copy_file(ctx: SourceContext[Any], filename: str, src: Path) -> ArtifactFile
     """`write_file` in the calling thread."""
     limit = ctx.limits.artifact_max_size
     try:
-        return ctx.storage.write_file(ctx.relative_path(filename), src, max_size=limit)
+        rel = ctx.relative_path(filename)
+        return ctx.storage.write_file(rel, src, max_size=limit, linked=True)
     except ArtifactTooLarge:
         raise _too_large(limit) from None
     except OSError as error:

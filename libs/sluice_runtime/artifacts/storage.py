@@ -6,10 +6,12 @@ on): `<root>/<lowercase kind>/<namespace>/<name>/<file>`.
 Readers are the file server and, through it, every consumer in the cluster,
 so a file must never be seen half-written: each write goes to a temporary
 file in the same directory, is fsynced and then renamed over the final name.
-The `latest` link is swapped the same way. Temporary names start with "."
-and end in ".tmp"; artifact names never start with "." (Kubernetes names
-cannot), so the file server refuses hidden names and garbage collection
-can recognise leftovers from a crash.
+The `latest` link is swapped the same way. A rename is durable (its directory
+fsynced) before the write returns, or, for a source's artifact, before the
+`latest` link that follows it returns: one directory fsync covers both.
+Temporary names start with "." and end in ".tmp"; artifact names never
+start with "." (Kubernetes names cannot), so the file server refuses hidden
+names and garbage collection can recognise leftovers from a crash.
 
 Concurrency: there is no lock. One controller process writes (leader
 election), and its queue hands an object to one worker at a time, so each

@@ -108,7 +108,8 @@ class Registry(oras.provider.Registry):  # type: ignore[misc]
 
         def send() -> requests.Response:
             try:
-                return self._send(method, url, data=data, json=json, headers=headers, stream=stream)
+                sent = headers or {}
+                return self._send(method, url, data=data, json=json, headers=sent, stream=stream)
             except requests.exceptions.SSLError as error:
                 raise RegistryError(
                     f"TLS handshake with {self.url.host} failed ({describe_transport(error)}); "

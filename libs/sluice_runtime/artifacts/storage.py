@@ -6,10 +6,12 @@ on): `<root>/<lowercase kind>/<namespace>/<name>/<file>`.
 Readers are the file server and, through it, every consumer in the cluster,
 so a file must never be seen half-written: each write goes to a temporary
 file in the same directory, is fsynced and then renamed over the final name.
-The `latest` link is swapped the same way. Temporary names start with "."
-and end in ".tmp"; artifact names never start with "." (Kubernetes names
-cannot), so the file server refuses hidden names and garbage collection
-can recognise leftovers from a crash.
+The `latest` link is swapped the same way. A rename is durable (its directory
+fsynced) before the write returns, or, for a source's artifact, before the
+`latest` link that follows it returns: one directory fsync covers both.
+Temporary names start with "." and end in ".tmp"; artifact names never
+start with "." (Kubernetes names cannot), so the file server refuses hidden
+names and garbage collection can recognise leftovers from a crash.
 
 Concurrency: there is no lock. One controller process writes (leader
 election), and its queue hands an object to one worker at a time, so each
@@ -137,29 +139,35 @@ class Storage:
         ignore: IgnoreRules | None,
         *,
         max_size: int | None = None,
+        linked: bool = False,
     ) -> ArtifactFile:
         """Archive `src_dir` (see `archiving`) as `rel`, atomically.
 
         With `max_size`, writing stops with `ArtifactTooLarge` as soon as the
-        tarball grows past it, and `rel` is left as it was.
+        tarball grows past it, and `rel` is left as it was. `linked`: see `_write`.
         """
         return self._write(
-            rel, lambda out: write_tarball(src_dir, out, ignore=ignore), max_size=max_size
+            rel,
+            lambda out: write_tarball(src_dir, out, ignore=ignore),
+            max_size=max_size,
+            linked=linked,
         )
 
     def write_bytes(self, rel: str, data: bytes) -> ArtifactFile:
         return self._write(rel, lambda out: out.write(data))
 
-    def write_file(self, rel: str, src_path: Path, *, max_size: int | None = None) -> ArtifactFile:
+    def write_file(
+        self, rel: str, src_path: Path, *, max_size: int | None = None, linked: bool = False
+    ) -> ArtifactFile:
         """Copy `src_path` (an OCI layer, a Helm index) into storage as `rel`
-        (`max_size` as for `write_archive`)."""
+        (`max_size` and `linked` as for `write_archive`)."""
 
         def copy(out: _Hashing) -> None:
             with src_path.open("rb") as src:
                 while chunk := src.read(1 << 20):
                     out.write(chunk)
 
-        return self._write(rel, copy, max_size=max_size)
+        return self._write(rel, copy, max_size=max_size, linked=linked)
 
     def set_latest(self, rel: str, link_name: str = "latest.tar.gz") -> str:
         """Point `<object dir>/<link_name>` at `rel`, atomically; return the
@@ -250,11 +258,26 @@ class Storage:
         return rel[:-1], self.path(rel).parent
 
     def _write(
-        self, rel: str, fill: Callable[[_Hashing], object], *, max_size: int | None = None
+        self,
+        rel: str,
+        fill: Callable[[_Hashing], object],
+        *,
+        max_size: int | None = None,
+        linked: bool = False,
     ) -> ArtifactFile:
+        """Write `rel` through a temporary file, fsynced, renamed over `rel`.
+
+        `linked`: the caller's next step is `set_latest(rel)`, before anything
+        (status) names `rel`; the rename is then left to that link's directory
+        fsync, which makes every entry of the directory durable, this rename
+        included, so a second fsync of the same directory here adds nothing but
+        a journal commit per artifact (issue 19). A crash in between leaves what
+        a crash before the rename would: status naming the previous artifact,
+        which is still there.
+        """
         path = self.path(rel)
         fd, temp = self._temp_file(path)
-        with _replacing(Path(temp), path):
+        with _replacing(Path(temp), path, sync=not linked):
             with os.fdopen(fd, "wb") as raw:
                 out = _Hashing(raw, rel=rel, max_size=max_size)
                 fill(out)
@@ -305,9 +328,9 @@ def _mkstemp(path: Path) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def _replacing(temp: Path, dest: Path) -> Iterator[None]:
-    """The body makes `temp`; then it atomically takes `dest`'s place, durably.
-    On any failure `temp` is removed and `dest` is left as it was."""
+def _replacing(temp: Path, dest: Path, *, sync: bool = True) -> Iterator[None]:
+    """The body makes `temp`; then it atomically takes `dest`'s place, durably unless
+    not `sync`. On any failure `temp` is removed and `dest` is left as it was."""
     try:
         yield
         os.replace(temp, dest)
@@ -315,7 +338,8 @@ def _replacing(temp: Path, dest: Path) -> Iterator[None]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
-    _fsync_dir(dest.parent)
+    if sync:
+        _fsync_dir(dest.parent)
 
 
 def _fsync_dir(directory: Path) -> None:

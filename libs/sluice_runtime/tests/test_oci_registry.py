@@ -141,3 +141,53 @@ def test_registries_of_one_process_share_kept_alive_connections(
     seen = proxy.seen()
     assert len(seen) == 48
     assert 1 <= len({s.peer for s in seen}) <= 4, sorted({s.peer for s in seen})
+
+
+@pytest.mark.parametrize(
+    ("authenticated", "first", "later"),
+    [
+        pytest.param(False, ["GET manifests", "GET blobs"], ["GET manifests", "GET blobs"], id="anonymous"),
+        # The htpasswd registry's 401 is answered once per process, not once per pull.
+        pytest.param(
+            True,
+            ["GET manifests", "GET manifests", "GET blobs"],
+            ["GET manifests", "GET blobs"],
+            id="basic-auth",
+        ),
+    ],
+)  # fmt: skip
+def test_a_pull_is_a_manifest_and_a_blob_request(
+    oci_registry: OciRegistry,
+    oci_registry_auth: OciRegistry,
+    authenticated: bool,
+    first: list[str],
+    later: list[str],
+    tmp_path: Path,
+) -> None:
+    """What a source reconcile's pull costs the registry, counted by a proxy in front of
+    the real one: a Registry per pull (as per reconcile), and no HEAD, ping or token
+    request beside the manifest and the layer. Before: each pull from the htpasswd
+    registry began with a request answered 401."""
+    registry = oci_registry_auth if authenticated else oci_registry
+    repository = f"counted/{secrets.token_hex(4)}"
+    digest = registry.push_artifact(repository, "v1", files={"a.yaml": "a: 1\n"})
+    layer = registry.manifest(repository, digest)["layers"][0]["digest"]
+    with FaultyProxy(registry.url) as proxy:
+        kinds: list[list[str]] = []
+        for i in range(3):
+            since = proxy.seen()[-1].at if proxy.seen() else 0.0
+            pull = Registry(
+                OCIURL.parse(f"oci://{proxy.host}/{repository}"), insecure=True, ca_file=None,
+                username=registry.username, password=registry.password, timeout=10.0,
+                hints=Hints(tls="spec.insecure", credentials="spec.secretRef"),
+            )  # fmt: skip
+            assert pull.manifest("v1").digest == digest
+            pull.download(layer, tmp_path / f"layer-{i}", max_size=1 << 20)
+            assert (
+                "sha256:" + hashlib.sha256((tmp_path / f"layer-{i}").read_bytes()).hexdigest()
+                == layer
+            )
+            kinds.append(
+                [f"{s.method} {s.path.split('/')[-2]}" for s in proxy.seen() if s.at > since]
+            )
+    assert kinds == [first, later, later]

@@ -26,7 +26,6 @@ from sluice_api.source import (
     SourceReason,
 )
 from sluice_runtime import lanes
-from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
@@ -36,6 +35,7 @@ from sluice_runtime.patterns import InvalidPattern, compile_pattern
 from sluice_runtime.reconciling.errors import Stalling, StepError
 from sluice_runtime.reconciling.running import Reconciler
 from sluice_runtime.reconciling.steps import Result, done, step
+from source_controller import pulling
 from source_controller.refs import InvalidRef, RefNotFound, highest_matching_tag
 from source_controller.sources import (
     Limits,
@@ -48,8 +48,6 @@ from source_controller.sources import (
     reconcile_unsupported,
     record_artifact,
     source_reconciler,
-    write_archive,
-    write_file,
 )
 
 DEFAULT_TAG = "latest"
@@ -227,36 +225,19 @@ async def reconcile_artifact(ctx: OCIRepositoryContext) -> Result | None:
         repo.spec.layer_selector.operation if repo.spec.layer_selector else None
     ) or "extract"
     filename = ctx.manifest.digest.removeprefix("sha256:") + ".tar.gz"
-    work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="oci-")))
-    blob = work / "layer"
+    work = pulling.work_dir(ctx.cleanup)
     timeout = parse_duration(repo.spec.timeout).total_seconds()
     try:
         await run_bounded(
-            lambda: registry.download(digest, blob, max_size=ctx.limits.artifact_max_size),
+            lambda: registry.download(
+                digest, work / pulling.LAYER, max_size=ctx.limits.artifact_max_size
+            ),
             timeout=timeout,
             host=registry.url.host,
         )
     except oci.RegistryError as error:
         raise _registry_failure(error) from None
-    if operation == "copy":
-        written = await write_file(ctx, filename, blob)
-    else:
-        unpacked = work / "content"
-        try:
-            await lanes.to_thread(
-                extract_tarball,
-                blob,
-                unpacked,
-                max_size=ctx.limits.artifact_max_size,
-                max_members=ctx.limits.artifact_max_files,
-            )
-        except ArtifactError as error:
-            raise StepError(
-                SourceReason.OCI_ARTIFACT_LAYER_OPERATION_FAILED,
-                f"layer {digest} cannot be extracted: {error}",
-                condition=SourceCondition.BUILD_FAILED,
-            ) from None
-        written = await write_archive(ctx, filename, unpacked, repo.spec.ignore)
+    written = await lanes.to_thread(pulling.store_layer, ctx, filename, work, digest, operation)
     status.content_config_checksum = ctx.content_checksum
     status.observed_ignore = repo.spec.ignore
     status.observed_layer_selector = repo.spec.layer_selector

@@ -194,11 +194,19 @@ def ignore_rules(root: Path, spec_ignore: str | None) -> IgnoreRules:
 async def write_archive(
     ctx: SourceContext[Any], filename: str, src: Path, spec_ignore: str | None
 ) -> ArtifactFile:
+    return await lanes.to_thread(archive, ctx, filename, src, spec_ignore)
+
+
+def archive(
+    ctx: SourceContext[Any], filename: str, src: Path, spec_ignore: str | None
+) -> ArtifactFile:
+    """`write_archive` in the calling thread: the ignore rules read and the tarball written
+    in one hop, as a kind's own blocking work can do in the hop it already takes."""
     rel = ctx.relative_path(filename)
-    ignore = await lanes.to_thread(ignore_rules, src, spec_ignore)
+    ignore = ignore_rules(src, spec_ignore)
     limit = ctx.limits.artifact_max_size
     try:
-        return await lanes.to_thread(ctx.storage.write_archive, rel, src, ignore, max_size=limit)
+        return ctx.storage.write_archive(rel, src, ignore, max_size=limit, linked=True)
     except ArtifactTooLarge:
         raise _too_large(limit) from None
     except OSError as error:
@@ -206,11 +214,15 @@ async def write_archive(
 
 
 async def write_file(ctx: SourceContext[Any], filename: str, src: Path) -> ArtifactFile:
+    return await lanes.to_thread(copy_file, ctx, filename, src)
+
+
+def copy_file(ctx: SourceContext[Any], filename: str, src: Path) -> ArtifactFile:
+    """`write_file` in the calling thread."""
     limit = ctx.limits.artifact_max_size
     try:
-        return await lanes.to_thread(
-            ctx.storage.write_file, ctx.relative_path(filename), src, max_size=limit
-        )
+        rel = ctx.relative_path(filename)
+        return ctx.storage.write_file(rel, src, max_size=limit, linked=True)
     except ArtifactTooLarge:
         raise _too_large(limit) from None
     except OSError as error:
@@ -249,7 +261,7 @@ async def record_artifact(
     """Make `written` the served artifact: latest link, status, GC, event."""
     storage = ctx.storage
     try:
-        await lanes.to_thread(storage.set_latest, written.path)
+        collect_error = await lanes.to_thread(_link_and_collect, ctx, written.path)
     except OSError as error:
         raise _storage_failed(SourceReason.SYMLINK_UPDATE_FAILED, error) from None
     status: Any = ctx.obj.status
@@ -264,13 +276,8 @@ async def record_artifact(
         metadata=metadata or None,
     )
     status.url = storage.url(latest(written.path))
-    await lanes.to_thread(
-        storage.garbage_collect,
-        ctx.kind,
-        ctx.obj.namespace,
-        ctx.obj.metadata.name,
-        keep=[written.path],
-    )
+    if collect_error is not None:
+        raise collect_error
     mark_stored(ctx, revision)
     if previous is None or previous.revision != revision:
         ctx.events.normal("NewArtifact", new_artifact_message, metadata=ctx.event_metadata)
@@ -280,6 +287,18 @@ async def record_artifact(
             # writes of ours would compete with their requests (holding.py).
             holding.HOLD.followed()
         failpoints.hit("source.status.before-patch")
+
+
+def _link_and_collect(ctx: SourceContext[Any], rel: str) -> OSError | None:
+    """Point `latest` at `rel` (its OSError raised), then collect old files (its OSError
+    returned, raised once status names the new artifact): one hop to a thread for both,
+    each hop a wake-up of the event loop that a thousand sources pay."""
+    ctx.storage.set_latest(rel)
+    try:
+        ctx.storage.garbage_collect(ctx.kind, ctx.obj.namespace, ctx.obj.metadata.name, keep=[rel])
+    except OSError as error:
+        return error
+    return None
 
 
 def mark_stored(ctx: SourceContext[Any], revision: str) -> None:

@@ -313,3 +313,68 @@ def test_remove_all(storage: Storage) -> None:
     storage.remove_all("GitRepository", "ns", "two")
     assert os.listdir(storage.root) == []
     storage.remove_all("GitRepository", "ns", "two")  # already gone: fine
+
+
+def _write_linked(storage: Storage, src: Path) -> str:
+    written = storage.write_file("ocirepository/ns/app/b.tar.gz", src, linked=True)
+    storage.set_latest(written.path)
+    return written.path
+
+
+def _write_unlinked(storage: Storage, src: Path) -> str:
+    return storage.write_file("ocirepository/ns/app/b.tar.gz", src).path
+
+
+def _write_unlinked_then_link(storage: Storage, src: Path) -> str:
+    written = storage.write_file("ocirepository/ns/app/b.tar.gz", src)
+    storage.set_latest(written.path)
+    return written.path
+
+
+@pytest.mark.parametrize(
+    ("write", "directory_fsyncs"),
+    [
+        # A source's artifact: the link's directory fsync makes both renames durable.
+        pytest.param(_write_linked, 1, id="linked-then-latest"),
+        pytest.param(_write_unlinked, 1, id="unlinked"),
+        pytest.param(_write_unlinked_then_link, 2, id="unlinked-then-latest"),
+    ],
+)
+def test_every_rename_is_durable_before_the_write_returns(
+    storage: Storage,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write: Callable[[Storage, Path], str],
+    directory_fsyncs: int,
+) -> None:
+    """What a node crash may leave: an artifact's bytes are on disk before its name
+    is, and every name (the artifact's, the `latest` link's) is on disk before the
+    caller goes on to name it in status; never an fsync more than that takes."""
+    storage.write_bytes("ocirepository/ns/app/a.tar.gz", b"old")
+    src = tmp_path / "layer"
+    src.write_bytes(b"new artifact")
+    calls: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        calls.append(("rename", f"{src} {dst}"))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    rel = write(storage, src)
+    monkeypatch.undo()
+
+    directory = str(storage.path(rel).parent)
+    for i, (call, what) in enumerate(calls):
+        if call != "rename":
+            continue
+        temp, dest = what.split(" ")
+        assert ("fsync", temp) in calls[:i] or dest.endswith("latest.tar.gz"), calls
+        assert ("fsync", directory) in calls[i + 1 :], f"rename of {dest} not made durable"
+    assert calls.count(("fsync", directory)) == directory_fsyncs, calls
+    assert storage.path(rel).read_bytes() == b"new artifact"

@@ -25,6 +25,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -129,8 +130,9 @@ def sampled(path: str | None) -> Iterator[None]:
     if not path:
         yield
         return
+    beside = Path(sys.executable).parent / "py-spy"  # the bench env's, when not on PATH
     spy = subprocess.Popen(
-        ["py-spy", "record", "--gil", "-r", "100", "-f", "raw", "-o", path,
+        [str(beside) if beside.exists() else "py-spy", "record", "--gil", "-r", "100", "-f", "raw", "-o", path,
          "--pid", str(os.getpid())],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -143,9 +145,10 @@ def sampled(path: str | None) -> Iterator[None]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp, ControlPlane(
-        workdir=Path(tmp) / "cp"
-    ) as plane:
+    with (
+        tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp,
+        ControlPlane(workdir=Path(tmp) / "cp") as plane,
+    ):
         client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig))
         client.observe(RequestMetrics("client-cost"))
         try:

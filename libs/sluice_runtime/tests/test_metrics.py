@@ -96,3 +96,20 @@ def test_requests_are_counted_by_phase_and_verb_across_observers() -> None:
         "sluice_api_request_seconds_total": {"get": ("counter", 1.25), "apply": ("counter", 0.5)},
     }
     assert request_series("none")["sluice_api_requests_total"]["get"][1] >= 1
+
+
+def test_step_time_is_summed_by_kind_and_step() -> None:
+    recorder = metrics.ControllerMetrics.create(service="test-controller", kind="StepProbe")
+    for step, seconds in [("fetch", 0.5), ("apply", 0.25), ("fetch", 1.0)]:
+        recorder.stepped(step, seconds)
+    text = metrics.exposition().decode()
+    found = {
+        (family.type, sample.name, sample.labels["step"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("kind") == "StepProbe"
+    }
+    assert found == {
+        ("counter", "sluice_step_seconds_total", "fetch"): 1.5,
+        ("counter", "sluice_step_seconds_total", "apply"): 0.25,
+    }

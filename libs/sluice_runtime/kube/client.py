@@ -280,14 +280,16 @@ class KubeClient(WriteVerbs):
             accept=accept,
         )
         try:
-            text = await response.text()
+            raw = await response.read()
         except (TimeoutError, aiohttp.ClientError) as error:
             raise ApiUnavailable(f"API server {self.host} dropped the answer: {error}") from None
         finally:
             response.release()
         if response.status >= 400:
-            raise error_from_response(response.status, text)
-        return json.loads(text) if text else None
+            raise error_from_response(response.status, raw.decode(errors="replace"))
+        # The API server answers JSON in UTF-8: parsed from the bytes, with no text made
+        # first (nor the charset lookup `text()` does per answer).
+        return json.loads(raw) if raw else None
 
     async def stream_lines(
         self, path: str, *, query: Sequence[tuple[str, str]] = ()

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from sluice_envtest.traps import RecordingHttpsServer
 from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.errors import ApiError
 from sluice_runtime.kube.kubeconfigs import Credentials, ExecPlugin
 from sluice_runtime.kube.sending import encode_body
 from sluice_runtime.kube.writing import APPLY_PATCH, JSON_PATCH, MERGE_PATCH
@@ -166,3 +167,25 @@ async def test_an_expiring_token_is_renewed_before_each_request(tmp_path: Path) 
             await client.close()
     sent = [dict(whole.headers)["Authorization"] for whole in server.seen]
     assert sent == ["Bearer t2", "Bearer t3"]
+
+
+@dataclass
+class Refusing(RecordingHttpsServer):
+    """Answers 503 with a body that is not UTF-8 (a proxy's page, say)."""
+
+    async def _record(self, request: web.Request) -> web.Response:
+        return web.Response(status=503, body=b"\xff\xfe upstream gone", content_type="text/plain")
+
+
+async def test_an_error_body_that_is_not_utf8_is_still_a_typed_error() -> None:
+    async with Refusing() as server:
+        client = await KubeClient.from_credentials(
+            Credentials(server.url, ca_data=server.ca_pem), verify=False
+        )
+        try:
+            with pytest.raises(ApiError) as raised:
+                await client.request("GET", "/api/v1/namespaces")
+        finally:
+            await client.close()
+    assert raised.value.status == 503
+    assert "upstream gone" in str(raised.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from e2e.bench import (
+    client_cost,
     idle,
     mttp,
     noop_fetch,
@@ -16,6 +17,7 @@ from e2e.bench import (
 )
 
 BENCHMARKS = {
+    "client-cost": client_cost.main,
     "idle": idle.main,
     "noop-fetch": noop_fetch.main,
     "mttp": mttp.main,

@@ -5,7 +5,8 @@ tokens, exec plugins, in-cluster service accounts) and owns the connection
 pool; kubeconfigs that tenants supply never go through its loader (see
 `from_credentials` and `kubeconfigs.py`); its generated
 per-kind classes do not fit a runtime that handles any kind generically, so
-requests go through `ApiClient.call_api` with raw responses and come back as
+requests are sent on its session with its credentials by `sending.py` (past
+`ApiClient.call_api`, whose model serialization only cost CPU) and come back as
 plain dicts. Errors become the typed exceptions in `errors.py`.
 
 Around it: `connecting.py` builds the ApiClient (from a kubeconfig or from
@@ -43,6 +44,7 @@ from sluice_runtime.kube.errors import (
 )
 from sluice_runtime.kube.kubeconfigs import Credentials
 from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.kube.sending import send
 from sluice_runtime.kube.throttling import (
     MAX_RETRIES_ON_429,
     TokenBucket,
@@ -228,16 +230,14 @@ class KubeClient(WriteVerbs):
             started = time.monotonic()
             status = 0
             try:
-                api = self._shared.api_for_lane()
-                response: aiohttp.ClientResponse = await api.call_api(
-                    path,
+                response = await send(
+                    self._shared.api_for_lane(),
                     method,
-                    query_params=list(query),
-                    header_params=headers,
+                    path,
+                    query=query,
+                    headers=headers,
                     body=body,
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                    _request_timeout=timeout,
+                    timeout=timeout,
                 )
                 status = response.status
             except (TimeoutError, aiohttp.ClientError, ssl.SSLError, OSError) as error:
@@ -280,14 +280,16 @@ class KubeClient(WriteVerbs):
             accept=accept,
         )
         try:
-            text = await response.text()
+            raw = await response.read()
         except (TimeoutError, aiohttp.ClientError) as error:
             raise ApiUnavailable(f"API server {self.host} dropped the answer: {error}") from None
         finally:
             response.release()
         if response.status >= 400:
-            raise error_from_response(response.status, text)
-        return json.loads(text) if text else None
+            raise error_from_response(response.status, raw.decode(errors="replace"))
+        # The API server answers JSON in UTF-8: parsed from the bytes, with no text made
+        # first (nor the charset lookup `text()` does per answer).
+        return json.loads(raw) if raw else None
 
     async def stream_lines(
         self, path: str, *, query: Sequence[tuple[str, str]] = ()

@@ -147,27 +147,69 @@ def observe_asyncio_tasks(service: str, loop: asyncio.AbstractEventLoop) -> None
         _task_loops.append(loop)
 
 
+class _Sums:
+    """A counter family whose sums are kept here, by label values, and read by the SDK
+    only when /metrics is scraped (an observable counter: the same series a synchronous
+    one gives). For what is counted on every request or step: `Counter.add` cleaned,
+    hashed and aggregated the labels on each call, a tenth of a client's CPU per
+    request (e2e/bench/client_cost.py). Process-wide, as the SDK's instruments are: two
+    observers of one name add up."""
+
+    def __init__(self, name: str, labels: tuple[str, ...], unit: str, description: str) -> None:
+        self.name, self.labels, self.unit, self.description = name, labels, unit, description
+        self.totals: dict[tuple[str, ...], float] = {}
+        self._registered = False
+
+    def register(self, service: str) -> None:
+        if not self._registered:
+            meter(service).create_observable_counter(
+                self.name, callbacks=[self._observe], unit=self.unit, description=self.description
+            )
+            self._registered = True
+
+    def add(self, key: tuple[str, ...], value: float) -> None:
+        self.totals[key] = self.totals.get(key, 0) + value
+
+    def _observe(self, _: CallbackOptions) -> Iterable[Observation]:
+        # A copy, taken at once: the scrape runs on another thread than the requests.
+        for key, value in dict(self.totals).items():
+            yield Observation(value, dict(zip(self.labels, key, strict=True)))
+
+
+_REQUESTS = _Sums(
+    "sluice_api_requests_total",
+    ("phase", "verb"),
+    "",
+    "API requests by reconcile phase (step) and verb.",
+)
+_REQUEST_SECONDS = _Sums(
+    "sluice_api_request_seconds_total",
+    ("phase", "verb"),
+    "s",
+    "Time waiting for API answers, by reconcile phase and verb.",
+)
+_STEP_SECONDS = _Sums(
+    "sluice_step_seconds_total",
+    ("kind", "step"),
+    "s",
+    "Wall time spent in each reconcile step (and the status write).",
+)
+
+
 class RequestMetrics:
     """A client's RequestObserver: requests and their time by reconcile phase and verb
     (`sluice_api_requests_total`, `sluice_api_request_seconds_total`), so a benchmark
-    can say where a reconcile's requests go."""
+    can say where a reconcile's requests go. Several observers in one process add up,
+    as two clients adding to one counter did."""
 
     def __init__(self, service: str) -> None:
-        m = meter(service)
-        self._count = m.create_counter(
-            "sluice_api_requests_total",
-            description="API requests by reconcile phase (step) and verb.",
-        )
-        self._seconds = m.create_counter(
-            "sluice_api_request_seconds_total",
-            unit="s",
-            description="Time waiting for API answers, by reconcile phase and verb.",
-        )
+        _REQUESTS.register(service)
+        _REQUEST_SECONDS.register(service)
 
     def requested(self, request: Request) -> None:
-        labels = {"phase": request.phase or "none", "verb": request.verb}
-        self._count.add(1, labels)
-        self._seconds.add(request.seconds, labels)
+        key = (request.phase or "none", request.verb)
+        _REQUESTS.add(key, 1)
+        _REQUEST_SECONDS.add(key, request.seconds)
 
 
 def exposition_pieces() -> Iterator[bytes]:
@@ -192,12 +234,12 @@ class ControllerMetrics:
     queue_depth_gauge: UpDownCounter
     queue_wait: Histogram
     queue_retries: Counter
-    step_seconds: Counter
     _depth: int = 0
 
     @classmethod
     def create(cls, *, service: str, kind: str) -> ControllerMetrics:
         m = meter(service)
+        _STEP_SECONDS.register(service)
         return cls(
             kind=kind,
             reconcile_duration=m.create_histogram(
@@ -223,15 +265,10 @@ class ControllerMetrics:
             queue_retries=m.create_counter(
                 "workqueue_retries_total", description="Keys requeued with backoff."
             ),
-            step_seconds=m.create_counter(
-                "sluice_step_seconds_total",
-                unit="s",
-                description="Wall time spent in each reconcile step (and the status write).",
-            ),
         )
 
     def stepped(self, step: str, seconds: float) -> None:
-        self.step_seconds.add(seconds, {"kind": self.kind, "step": step})
+        _STEP_SECONDS.add((self.kind, step), seconds)
 
     def reconciled(self, *, name: str, namespace: str, seconds: float, result: str) -> None:
         self.reconcile_duration.record(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sluice_runtime.kube.attributing import Request
 from sluice_runtime.observing import metrics
 
 
@@ -68,3 +69,47 @@ def test_a_forgotten_objects_series_is_gone_from_the_text(
     finally:
         for name in {*recorded, *forgotten}:
             recorder.forget(name=name, namespace="ns")
+
+
+def request_series(phase: str) -> dict[str, dict[str, tuple[str, float]]]:
+    """By family, each series of `phase`: its verb → (TYPE, value)."""
+    found: dict[str, dict[str, tuple[str, float]]] = {}
+    for family in text_string_to_metric_families(metrics.exposition().decode()):
+        for sample in family.samples:
+            if sample.labels.get("phase") == phase and sample.name.endswith("_total"):
+                found.setdefault(sample.name, {})[sample.labels["verb"]] = (
+                    family.type,
+                    sample.value,
+                )
+    return found
+
+
+def test_requests_are_counted_by_phase_and_verb_across_observers() -> None:
+    # Two observers in one process (two clients) add up, as one shared counter did.
+    first, second = metrics.RequestMetrics("test-controller"), metrics.RequestMetrics("test")
+    sent = [(first, "get", 0.25), (first, "apply", 0.5), (second, "get", 1.0)]
+    for observer, verb, seconds in sent:
+        observer.requested(Request(verb, "/api/v1/x", "ns/a", "probe-phase", seconds, 200))
+    first.requested(Request("get", "/api/v1/x", "", "", 0.125, 200))
+    assert request_series("probe-phase") == {
+        "sluice_api_requests_total": {"get": ("counter", 2.0), "apply": ("counter", 1.0)},
+        "sluice_api_request_seconds_total": {"get": ("counter", 1.25), "apply": ("counter", 0.5)},
+    }
+    assert request_series("none")["sluice_api_requests_total"]["get"][1] >= 1
+
+
+def test_step_time_is_summed_by_kind_and_step() -> None:
+    recorder = metrics.ControllerMetrics.create(service="test-controller", kind="StepProbe")
+    for step, seconds in [("fetch", 0.5), ("apply", 0.25), ("fetch", 1.0)]:
+        recorder.stepped(step, seconds)
+    text = metrics.exposition().decode()
+    found = {
+        (family.type, sample.name, sample.labels["step"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("kind") == "StepProbe"
+    }
+    assert found == {
+        ("counter", "sluice_step_seconds_total", "fetch"): 1.5,
+        ("counter", "sluice_step_seconds_total", "apply"): 0.25,
+    }

@@ -87,9 +87,8 @@ class KubeModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         extra="ignore",
-        # Attribute docstrings become the CRD descriptions `kubectl explain` shows,
-        # read by the CRD generator (describing.py), not as each class is made.
-        use_attribute_docstrings=False,
+        # Attribute docstrings become the CRD descriptions `kubectl explain` shows.
+        use_attribute_docstrings=True,
         defer_build=True,
     )
 

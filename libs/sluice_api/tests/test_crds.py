@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -483,24 +480,3 @@ def test_the_crds_directory_carries_no_cel_rules() -> None:
 def test_categories_as_flux_has_them(model: Any, category: str) -> None:
     """`kubectl get fluxcd` lists every Flux object; `fluxcd-appliers` the appliers."""
     assert crd_for(model)["spec"]["names"]["categories"] == ["all", "fluxcd", category]
-
-
-_BUILT_FIRST = """
-import json, sys
-from sluice_api import ALL_KINDS
-from sluice_api.crds import render_all
-for model in ALL_KINDS:
-    model.model_rebuild()  # the validators built, as a process that parsed objects has them
-assert all(model.__pydantic_complete__ for model in ALL_KINDS)
-json.dump(render_all(), sys.stdout)
-"""
-
-
-def test_crds_made_after_the_models_were_built_are_the_same() -> None:
-    # Descriptions are read when CRDs are made (sluice_api.describing); a process that
-    # validated objects first (sluice dev, the test fixtures) has every model built.
-    made = subprocess.run(
-        [sys.executable, "-c", _BUILT_FIRST], capture_output=True, text=True, check=True
-    )
-    files = json.loads(made.stdout)
-    assert files == {name: (REPO_CRDS / name).read_text() for name in files}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,14 @@ NAMESPACE = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False)
 SERVICE_ACCOUNT = ResourceType("", "v1", "serviceaccounts", "ServiceAccount")
 ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+
+
+async def until(reached: Callable[[], bool], failure: str, timeout: float = 30.0) -> None:
+    """Wait until `reached()` is true, polling every 50 ms; fail naming `failure`."""
+    deadline = time.monotonic() + timeout
+    while not reached():
+        assert time.monotonic() < deadline, failure
+        await asyncio.sleep(0.05)
 
 
 def config_map(name: str, namespace: str | None = None, **data: str) -> str:

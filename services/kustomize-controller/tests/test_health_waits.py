@@ -32,6 +32,7 @@ from .conftest import (
     Flags,
     config_map,
     deployment,
+    until,
 )
 
 WEB = ObjectRef.to(ResourceType("apps", "v1", "deployments", "Deployment"), "web", "apps")
@@ -81,10 +82,7 @@ async def test_a_health_wait_leaves_the_only_worker_free(delivery: Delivery) -> 
     stop = d.kustomize.client.observe(_Collect(key, seen))
     try:
         before = d.reconciles.counts[key]
-        deadline = time.monotonic() + 30
-        while d.reconciles.counts[key] < before + 2:
-            assert time.monotonic() < deadline, "no re-checks"
-            await asyncio.sleep(0.05)
+        await until(lambda: d.reconciles.counts[key] >= before + 2, "no re-checks")
     finally:
         stop()
     assert seen, "a re-check reads the Deployment"
@@ -105,10 +103,9 @@ async def test_a_change_to_an_applied_object_names_its_kustomization(
     watch.on_change = lambda key, oid, version: changed.append((key, oid.display, version))
     try:
         assert watch.versions(CONFIG_MAP, namespace) is None, "the first ask starts the watch"
-        deadline = time.monotonic() + 30
-        while watch.versions(CONFIG_MAP, namespace) is None:
-            assert time.monotonic() < deadline, "the watch never listed"
-            await asyncio.sleep(0.05)
+        await until(
+            lambda: watch.versions(CONFIG_MAP, namespace) is not None, "the watch never listed"
+        )
         labels = {NAME_LABEL: "app", NAMESPACE_LABEL: "apps"}
         body = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"phase": "pending"}}
         await kube.create(CONFIG_MAP, {**body, "metadata": {"name": "other"}}, namespace=namespace)
@@ -120,9 +117,7 @@ async def test_a_change_to_an_applied_object_names_its_kustomization(
         patched = await kube.merge_patch(
             CONFIG_MAP, "owned", {"data": {"phase": "ready"}}, namespace=namespace
         )
-        while len(changed) < 2:
-            assert time.monotonic() < deadline, changed
-            await asyncio.sleep(0.05)
+        await until(lambda: len(changed) >= 2, "the watch never told of the create and the change")
         # Created, then changed, each at its version; the ConfigMap nobody applied
         # is not watched.
         subject = f"ConfigMap/{namespace}/owned"
@@ -348,10 +343,7 @@ async def test_an_object_the_watch_does_not_tell_of_is_polled(delivery: Delivery
         healthChecks=[{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
     )
     key = f"{ns}/app"
-    deadline = time.monotonic() + 60
-    while key not in services.health_waits:
-        assert time.monotonic() < deadline, "no health wait started"
-        await asyncio.sleep(0.05)
+    await until(lambda: key in services.health_waits, "no health wait started", timeout=60)
     await roll_out_now(d.kube, ns, "web")
     ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
     assert (condition(ready, "Healthy") or {}).get("status") == "True"
@@ -373,10 +365,7 @@ async def test_what_a_wait_not_shown_yet_applied_is_still_pruned(
     await d.git_repository("app")
     await d.kustomization("app", source="app", wait=True, timeout="10m")
     key = f"{ns}/app"
-    deadline = time.monotonic() + 60
-    while key not in services.health_waits:
-        assert time.monotonic() < deadline, "no health wait started"
-        await asyncio.sleep(0.05)
+    await until(lambda: key in services.health_waits, "no health wait started", timeout=60)
     waiting = await d.kube.get(KUSTOMIZATION, "app", ns)
     assert not (waiting.get("status") or {}).get("inventory"), "the wait is not shown yet"
     assert await exists(d.kube, DEPLOYMENT, "web", ns)

@@ -28,6 +28,7 @@ from .conftest import (
     SERVICE,
     Delivery,
     make_tenant,
+    until,
 )
 
 APP = """apiVersion: v1
@@ -313,20 +314,17 @@ async def test_a_deployment_waited_for_is_read_once(delivery: Delivery) -> None:
     services.health_fallback = 3600.0
     # A controller that has run a while watches applied Deployments already; this
     # fresh one starts the watch now, and the wait is not to start before it lists.
-    deadline = time.monotonic() + 30
-    while services.live.versions(DEPLOYMENT, ns) is None:
-        assert time.monotonic() < deadline, "the applied Deployments' watch never listed"
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: services.live.versions(DEPLOYMENT, ns) is not None,
+        "the applied Deployments' watch never listed",
+    )
     await published(d, WITH_DEPLOYMENT)
     key = f"{ns}/app"
     counted = Requests(key)
     stop = d.kustomize.client.observe(counted)
     try:
         await waited_app(d)
-        deadline = time.monotonic() + 30
-        while key not in services.health_waits:
-            assert time.monotonic() < deadline, "no health wait started"
-            await asyncio.sleep(0.05)
+        await until(lambda: key in services.health_waits, "no health wait started")
         # A controller-manager under load takes its time: a poll would have read twice.
         await asyncio.sleep(1.5)
         await roll_out(d.kube, ns, "app-1")
@@ -365,10 +363,10 @@ async def test_a_timed_recheck_due_while_the_watch_ends_the_wait_costs_nothing(
     # Only the watch moves the wait; the timer comes due when this test says.
     services.health_progress_after = 3600.0
     services.health_fallback = 3600.0
-    deadline = time.monotonic() + 30
-    while services.live.versions(DEPLOYMENT, ns) is None:
-        assert time.monotonic() < deadline, "the applied Deployments' watch never listed"
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: services.live.versions(DEPLOYMENT, ns) is not None,
+        "the applied Deployments' watch never listed",
+    )
     await published(d, WITH_DEPLOYMENT)
     key = f"{ns}/app"
     counted = Requests(key)
@@ -386,19 +384,16 @@ async def test_a_timed_recheck_due_while_the_watch_ends_the_wait_costs_nothing(
     stops = [d.kustomize.client.observe(counted), d.kustomize.client.observe(TimerDueMeanwhile())]
     try:
         await waited_app(d)
-        deadline = time.monotonic() + 30
-        while key not in services.health_waits:
-            assert time.monotonic() < deadline, "no health wait started"
-            await asyncio.sleep(0.05)
+        await until(lambda: key in services.health_waits, "no health wait started")
         await roll_out(d.kube, ns, "app-1")
         ready = await d.observe.wait_ready(KUSTOMIZATION, "app")
         await succeeded(d, key)
         # A reconcile the timer would have queued is queued by now (the worker
         # requeues a dirty key as the reconcile returns); let it run.
-        deadline = time.monotonic() + 30
-        while len(controller.queue) or key in controller.queue.processing:
-            assert time.monotonic() < deadline, "the queue never went idle"
-            await asyncio.sleep(0.05)
+        await until(
+            lambda: not (len(controller.queue) or key in controller.queue.processing),
+            "the queue never went idle",
+        )
         await asyncio.wait_for(d.kustomize.recorder.flushed(), 30)
     finally:
         for stop in stops:

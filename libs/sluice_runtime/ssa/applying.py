@@ -38,6 +38,10 @@ def _writes(check: Checked) -> bool:
     return normalizing.has_drifted(check.existing, check.dry_run)
 
 
+_PLAIN_LIVE: JSON = {"metadata": {}}
+"""An existing object with no annotation of its own, as `Remembered.plain` says it is."""
+
+
 class Applier(Checker):
     async def apply_all_staged(
         self,
@@ -318,12 +322,9 @@ class Applier(Checker):
         What the API refuses was not written: the long way dry-runs it again
         and names the refusal as before, or re-creates an immutable change.
         """
-        if self.ignore_rules or policy.ssa_policy(plan.obj, None) not in (
-            policy.SSAPolicy.OVERRIDE,
-            policy.SSAPolicy.MERGE,
-        ):
-            return None
-        if policy.reconcile_disabled(plan.obj):
+        # The live object exists and asks for nothing (`plain`): what may still
+        # skip it is in the manifest, judged as for any existing object.
+        if self.ignore_rules or policy.skip_reason(plan.obj, _PLAIN_LIVE):
             return None
         try:
             applied = await self.client.apply(

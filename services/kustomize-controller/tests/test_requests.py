@@ -300,6 +300,24 @@ async def test_a_rollout_waited_for_costs_one_status_patch(delivery: Delivery) -
     assert counted.total() - rechecks <= 12, shown
 
 
+async def only_the_watch_moves_waits(d: Delivery) -> Any:
+    """The controller's services, with the WITH_DEPLOYMENT revision published once
+    its applied-Deployment watch has listed, and neither the status shown after
+    a while nor the fallback read coming into a wait however slow the machine:
+    only the watch moves it, and a count stays a count."""
+    services = d.controller().runner.reconciler.context.keywords["services"]
+    services.health_progress_after = 3600.0
+    services.health_fallback = 3600.0
+    # A controller that has run a while watches applied Deployments already; this
+    # fresh one starts the watch now, and the wait is not to start before it lists.
+    await until(
+        lambda: services.live.versions(DEPLOYMENT, d.namespace) is not None,
+        "the applied Deployments' watch never listed",
+    )
+    await published(d, WITH_DEPLOYMENT)
+    return services
+
+
 async def test_a_deployment_waited_for_is_read_once(delivery: Delivery) -> None:
     """The apply's answer shows the Deployment in progress; the applied-object watch
     tells when it has rolled out. However long that takes, the wait reads it once:
@@ -307,18 +325,7 @@ async def test_a_deployment_waited_for_is_read_once(delivery: Delivery) -> None:
     the 1000-app MTTP run), each time finding what the apply had answered."""
     d = delivery
     ns = d.namespace
-    services = d.controller().runner.reconciler.context.keywords["services"]
-    # Neither the status shown after a while nor the fallback read comes into it,
-    # however slow the machine: the count stays a count.
-    services.health_progress_after = 3600.0
-    services.health_fallback = 3600.0
-    # A controller that has run a while watches applied Deployments already; this
-    # fresh one starts the watch now, and the wait is not to start before it lists.
-    await until(
-        lambda: services.live.versions(DEPLOYMENT, ns) is not None,
-        "the applied Deployments' watch never listed",
-    )
-    await published(d, WITH_DEPLOYMENT)
+    services = await only_the_watch_moves_waits(d)
     key = f"{ns}/app"
     counted = Requests(key)
     stop = d.kustomize.client.observe(counted)
@@ -359,15 +366,8 @@ async def test_a_timed_recheck_due_while_the_watch_ends_the_wait_costs_nothing(
     d = delivery
     ns = d.namespace
     controller = d.controller()
-    services = controller.runner.reconciler.context.keywords["services"]
-    # Only the watch moves the wait; the timer comes due when this test says.
-    services.health_progress_after = 3600.0
-    services.health_fallback = 3600.0
-    await until(
-        lambda: services.live.versions(DEPLOYMENT, ns) is not None,
-        "the applied Deployments' watch never listed",
-    )
-    await published(d, WITH_DEPLOYMENT)
+    # The timer comes due when this test says.
+    services = await only_the_watch_moves_waits(d)
     key = f"{ns}/app"
     counted = Requests(key)
 

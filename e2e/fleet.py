@@ -315,6 +315,43 @@ def git_origin(git: GitHttpServer, name: str = "podinfo") -> Origin:
     )
 
 
+def app_objects(
+    source_kind: str,
+    source_spec: Mapping[str, Any],
+    ns: str,
+    i: int,
+    *,
+    interval: str = "60m",
+    retry_interval: str = "2m",
+    timeout: str = "1m",
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """App `i`'s source and Kustomization, in Flux's benchmark shape."""
+    source = {
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": source_kind,
+        "metadata": {"name": f"podinfo-{i}", "namespace": ns},
+        "spec": {"interval": interval, **source_spec},
+    }
+    kustomization = {
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+        "kind": "Kustomization",
+        "metadata": {"name": f"podinfo-{i}", "namespace": ns},
+        "spec": {
+            "sourceRef": {"kind": source_kind, "name": f"podinfo-{i}"},
+            "interval": interval,
+            "retryInterval": retry_interval,
+            "path": "./",
+            "prune": True,
+            "wait": True,
+            "timeout": timeout,
+            "serviceAccountName": "flux",
+            "targetNamespace": ns,
+            "postBuild": {"substitute": {"INDEX": f"{i}app", "PODS": "1", "MCPU": "1m"}},
+        },
+    }
+    return source, kustomization
+
+
 async def create_apps(
     client: KubeClient,
     origin: Origin,
@@ -341,35 +378,13 @@ async def create_apps(
 
     async def create(i: int) -> None:
         spec = source_spec(i) if source_spec is not None else origin.spec
+        source, kustomization = app_objects(
+            origin.kind, spec, ns, i, interval=interval, retry_interval=retry_interval,
+            timeout=timeout,
+        )  # fmt: skip
         async with limit:
-            await client.create(
-                origin.rt,
-                {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": origin.kind,
-                 "metadata": {"name": f"podinfo-{i}", "namespace": ns},
-                 "spec": {"interval": interval, **spec}},
-            )  # fmt: skip
-            await client.create(
-                KUSTOMIZATION,
-                {
-                    "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
-                    "kind": "Kustomization",
-                    "metadata": {"name": f"podinfo-{i}", "namespace": ns},
-                    "spec": {
-                        "sourceRef": {"kind": origin.kind, "name": f"podinfo-{i}"},
-                        "interval": interval,
-                        "retryInterval": retry_interval,
-                        "path": "./",
-                        "prune": True,
-                        "wait": True,
-                        "timeout": timeout,
-                        "serviceAccountName": "flux",
-                        "targetNamespace": ns,
-                        "postBuild": {
-                            "substitute": {"INDEX": f"{i}app", "PODS": "1", "MCPU": "1m"}
-                        },
-                    },
-                },
-            )
+            await client.create(origin.rt, source)
+            await client.create(KUSTOMIZATION, kustomization)
 
     await asyncio.gather(*(create(i) for i in range(first, first + count)))
 

@@ -30,6 +30,7 @@ from sluice_api.meta import (
     Reason,
     Resource,
     parse_duration,
+    parse_time,
 )
 from sluice_runtime.conditions import Conditions, ready_state
 from sluice_runtime.kube.attributing import attributed
@@ -91,6 +92,9 @@ class Reconciler(Generic[C]):
     (a Gate's open/close requests)."""
     success_reason: str = Reason.SUCCEEDED
     default_interval: float = 600.0
+    quiet_first_wait: float = 5.0
+    """Seconds after an object's creation during which a wait is not published
+    while it has never had a status (see `quiet_wait_left`); 0 publishes at once."""
 
     @property
     def rt(self) -> ResourceType:
@@ -190,6 +194,10 @@ class Runner(Generic[C]):
             await ctx.cleanup.aclose()
         if not outcome.publish:
             return outcome
+        left = quiet_wait_left(raw, outcome, self.reconciler.quiet_first_wait, time.time())
+        if left is not None:
+            requeue = left if outcome.requeue_after is None else min(outcome.requeue_after, left)
+            return Outcome("waiting", requeue_after=requeue, publish=False)
         new = _status_of(ctx.obj, ctx.conditions)
         # Waiting (for a dependency, an artifact, a gate) is not news: the
         # condition says so, without an event on every wait.
@@ -405,6 +413,37 @@ def _status_of(obj: Resource[Any, Any], conditions: Conditions) -> JSON:
     status.conditions = conditions.as_list()
     new: JSON = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     return new
+
+
+def quiet_wait_left(raw: JSON, outcome: Outcome, grace: float, now: float) -> float | None:
+    """Seconds a new object's wait may stay unpublished, or None to publish it now.
+
+    A source and the Kustomization (or HelmRelease) that follows it are usually
+    created together, and the follower's first reconcile finds no artifact
+    yet: writing "Source ... has no artifact yet" costs a status patch, at the
+    moment the API server is busiest, for a state the apply replaces seconds
+    later (a third to all of the MTTP run's Kustomizations wrote one). So a wait
+    (for an artifact, a dependency, a gate) is kept quiet for `grace` seconds
+    after creation while the object has never had a status; if it still waits
+    then, the requeue at the grace's end publishes it. Never quiet: an object
+    published before, one whose `requestedAt` someone waits to see handled, or
+    a wait in progress (a health wait's status carries the inventory).
+    """
+    if outcome.result != "waiting" or not outcome.publish or outcome.follow_up or grace <= 0:
+        return None
+    meta = raw.get("metadata") or {}
+    # Never published: no conditions (the CRDs default `observedGeneration: -1`).
+    published = (raw.get("status") or {}).get("conditions")
+    if published or (meta.get("annotations") or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION):
+        return None
+    try:
+        created = parse_time(str(meta.get("creationTimestamp") or "")).timestamp()
+    except ValueError:
+        return None
+    # creationTimestamp has one-second resolution, and the server's clock is not
+    # ours: the wait is never kept quiet for longer than `grace`.
+    left = min(grace, created + 1.0 + grace - now)
+    return left if left > 0 else None
 
 
 def _log_ending(ctx: ReconcileContext[Any], ending: Ending, error: Exception) -> None:

@@ -217,6 +217,38 @@ async def test_a_first_reconcile_and_a_no_change_one_cost_few_requests(delivery:
     assert ("reconcile_prune", "get") not in pruned, pruned
 
 
+async def test_a_kustomization_created_with_its_source_writes_no_waiting_status(
+    delivery: Delivery,
+) -> None:
+    """Created together, as a commit or the MTTP benchmark creates them: the first
+    reconcile finds no artifact, and "has no artifact yet" would be a status patch
+    the apply replaces a moment later. The status is written once, Ready."""
+    d = delivery
+    ns = d.namespace
+    repo = d.repo("app")
+    repo.commit("app", files={"app.yaml": APP})
+    repo.push()
+    # However slow the machine, the source is ready within the grace: a count
+    # stays a count (the grace's end is `test_running_quiet_waits`'s).
+    d.controller().runner.reconciler.quiet_first_wait = 3600.0
+    key = f"{ns}/app"
+    counted = Requests(key)
+    stop = d.kustomize.client.observe(counted)
+    try:
+        # The Kustomization first: it is reconciled before its source exists.
+        await d.kustomization("app", source="app", targetNamespace=ns,
+                              postBuild={"substitute": {"INDEX": "1"}})  # fmt: skip
+        await until(lambda: d.reconciles.counts[key] >= 1, "the Kustomization never reconciled")
+        assert "conditions" not in (await d.kube.get(KUSTOMIZATION, "app", ns))["status"]
+        await d.git_repository("app")
+        await d.observe.wait_ready(KUSTOMIZATION, "app")
+        await succeeded(d, key)
+    finally:
+        stop()
+    assert d.reconciles.counts[key] >= 2  # one waited, one applied
+    assert counted.counts[("status", "patch")] == 1, dict(counted.counts)
+
+
 async def test_drift_is_still_corrected_after_a_no_change_reconcile(delivery: Delivery) -> None:
     """Remembering what was applied must not hide a change made since by someone else."""
     d = delivery

@@ -19,7 +19,9 @@ promise's dry-run and apply of each object (as the tenant, as the benchmark's
 Ready). Health reads, watches and the stand-in rollouts are left out: a
 controller could do without them, the contract's requests it cannot. What
 Sluice reaches against it is the share the controllers' own work (their CPU
-beside the API server's, the latencies between requests) leaves.
+beside the API server's, the latencies between requests) leaves. The floor's
+sources and Kustomizations are deleted once it is measured, before the
+controllers start.
 
 All four run at the same concurrency on the fresh server, before the
 controllers start, so one run prints Sluice's throughput against each.
@@ -36,7 +38,7 @@ from typing import Any
 from e2e.fleet import KUSTOMIZATION, OCIREPO, app_objects, prepare_namespace
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
-from sluice_runtime.kube.resources import EVENT, NAMESPACE
+from sluice_runtime.kube.resources import EVENT, NAMESPACE, ResourceType
 
 SSA = (False,)
 """One apply per object."""
@@ -196,10 +198,12 @@ async def contract_rate(
     namespace: str,
     per_app: int = 4,
     concurrency: int = 64,
+    remove: bool = True,
 ) -> float:
     """Objects per second when every request of the contract (the module's
     docstring) is sent for each app of `manifests` (`per_app` objects each), in a
-    new `namespace` with the benchmark's tenant, `concurrency` apps at a time."""
+    new `namespace` with the benchmark's tenant, `concurrency` apps at a time;
+    then, unless `remove` is False, its sources and Kustomizations are removed."""
     await prepare_namespace(client, namespace)
     tenant = client.impersonate(f"system:serviceaccount:{namespace}:{TENANT}")
     mapper = RestMapper(client)
@@ -280,7 +284,51 @@ async def contract_rate(
         await mapper.resource_for(obj["apiVersion"], obj["kind"])
     start = time.monotonic()
     await asyncio.gather(*(deliver(i, objects) for i, objects in enumerate(apps)))
-    return len(manifests) / (time.monotonic() - start)
+    rate = len(manifests) / (time.monotonic() - start)
+    if remove:
+        await remove_contract_objects(
+            client, namespace, manifests, per_app=per_app, concurrency=concurrency
+        )
+    return rate
+
+
+async def remove_contract_objects(
+    client: KubeClient,
+    namespace: str,
+    manifests: Sequence[dict[str, Any]],
+    *,
+    per_app: int = 4,
+    concurrency: int = 64,
+) -> None:
+    """The floor's sources and Kustomizations deleted, finalizers and all, and the
+    objects applied for them: the controllers that start next would otherwise
+    reconcile those sources and Kustomizations (failing on artifacts that are not
+    there), and find the applied objects, which carry the owner labels, in their
+    watches of applied kinds, beside the benchmark's own apps."""
+    limit = asyncio.Semaphore(concurrency)
+    mapper = RestMapper(client)
+
+    async def removed(rt: ResourceType, name: str, *, finalized: bool) -> None:
+        async with limit:
+            await client.delete(rt, name, namespace=namespace)
+            if finalized:
+                await client.merge_patch(
+                    rt, name, {"metadata": {"finalizers": None}}, namespace=namespace
+                )
+
+    apps = len(manifests) // per_app
+    applied = [
+        (await mapper.resource_for(o["apiVersion"], o["kind"]), o["metadata"]["name"])
+        for o in manifests
+    ]
+    await asyncio.gather(
+        *(removed(rt, f"podinfo-{i}", finalized=True)
+          for rt in (OCIREPO, KUSTOMIZATION) for i in range(apps)),
+        *(removed(rt, name, finalized=False) for rt, name in applied),
+    )  # fmt: skip
+    for rt in {OCIREPO, KUSTOMIZATION, *(rt for rt, _ in applied)}:
+        left = [o["metadata"]["name"] for o in (await client.list(rt, namespace=namespace)).items]
+        assert not [n for n in left if n.startswith("podinfo-")], f"{rt.kind}s left: {left}"
 
 
 async def measure(client: KubeClient, manifests: Sequence[dict[str, Any]]) -> Ceilings:

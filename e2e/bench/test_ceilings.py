@@ -153,7 +153,7 @@ async def test_the_contract_floor_sends_every_request_a_delivery_must(kube: Any)
     seen = Sent()
     stop = kube.observe(seen)
     try:
-        rate = await ceilings.contract_rate(kube, manifests, namespace=namespace)
+        rate = await ceilings.contract_rate(kube, manifests, namespace=namespace, remove=False)
     finally:
         stop()
     try:
@@ -191,5 +191,9 @@ async def test_the_contract_floor_sends_every_request_a_delivery_must(kube: Any)
         service = ResourceType("", "v1", "services", "Service")
         applied = await kube.get(service, "podinfo-0app", namespace)
         assert applied["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/name"] == "podinfo-0"
+        # Gone once measured: the controllers that start next must not find them.
+        await ceilings.remove_contract_objects(kube, namespace, manifests)
+        for rt in (OCIREPO, KUSTOMIZATION, service):
+            assert not (await kube.list(rt, namespace=namespace)).items
     finally:
         await kube.delete(NAMESPACE, namespace)

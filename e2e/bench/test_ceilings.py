@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -90,17 +91,24 @@ def test_a_result_gives_back_the_ceilings_it_recorded() -> None:
     assert ISSUE.as_json() == {"ssa": 506.0, "promise": 253.0, "dry_run": 880.0, "contract": 126.5}
 
 
-class Verbs:
-    """Requests by (verb, path), in the order they were sent per path."""
+class Sent:
+    """Every request, as (verb, path), in order."""
 
     def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self.by_path: dict[str, list[str]] = {}
+        self.requests: list[tuple[str, str]] = []
 
     def requested(self, request: Request) -> None:
-        if request.verb in ("apply", "dry-run"):
-            self.counts[request.verb] += 1
-            self.by_path.setdefault(request.path, []).append(request.verb)
+        self.requests.append((request.verb, request.path))
+
+
+async def sent_by(kube: Any, measuring: Awaitable[float]) -> tuple[float, list[tuple[str, str]]]:
+    """The rate `measuring` measured and every request it sent."""
+    seen = Sent()
+    stop = kube.observe(seen)
+    try:
+        return await measuring, seen.requests
+    finally:
+        stop()
 
 
 @pytest.mark.parametrize(
@@ -116,16 +124,17 @@ async def test_each_object_is_sent_as_the_ceiling_says_into_a_new_namespace(
 ) -> None:
     namespace = f"t-ceiling-{secrets.token_hex(3)}"
     manifests = render(APP, 2)
-    seen = Verbs()
-    stop = kube.observe(seen)
-    try:
-        rate = await ceilings.raw_rate(kube, manifests, namespace=namespace, dry_runs=dry_runs)
-    finally:
-        stop()
+    rate, sent = await sent_by(
+        kube, ceilings.raw_rate(kube, manifests, namespace=namespace, dry_runs=dry_runs)
+    )
+    by_path: dict[str, list[str]] = {}
+    for verb, path in sent:
+        if verb in ("apply", "dry-run"):
+            by_path.setdefault(path, []).append(verb)
     try:
         assert rate > 0
-        assert len(seen.by_path) == len(manifests)
-        assert all(verbs == per_object for verbs in seen.by_path.values()), seen.by_path
+        assert len(by_path) == len(manifests)
+        assert all(verbs == per_object for verbs in by_path.values()), by_path
         service = ResourceType("", "v1", "services", "Service")
         exists = True
         try:
@@ -137,42 +146,27 @@ async def test_each_object_is_sent_as_the_ceiling_says_into_a_new_namespace(
         await kube.delete(NAMESPACE, namespace)
 
 
-class Sent:
-    """Every request, as (verb, path), in order."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str]] = []
-
-    def requested(self, request: Request) -> None:
-        self.requests.append((request.verb, request.path))
-
-
 async def test_the_contract_floor_sends_every_request_a_delivery_must(kube: Any) -> None:
     namespace = f"t-contract-{secrets.token_hex(3)}"
     manifests = render(APP, 2)
-    seen = Sent()
-    stop = kube.observe(seen)
-    try:
-        rate = await ceilings.contract_rate(kube, manifests, namespace=namespace, remove=False)
-    finally:
-        stop()
+    rate, sent = await sent_by(
+        kube, ceilings.contract_rate(kube, manifests, namespace=namespace, remove=False)
+    )
     try:
         assert rate > 0
         ns = f"/namespaces/{namespace}/"
         for i in range(2):
             # Per app: each object dry-run, then each applied (after every dry-run).
-            objects = [verb for verb, path in seen.requests if path.endswith(f"/podinfo-{i}app")]
+            objects = [verb for verb, path in sent if path.endswith(f"/podinfo-{i}app")]
             assert objects == ["dry-run"] * 4 + ["apply"] * 4, objects
             # Its source's and Kustomization's finalizer, then status.
             for kind in ("ocirepositories", "kustomizations"):
                 own = [path.split(f"{ns}{kind}/podinfo-{i}")[1]
-                       for verb, path in seen.requests
+                       for verb, path in sent
                        if verb == "patch" and f"{ns}{kind}/podinfo-{i}" in path]  # fmt: skip
                 assert own == ["", "/status"], own
         created = Counter(
-            path.rsplit("/", 1)[-1]
-            for verb, path in seen.requests
-            if verb == "create" and ns in path
+            path.rsplit("/", 1)[-1] for verb, path in sent if verb == "create" and ns in path
         )
         # Both objects of each app, and its three Events (NewArtifact; what was
         # applied; Ready), besides the tenant's account and binding.

@@ -104,10 +104,9 @@ async def reconcile(kube: KubeClient, raw: JSON, grace: float) -> tuple[Outcome,
         stop()
 
 
-async def test_a_new_objects_wait_is_published_only_once_its_grace_is_over(
-    kube: KubeClient, namespace: str
-) -> None:
-    raw = await kube.create(
+async def created(kube: KubeClient, namespace: str) -> JSON:
+    """A new OCIRepository `app`, as the API server answered its creation."""
+    return await kube.create(
         OCIREPO,
         {
             "apiVersion": "source.toolkit.fluxcd.io/v1",
@@ -117,6 +116,12 @@ async def test_a_new_objects_wait_is_published_only_once_its_grace_is_over(
         },
         namespace=namespace,
     )
+
+
+async def test_a_new_objects_wait_is_published_only_once_its_grace_is_over(
+    kube: KubeClient, namespace: str
+) -> None:
+    raw = await created(kube, namespace)
     outcome, patches = await reconcile(kube, raw, grace=1.0)
     assert (outcome.result, outcome.publish, patches) == ("waiting", False, 0)
     # Looked at again by the grace's end, not after the wait's own 30 s.
@@ -138,15 +143,6 @@ async def test_a_new_objects_wait_is_published_only_once_its_grace_is_over(
 async def test_without_a_grace_the_first_wait_is_published_at_once(
     kube: KubeClient, namespace: str
 ) -> None:
-    raw = await kube.create(
-        OCIREPO,
-        {
-            "apiVersion": "source.toolkit.fluxcd.io/v1",
-            "kind": "OCIRepository",
-            "metadata": {"name": "app"},
-            "spec": {"url": "oci://registry.example/app", "interval": "10m"},
-        },
-        namespace=namespace,
-    )
+    raw = await created(kube, namespace)
     outcome, patches = await reconcile(kube, raw, grace=0.0)
     assert (outcome.result, outcome.publish, patches) == ("waiting", True, 1)

@@ -36,7 +36,7 @@ from sluice_runtime.conditions import Conditions, ready_state
 from sluice_runtime.kube.attributing import attributed
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiUnavailable, Conflict, KubeError, NotFound
-from sluice_runtime.kube.patching import remove_finalizer_ops
+from sluice_runtime.kube.patching import merge_patch, remove_finalizer_ops
 from sluice_runtime.kube.resources import ResourceType
 from sluice_runtime.observing import reacting, tracing
 from sluice_runtime.observing.metrics import ControllerMetrics
@@ -194,11 +194,11 @@ class Runner(Generic[C]):
             await ctx.cleanup.aclose()
         if not outcome.publish:
             return outcome
-        left = quiet_wait_left(raw, outcome, self.reconciler.quiet_first_wait, time.time())
+        new = _status_of(ctx.obj, ctx.conditions)
+        left = quiet_wait_left(raw, new, outcome, self.reconciler.quiet_first_wait, time.time())
         if left is not None:
             requeue = left if outcome.requeue_after is None else min(outcome.requeue_after, left)
             return Outcome("waiting", requeue_after=requeue, publish=False)
-        new = _status_of(ctx.obj, ctx.conditions)
         # Waiting (for a dependency, an artifact, a gate) is not news: the
         # condition says so, without an event on every wait.
         if outcome.result != "waiting":
@@ -415,7 +415,9 @@ def _status_of(obj: Resource[Any, Any], conditions: Conditions) -> JSON:
     return new
 
 
-def quiet_wait_left(raw: JSON, outcome: Outcome, grace: float, now: float) -> float | None:
+def quiet_wait_left(
+    raw: JSON, new: JSON, outcome: Outcome, grace: float, now: float
+) -> float | None:
     """Seconds a new object's wait may stay unpublished, or None to publish it now.
 
     A source and the Kustomization (or HelmRelease) that follows it are usually
@@ -426,15 +428,22 @@ def quiet_wait_left(raw: JSON, outcome: Outcome, grace: float, now: float) -> fl
     (for an artifact, a dependency, a gate) is kept quiet for `grace` seconds
     after creation while the object has never had a status; if it still waits
     then, the requeue at the grace's end publishes it. Never quiet: an object
-    published before, one whose `requestedAt` someone waits to see handled, or
-    a wait in progress (a health wait's status carries the inventory).
+    published before, one whose `requestedAt` someone waits to see handled, a
+    wait in progress (a health wait's status carries the inventory), or a wait
+    whose status `new` records more than its conditions (the HelmChart a
+    HelmRelease created before it waits for the chart: a deletion meanwhile
+    must find it there to delete it).
     """
     if outcome.result != "waiting" or not outcome.publish or outcome.follow_up or grace <= 0:
         return None
     meta = raw.get("metadata") or {}
     # Never published: no conditions (the CRDs default `observedGeneration: -1`).
-    published = (raw.get("status") or {}).get("conditions")
-    if published or (meta.get("annotations") or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION):
+    old = raw.get("status") or {}
+    if old.get("conditions") or (meta.get("annotations") or {}).get(
+        RECONCILE_REQUESTED_AT_ANNOTATION
+    ):
+        return None
+    if set(merge_patch(old, new)) - {"conditions"}:
         return None
     try:
         created = parse_time(str(meta.get("creationTimestamp") or "")).timestamp()

@@ -26,6 +26,8 @@ CREATED = "2026-11-29T10:00:00Z"
 AT = 1795946400.0
 """CREATED as a Unix time."""
 WAITING = Outcome("waiting", requeue_after=30.0)
+CONDITIONS_ONLY: JSON = {"conditions": [{"type": "Ready", "status": "False"}]}
+"""A waiting status that records nothing but its conditions."""
 
 
 def new(**extra: object) -> JSON:
@@ -38,8 +40,6 @@ def new(**extra: object) -> JSON:
         # The stamp is whole seconds: the grace runs from the latest moment the
         # object can have been created, and never beyond `grace`.
         pytest.param(new(), WAITING, AT + 0.5, 5.0, id="just-created"),
-        pytest.param(new(status={"observedGeneration": -1}), WAITING, AT + 0.5, 5.0,
-                     id="just-created-with-the-crds-default-status"),
         pytest.param(new(), WAITING, AT + 4.0, 2.0, id="part-of-the-grace-left"),
         pytest.param(new(), WAITING, AT + 6.0, None, id="grace-over"),
         pytest.param(new(), WAITING, AT - 60.0, 5.0, id="our-clock-behind-the-servers"),
@@ -61,11 +61,31 @@ def new(**extra: object) -> JSON:
 def test_which_waits_stay_quiet_and_for_how_long(
     raw: JSON, outcome: Outcome, now: float, expected: float | None
 ) -> None:
-    assert quiet_wait_left(raw, outcome, 5.0, now) == expected
+    assert quiet_wait_left(raw, CONDITIONS_ONLY, outcome, 5.0, now) == expected
 
 
 def test_a_grace_of_zero_publishes_every_wait() -> None:
-    assert quiet_wait_left(new(), WAITING, 0.0, AT + 0.5) is None
+    assert quiet_wait_left(new(), CONDITIONS_ONLY, WAITING, 0.0, AT + 0.5) is None
+
+
+@pytest.mark.parametrize(
+    ("old", "written", "expected"),
+    [
+        pytest.param({}, CONDITIONS_ONLY, 5.0, id="conditions-only"),
+        pytest.param({"observedGeneration": -1}, {**CONDITIONS_ONLY, "observedGeneration": -1},
+                     5.0, id="the-crds-default-unchanged"),
+        pytest.param({}, {**CONDITIONS_ONLY, "helmChart": "team/team-app"}, None,
+                     id="a-helmchart-created-before-the-wait"),
+        pytest.param({}, {**CONDITIONS_ONLY, "lastAttemptedRevision": "main@sha1:0"}, None,
+                     id="a-revision-attempted"),
+    ],
+)  # fmt: skip
+def test_a_wait_that_records_more_than_its_conditions_is_published_at_once(
+    old: JSON, written: JSON, expected: float | None
+) -> None:
+    """What a step did before it waited may have to be in status: a deletion
+    meanwhile reads it there (a HelmRelease deletes the HelmChart it names)."""
+    assert quiet_wait_left(new(status=old), written, WAITING, 5.0, AT + 0.5) == expected
 
 
 class Patches:

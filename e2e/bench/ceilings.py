@@ -20,8 +20,8 @@ Ready). Health reads, watches and the stand-in rollouts are left out: a
 controller could do without them, the contract's requests it cannot. What
 Sluice reaches against it is the share the controllers' own work (their CPU
 beside the API server's, the latencies between requests) leaves. The floor's
-sources and Kustomizations are deleted once it is measured, before the
-controllers start.
+sources, Kustomizations and applied objects are deleted once it is measured,
+before the controllers start.
 
 All four run at the same concurrency on the fresh server, before the
 controllers start, so one run prints Sluice's throughput against each.

@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         nargs=2,
         metavar=("SOURCE", "KUSTOMIZE"),
         default=None,
-        help="workers of the source- and kustomize-controller (default: their own defaults)",
+        help="workers of the source- and kustomize-controller (default: Flux's benchmark settings, 10 and 20)",
     )
     args = parser.parse_args(argv)
     concurrency = (

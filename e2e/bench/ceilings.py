@@ -33,12 +33,17 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from e2e.fleet import KUSTOMIZATION, OCIREPO, app_objects, prepare_namespace
+from sluice_api.kustomize import NAME_LABEL, NAMESPACE_LABEL
+from sluice_api.meta import FINALIZER
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
+from sluice_runtime.kube.patching import add_finalizer_ops
 from sluice_runtime.kube.resources import EVENT, NAMESPACE, ResourceType
+from sluice_runtime.recording import Event, InvolvedObject
 
 SSA = (False,)
 """One apply per object."""
@@ -140,37 +145,18 @@ def _condition(kind: str, reason: str, message: str, stamp: str) -> dict[str, An
     }
 
 
-def _event(
-    involved: dict[str, Any], reason: str, message: str, revision: str, stamp: str, n: int
-) -> dict[str, Any]:
-    """An Event as the controllers' recorder writes one (`sluice_runtime.recording`)."""
-    meta = involved["metadata"]
-    group = involved["apiVersion"].split("/")[0]
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": f"{meta['name']}.{time.time_ns():x}{n}",
-            "namespace": meta["namespace"],
-            "annotations": {f"{group}/revision": revision},
-        },
-        "involvedObject": {
-            "apiVersion": involved["apiVersion"],
-            "kind": involved["kind"],
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "uid": meta["uid"],
-        },
-        "reason": reason,
-        "message": message,
-        "type": "Normal",
-        "count": 1,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "source": {"component": "contract"},
-        "reportingComponent": "contract",
-        "reportingInstance": "contract-0",
-    }
+def _event(involved: dict[str, Any], reason: str, message: str, revision: str) -> dict[str, Any]:
+    """An Event for `involved` as the controllers' recorder writes it."""
+    event = Event(
+        involved=InvolvedObject.of(involved),
+        type="Normal",
+        severity="info",
+        reason=reason,
+        message=message,
+        metadata={"revision": revision},
+        time=datetime.now(UTC),
+    )
+    return event.kubernetes_json(controller="contract", instance="contract-0")
 
 
 def contract_requests(
@@ -180,10 +166,7 @@ def contract_requests(
     objects as the Kustomization applies them (in `namespace`, with its labels)."""
     source, kustomization = app_objects("OCIRepository", CONTRACT_SOURCE_SPEC, namespace, app)
     name = kustomization["metadata"]["name"]
-    labels = {
-        "kustomize.toolkit.fluxcd.io/name": name,
-        "kustomize.toolkit.fluxcd.io/namespace": namespace,
-    }
+    labels = {NAME_LABEL: name, NAMESPACE_LABEL: namespace}
     applied = [
         {**obj, "metadata": {**obj["metadata"], "namespace": namespace, "labels": labels}}
         for obj in objects
@@ -208,7 +191,7 @@ async def contract_rate(
     tenant = client.impersonate(f"system:serviceaccount:{namespace}:{TENANT}")
     mapper = RestMapper(client)
     limit = asyncio.Semaphore(concurrency)
-    finalizer = [{"op": "add", "path": "/metadata/finalizers", "value": ["finalizers.fluxcd.io"]}]
+    finalizer = add_finalizer_ops(None, FINALIZER)
     revision = "latest@sha256:" + "0" * 64
 
     async def deliver(app: int, objects: Sequence[dict[str, Any]]) -> None:
@@ -243,7 +226,7 @@ async def contract_rate(
             await client.merge_patch(
                 OCIREPO, name, {"status": status}, namespace=namespace, subresource="status"
             )
-            await client.create(EVENT, _event(source, "NewArtifact", stored, revision, stamp, 0))
+            await client.create(EVENT, _event(source, "NewArtifact", stored, revision))
             # The kustomize-controller's part: the promise, then what it tells.
             await client.json_patch(KUSTOMIZATION, name, finalizer, namespace=namespace)
             for dry_run in (True, False):
@@ -271,12 +254,10 @@ async def contract_rate(
             )
             created = "\n".join(f"{rt.kind}/{namespace}/{o['metadata']['name']} created"
                                  for rt, o in zip(types, applied, strict=True))  # fmt: skip
-            await client.create(
-                EVENT, _event(kustomization, "Progressing", created, revision, stamp, 1)
-            )
+            await client.create(EVENT, _event(kustomization, "Progressing", created, revision))
             await client.create(
                 EVENT,
-                _event(kustomization, "ReconciliationSucceeded", message, revision, stamp, 2),
+                _event(kustomization, "ReconciliationSucceeded", message, revision),
             )
 
     apps = [manifests[i : i + per_app] for i in range(0, len(manifests), per_app)]

@@ -97,6 +97,37 @@ class Event:
             for key, value in self.metadata.items()
         }
 
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """What makes two events the same one (a repeat bumps the first's count)."""
+        return (self.involved.uid, self.type, self.reason, self.message)
+
+    def kubernetes_json(self, *, controller: str, instance: str) -> JSON:
+        """The core/v1 Event written for this event's first occurrence."""
+        involved = self.involved
+        stamp = format_time(self.time, fraction="none")
+        digest = hashlib.sha256("\x00".join(self.key).encode()).hexdigest()[:10]
+        name = f"{involved.name}.{int(self.time.timestamp() * 1e6):x}{digest}"[:253]
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": name,
+                "namespace": involved.namespace,
+                "annotations": self.prefixed_metadata(),
+            },
+            "involvedObject": involved.as_json(),
+            "reason": self.reason,
+            "message": self.message[:1024],
+            "type": self.type,
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "source": {"component": controller},
+            "reportingComponent": controller,
+            "reportingInstance": instance,
+        }
+
     def flux_json(self, *, controller: str, instance: str) -> JSON:
         """The event as Flux controllers POST it to the notification-controller."""
         metadata = self.prefixed_metadata()
@@ -186,8 +217,7 @@ class EventRecorder:
 
     async def _write_kubernetes_event(self, event: Event) -> None:
         involved = event.involved
-        key = (involved.uid, event.type, event.reason, event.message)
-        stamp = format_time(event.time, fraction="none")
+        key = event.key
         seen = self._seen.get(key)
         if seen is not None:
             name, count = seen
@@ -195,7 +225,7 @@ class EventRecorder:
                 await self.client.merge_patch(
                     EVENT,
                     name,
-                    {"count": count + 1, "lastTimestamp": stamp},
+                    {"count": count + 1, "lastTimestamp": format_time(event.time, fraction="none")},
                     namespace=involved.namespace,
                 )
                 self._seen[key] = (name, count + 1)
@@ -206,27 +236,8 @@ class EventRecorder:
             except KubeError as error:
                 log.warning("event update failed", error=str(error))
                 return
-        digest = hashlib.sha256("\x00".join(key).encode()).hexdigest()[:10]
-        name = f"{involved.name}.{int(event.time.timestamp() * 1e6):x}{digest}"[:253]
-        body: JSON = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": name,
-                "namespace": involved.namespace,
-                "annotations": event.prefixed_metadata(),
-            },
-            "involvedObject": involved.as_json(),
-            "reason": event.reason,
-            "message": event.message[:1024],
-            "type": event.type,
-            "count": 1,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "source": {"component": self.controller},
-            "reportingComponent": self.controller,
-            "reportingInstance": self.instance,
-        }
+        body = event.kubernetes_json(controller=self.controller, instance=self.instance)
+        name = body["metadata"]["name"]
         try:
             await self.client.create(EVENT, body, namespace=involved.namespace)
         except KubeError as error:

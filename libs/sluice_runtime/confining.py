@@ -16,10 +16,12 @@ the child only calls `prctl(PR_SET_NO_NEW_PRIVS)` and
 ctypes objects made in the parent, so the child neither imports nor
 allocates anything that a parent thread could hold a lock on).
 
-Sluice needs Landlock ABI 4 (Linux 6.7) or later, the first with TCP
-rules: with file rules alone a build could still fetch
-`http://127.0.0.1:<port>/` from a loopback service. On an older kernel
-`landlock_abi()` says so and callers fall back to refusing what they would
+Full confinement needs Landlock ABI 4 (Linux 6.7) or later, the first with
+TCP rules: with file rules alone a build could still fetch
+`http://127.0.0.1:<port>/` from a loopback service. Older kernels (ABI 1-3,
+Linux 5.13-6.6) still confine files, and callers that can keep the network
+out another way (by refusing whatever could open a connection) use that;
+where `landlock_abi()` is 0, callers fall back to refusing what they would
 otherwise confine.
 """
 
@@ -160,9 +162,10 @@ class Ruleset:
 def build_ruleset(confinement: Confinement, *, abi: int | None = None) -> Ruleset:
     """A ruleset allowing exactly what `confinement` says. Raises ConfinementError."""
     abi = landlock_abi() if abi is None else abi
-    if abi < MIN_ABI:
+    if abi < 1 or (abi < MIN_ABI and not confinement.network):
+        needed = 1 if confinement.network else MIN_ABI
         raise ConfinementError(
-            f"the kernel's Landlock ABI is {abi}; confinement needs {MIN_ABI} or later"
+            f"the kernel's Landlock ABI is {abi}; this confinement needs {needed} or later"
         )
     handled_fs = _fs_rights(abi)
     attr = _RulesetAttr(
@@ -170,7 +173,9 @@ def build_ruleset(confinement: Confinement, *, abi: int | None = None) -> Rulese
         handled_access_net=_NET_BIND_TCP | _NET_CONNECT_TCP if not confinement.network else 0,
         scoped=_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0,
     )
-    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16
+    # The kernel accepts the attribute's size as of the ABI it knows: the
+    # filesystem field alone before ABI 4, then the network field, then scopes.
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
     fd = int(_syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), size, 0))
     if fd < 0:
         raise ConfinementError(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")

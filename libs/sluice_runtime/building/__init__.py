@@ -13,14 +13,17 @@ kustomize config (a builtin generator's `files:`, a transformer's `path:`,
 a URL) can read the controller's token or reach a loopback service.
 The kustomization files are also read before the build, so that a
 reference leaving the artifact or a remote base gets a precise message
-rather than kustomize's "permission denied".
+rather than kustomize's "permission denied"; they are read as kustomize's
+Go decoders read them (`references`), since on a kernel that cannot
+confine the build that check is what keeps it in the artifact.
 
-Where the kernel offers no Landlock (ABI 4, Linux 6.7, is the first that
-confines TCP), builds run unconfined and everything that only confinement
-would keep inside the artifact is refused instead: every builtin plugin
-config (`generators`, `transformers`, `validators`, inline or by file).
-The mode in force is chosen at startup (`--build-sandbox`) and named in
-every message that a refusal produces.
+Where the kernel's Landlock has no TCP rules (ABI 1-3, Linux 5.13-6.6),
+reads are still confined and everything that only TCP confinement would
+keep in bounds is refused: every builtin plugin config (`generators`,
+`transformers`, `validators`, inline or by file). Where there is no
+Landlock at all, builds run unconfined with the same refusals. The mode in
+force is chosen at startup (`--build-sandbox`) and named in every message
+that a refusal produces.
 
 Like Flux, kustomize runs without load restrictions (an overlay may list
 `../common/namespace.yaml`); the artifact root, not the kustomization
@@ -190,6 +193,6 @@ def prepare(
         root,
         directory,
         allow_remote_bases=allow_remote_bases,
-        refuse_plugins=sandbox is Sandbox.REFUSE_PLUGINS,
+        refusing_plugins=sandbox if sandbox.refuses_plugins else None,
     )
     return directory

@@ -17,11 +17,11 @@ import yaml
 from sluice_api.kustomize import KustomizationSpec
 from sluice_runtime.building.manifests import load_yaml_all
 from sluice_runtime.building.references import (
-    inside,
     is_remote,
     kustomization_file,
     read_kustomization,
     relative,
+    resolve,
 )
 from sluice_runtime.building.tools import BuildError
 
@@ -125,7 +125,7 @@ def spec_patches(spec: KustomizationSpec) -> list[dict[str, Any]]:
 
 def merge(root: Path, directory: Path, kfile: Path, spec: KustomizationSpec) -> None:
     """Apply the spec's kustomize fields to the kustomization file, as Flux's generator does."""
-    document = read_kustomization(root, kfile)
+    document = read_kustomization(root, kfile).document
     where = relative(root, kfile)
     changed = False
     if spec.target_namespace:
@@ -164,15 +164,14 @@ def merge(root: Path, directory: Path, kfile: Path, spec: KustomizationSpec) -> 
     if spec.components:
         components = list_field(document, "components", where)
         for component in spec.components:
-            if not is_remote(component, directory):
-                target = inside(root, directory, component, "spec.components")
-                if not target.exists():
-                    if spec.ignore_missing_components:
-                        continue
-                    raise BuildError(
-                        f"component '{component}' not found in the artifact "
-                        f"(relative to '{relative(root, directory)}')"
-                    )
+            _, exists = resolve(root, directory, component, "spec.components")
+            if not exists and not is_remote(component):
+                if spec.ignore_missing_components:
+                    continue
+                raise BuildError(
+                    f"component '{component}' not found in the artifact "
+                    f"(relative to '{relative(root, directory)}')"
+                )
             components.append(component)
         document["components"] = components
         changed = True

@@ -78,17 +78,19 @@ _MAX_STDERR = 1 << 20
 
 
 def _confinement(
-    kustomize: Kustomize, root: Path, home: Path, *, allow_remote_bases: bool
+    kustomize: Kustomize, root: Path, home: Path, *, allow_remote_bases: bool, network: bool
 ) -> confining.Confinement:
     """Reads of the artifact and kustomize itself, nothing else; with remote
     bases, also the system's programs, a private home to clone into, and TCP.
+    With `network`, TCP is not confined (a kernel whose Landlock has no TCP
+    rules; plugin configs are refused and the proxy refuses connections).
 
     The controller's own files (its service-account token, its kubeconfig,
     other tenants' work directories) are in none of these.
     """
     executable = Path(os.path.realpath(kustomize.executable))
     if not allow_remote_bases:
-        return confining.Confinement(read=(root,), execute=(executable,))
+        return confining.Confinement(read=(root,), execute=(executable,), network=network)
     return confining.Confinement(
         read=(root,),
         execute=(executable, *_REMOTE_SYSTEM),
@@ -114,9 +116,13 @@ async def run(
         contextlib.ExitStack() as stack,
     ):
         preexec = None
-        if sandbox is Sandbox.LANDLOCK:
+        if sandbox.confines_files:
             confinement = _confinement(
-                kustomize, roots[-1], Path(home), allow_remote_bases=allow_remote_bases
+                kustomize,
+                roots[-1],
+                Path(home),
+                allow_remote_bases=allow_remote_bases,
+                network=sandbox is not Sandbox.LANDLOCK,
             )
             try:
                 preexec = stack.enter_context(confining.confined(confinement))
@@ -159,7 +165,7 @@ async def run(
         )
     if process.returncode != 0:
         message = failure_message((stderr or b"").decode(errors="replace"), roots, directory)
-        if sandbox is Sandbox.LANDLOCK and "permission denied" in message:
+        if sandbox.confines_files and "permission denied" in message:
             message += f" ({sandbox.describe()})"
         raise BuildError(message)
     return stdout

@@ -33,41 +33,67 @@ class KustomizeUnavailable(Exception):
 
 
 class Sandbox(enum.StrEnum):
-    """How a build is kept inside its artifact."""
+    """How a build is kept inside its artifact, strongest first.
+
+    Every mode checks, before the build, every path a kustomization file
+    makes kustomize read (`references`). The modes differ in what backs that
+    check when kustomize reads something it did not show.
+    """
 
     LANDLOCK = "landlock"
-    """Confined by the kernel: reads only the artifact and kustomize, no TCP."""
+    """Confined by the kernel (Landlock ABI 4, Linux 6.7): reads only the artifact
+    and kustomize, no TCP; plugin configs run, inside those bounds."""
+    LANDLOCK_FILES = "landlock-files"
+    """Reads confined by the kernel (Landlock ABI 1-3, Linux 5.13-6.6), TCP not:
+    builtin plugin configs, which can fetch URLs, are refused."""
     REFUSE_PLUGINS = "refuse-plugins"
-    """Unconfined; builtin plugin configs, the only way kustomize reads arbitrary
-    paths that the reference check cannot see, are refused."""
+    """Unconfined (no Landlock, or seccomp blocks it): the reference check is the
+    whole defence, and builtin plugin configs, whose paths and URLs are
+    kustomize's to interpret, are refused."""
+
+    @property
+    def refuses_plugins(self) -> bool:
+        return self is not Sandbox.LANDLOCK
+
+    @property
+    def confines_files(self) -> bool:
+        return self is not Sandbox.REFUSE_PLUGINS
 
     def describe(self) -> str:
         if self is Sandbox.LANDLOCK:
             return "build sandbox: landlock (reads limited to the artifact, no network)"
+        if self is Sandbox.LANDLOCK_FILES:
+            return (
+                "build sandbox: landlock-files (reads limited to the artifact; this kernel's "
+                f"Landlock cannot confine TCP before ABI {confining.MIN_ABI})"
+            )
         return (
-            "build sandbox: refuse-plugins (this kernel has no Landlock ABI "
-            f"{confining.MIN_ABI}, so builds are not confined)"
+            "build sandbox: refuse-plugins (this kernel has no usable Landlock, "
+            "so builds are not confined)"
         )
 
 
 def choose_sandbox(requested: str = "auto") -> Sandbox:
-    """The sandbox for `--build-sandbox` (auto, landlock, refuse-plugins).
+    """The sandbox for `--build-sandbox` (auto, landlock, landlock-files, refuse-plugins).
 
-    `auto` takes Landlock when the kernel offers it. Raises
-    KustomizeUnavailable when `landlock` is asked for and missing, so a
-    platform that requires confinement never silently runs without it.
+    `auto` takes the strongest mode the kernel offers. Raises
+    KustomizeUnavailable when a Landlock mode is asked for and the kernel
+    cannot give it, so a platform that requires confinement never silently
+    runs without it.
     """
     if requested == Sandbox.REFUSE_PLUGINS:
         return Sandbox.REFUSE_PLUGINS
     abi = confining.landlock_abi()
-    if abi >= confining.MIN_ABI:
+    if requested == Sandbox.LANDLOCK_FILES and abi >= 1:
+        return Sandbox.LANDLOCK_FILES
+    if requested in ("auto", Sandbox.LANDLOCK) and abi >= confining.MIN_ABI:
         return Sandbox.LANDLOCK
-    if requested == Sandbox.LANDLOCK:
-        raise KustomizeUnavailable(
-            f"--build-sandbox=landlock: the kernel's Landlock ABI is {abi}, "
-            f"{confining.MIN_ABI} or later (Linux 6.7) is needed"
-        )
-    return Sandbox.REFUSE_PLUGINS
+    if requested == "auto":
+        return Sandbox.LANDLOCK_FILES if abi >= 1 else Sandbox.REFUSE_PLUGINS
+    need = f"ABI {confining.MIN_ABI} (Linux 6.7)" if requested == Sandbox.LANDLOCK else "Landlock"
+    raise KustomizeUnavailable(
+        f"--build-sandbox={requested}: the kernel's Landlock ABI is {abi}, {need} is needed"
+    )
 
 
 @functools.cache

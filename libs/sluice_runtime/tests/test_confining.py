@@ -92,6 +92,33 @@ def test_the_parent_is_not_confined(tree: Path) -> None:
     assert (tree / "outside" / "secret").read_text() == "hidden\n"
 
 
-def test_an_old_abi_is_refused_rather_than_half_confining() -> None:
-    with pytest.raises(ConfinementError, match=r"Landlock ABI is 3; confinement needs 4"):
+def test_an_old_abi_is_refused_where_the_network_must_be_confined() -> None:
+    with pytest.raises(ConfinementError, match=r"Landlock ABI is 3; this confinement needs 4"):
         build_ruleset(Confinement(), abi=3)
+    with pytest.raises(ConfinementError, match=r"Landlock ABI is 0; this confinement needs 1"):
+        build_ruleset(Confinement(network=True), abi=0)
+
+
+def test_an_old_abi_still_confines_reads(tree: Path) -> None:
+    # What a Linux 5.13-6.6 kernel gives (ABI 1-3): file rules, no TCP rules.
+    ruleset = build_ruleset(
+        Confinement(read=(tree / "inside",), execute=SYSTEM, network=True), abi=3
+    )
+    try:
+        done = subprocess.run(
+            [
+                "/bin/bash",
+                "-c",
+                f"cat {tree / 'inside' / 'ok'} && cat {tree / 'outside' / 'secret'}",
+            ],
+            preexec_fn=ruleset.preexec,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        ruleset.close()
+
+    assert done.stdout == "readable\n", done.stdout
+    assert "Permission denied" in done.stderr

@@ -49,9 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--build-sandbox",
         choices=["auto", *building.Sandbox],
         default="auto",
-        help="how builds are kept inside their artifact: 'landlock' confines kustomize "
-        "(and fails startup where the kernel cannot), 'refuse-plugins' refuses builtin "
-        "plugin configs instead; 'auto' confines when the kernel can",
+        help="how builds are kept inside their artifact (every mode checks each path a "
+        "kustomization file names first): 'landlock' confines kustomize's reads and TCP "
+        "(Linux 6.7+), 'landlock-files' its reads only (Linux 5.13+) and refuses builtin "
+        "plugin configs, 'refuse-plugins' confines nothing and refuses them; a Landlock "
+        "mode fails startup where the kernel cannot give it; 'auto' takes the strongest",
     )
     parser.add_argument(
         "--build-max-output",

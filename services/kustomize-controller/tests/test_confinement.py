@@ -11,6 +11,7 @@ contents reach the output.
 
 from __future__ import annotations
 
+import base64
 import secrets
 import textwrap
 import threading
@@ -34,6 +35,7 @@ from sluice_runtime.building import (
     choose_sandbox,
     find_kustomize,
 )
+from sluice_runtime.building.running import run
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import SECRET
 
@@ -200,6 +202,202 @@ async def test_without_landlock_every_plugin_config_is_refused(
     assert loopback.requests == []  # type: ignore[attr-defined]
 
 
+# -- paths kustomize reads that the YAML library shows differently ------------------
+#
+# Each artifact makes kustomize read `token` (and `other.yaml`, another tenant's
+# manifest) outside the artifact through a field that is not a plugin config, by
+# writing the path so that PyYAML shows something else than Go's decoders read:
+# kustomize cleans a newline like any other character, decodes `!!binary` into the
+# path, matches keys case-insensitively with Unicode folding, follows merge keys,
+# and joins `link/..` lexically before the system follows `link`. Built
+# unconfined, every one of them put the token into a Secret.
+
+SANDBOXES = [
+    pytest.param(Sandbox.LANDLOCK, id="landlock", marks=landlock),
+    pytest.param(
+        Sandbox.LANDLOCK_FILES,
+        id="landlock-files",
+        marks=pytest.mark.skipif(confining.landlock_abi() < 1, reason="no Landlock"),
+    ),
+    pytest.param(Sandbox.REFUSE_PLUGINS, id="refuse-plugins"),
+]
+
+
+def path_escapes() -> dict[str, tuple[dict[str, str], str]]:
+    """Artifacts (files, and a word of the refusal) whose paths leave through YAML's
+    and Go's differences; the artifact is `<tmp>/artifact`, the token
+    `<tmp>/controller/token`, beside another tenant's manifest and patch."""
+    token = "../controller/token"
+    binary = base64.b64encode(token.encode()).decode()
+
+    def generator(entry: str, *, key: str = "secretGenerator", files: str = "files") -> str:
+        return f"resources: [cm.yaml]\n{key}:\n- name: leak\n  {files}: [{entry}]\n"
+
+    return {
+        "newline-in-quoted-path": (
+            {"kustomization.yaml": generator('"x\\n/../../controller/token"')},
+            "contains a control or separator character",
+        ),
+        "newline-in-block-path": (
+            {
+                "kustomization.yaml": "resources: [cm.yaml]\nsecretGenerator:\n- name: leak\n"
+                "  files:\n  - |-\n    x\n    /../../controller/token\n"
+            },
+            "a path must be written on one line",
+        ),
+        "binary-tag": (
+            {"kustomization.yaml": generator(f"!!binary {binary}")},
+            "YAML tags (tag:yaml.org,2002:binary) are refused",
+        ),
+        "key-in-other-case": (
+            {"kustomization.yaml": generator(token, key="SecretGenerator")},
+            "spell it 'secretGenerator'",
+        ),
+        "key-by-unicode-folding": (
+            {"kustomization.yaml": generator(token, key="\u017fecretGenerator")},
+            "spell it 'secretGenerator'",
+        ),
+        "nested-key-in-other-case": (
+            {"kustomization.yaml": generator(token, files="FILES")},
+            "spell it 'files'",
+        ),
+        "merge-key": (
+            {
+                "kustomization.yaml": "resources: [cm.yaml]\nsecretGenerator:\n"
+                f"- <<: {{files: [{token}]}}\n  name: leak\n"
+            },
+            "merge keys (<<) are refused",
+        ),
+        "env-with-newline": (
+            {
+                "kustomization.yaml": "resources: [cm.yaml]\nconfigMapGenerator:\n- name: leak\n"
+                '  env: "x\\n/../../controller/token"\n'
+            },
+            "contains a control or separator character",
+        ),
+        "symlink-then-dotdot": (
+            # `a` -> `d1/d2`: PyYAML's realpath puts a/../../x inside, kustomize reads ../x.
+            {"kustomization.yaml": generator("a/../../controller/token"), "d1/d2/keep": ""},
+            "points outside the artifact",
+        ),
+        "resource-with-newline": (
+            {"kustomization.yaml": 'resources: [cm.yaml, "x\\n/../../controller/other.yaml"]\n'},
+            "contains a control or separator character",
+        ),
+        "patch-path-with-newline": (
+            {
+                "kustomization.yaml": "resources: [cm.yaml]\n"
+                'patches:\n- path: "x\\n/../../controller/patch.yaml"\n'
+            },
+            "contains a control or separator character",
+        ),
+        "inline-patch-that-is-a-path": (
+            {
+                "kustomization.yaml": "resources: [cm.yaml]\n"
+                'patchesStrategicMerge: ["x\\n/../../controller/patch.yaml"]\n'
+            },
+            "points outside the artifact",
+        ),
+    }
+
+
+PATH_ESCAPES = tuple(path_escapes())
+
+
+def escape_artifact(tmp_path: Path, case: str, token: Path) -> tuple[Path, str]:
+    files, refusal = path_escapes()[case]
+    (token.parent / "other.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\n"
+        "data:\n  other-tenant: other-tenant-secret\n"
+    )
+    (token.parent / "patch.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"
+        "data:\n  other-tenant: other-tenant-secret\n"
+    )
+    root = artifact(tmp_path / "artifact", files)
+    if case == "symlink-then-dotdot":
+        (root / "a").symlink_to("d1/d2")
+    return root, refusal
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("case", PATH_ESCAPES)
+async def test_paths_written_to_fool_the_check_are_refused_in_every_mode(
+    case: str, sandbox: Sandbox, tmp_path: Path, token: Path, kustomize: Kustomize
+) -> None:
+    root, refusal = escape_artifact(tmp_path, case, token)
+
+    with pytest.raises(BuildError) as failed:
+        await build(root, spec(), kustomize=kustomize, sandbox=sandbox)
+
+    message = str(failed.value)
+    assert refusal in message, message
+    assert token.read_text().strip() not in message
+    assert "other-tenant-secret" not in message
+
+
+@pytest.mark.parametrize("case", PATH_ESCAPES)
+async def test_unchecked_the_same_paths_leak_and_landlock_files_stops_them(
+    case: str, tmp_path: Path, token: Path, kustomize: Kustomize
+) -> None:
+    """Why the check matters, and what backs it: run straight (no check), kustomize
+    reads the outside file; with the kernel confining reads, it cannot."""
+    root, _ = escape_artifact(tmp_path, case, token)
+    secret = token.read_text().strip()
+    leaked = base64.b64encode((secret + "\n").encode()).decode()
+
+    output = await run(
+        kustomize,
+        root,
+        roots=(root,),
+        sandbox=Sandbox.REFUSE_PLUGINS,
+        allow_remote_bases=False,
+        timeout=60,
+        max_output=1 << 20,
+        max_memory=512 << 20,
+    )
+    shown = output.decode()
+    assert leaked in shown or secret in shown or "other-tenant-secret" in shown, shown[:400]
+
+    if confining.landlock_abi() >= 1:
+        with pytest.raises(BuildError) as failed:
+            await run(
+                kustomize,
+                root,
+                roots=(root,),
+                sandbox=Sandbox.LANDLOCK_FILES,
+                allow_remote_bases=False,
+                timeout=60,
+                max_output=1 << 20,
+                max_memory=512 << 20,
+            )
+        assert "permission denied" in str(failed.value), str(failed.value)
+        assert "landlock-files" in str(failed.value)
+
+
+async def test_a_path_that_looks_remote_is_judged_as_the_local_path_kustomize_tries_first(
+    tmp_path: Path, token: Path, kustomize: Kustomize
+) -> None:
+    # `foo.com/../../x` looks like a repository URL, but kustomize first cleans it
+    # as a local path, which leaves the artifact; remote bases allowed or not.
+    root = artifact(
+        tmp_path / "artifact",
+        {
+            "kustomization.yaml": "resources: [cm.yaml]\nsecretGenerator:\n- name: leak\n"
+            "  files: [foo.com/../../controller/token]\n"
+        },
+    )
+    for allow in (False, True):
+        with pytest.raises(BuildError, match="points outside the artifact"):
+            await build(
+                root,
+                spec(),
+                kustomize=kustomize,
+                sandbox=Sandbox.REFUSE_PLUGINS,
+                allow_remote_bases=allow,
+            )
+
+
 @landlock
 async def test_landlock_still_runs_plugins_that_stay_inside(
     tmp_path: Path, kustomize: Kustomize
@@ -264,13 +462,18 @@ async def test_build_memory_past_the_limit_is_stopped(tmp_path: Path, kustomize:
 
 
 def test_auto_takes_the_strongest_sandbox_the_kernel_offers() -> None:
+    abi = confining.landlock_abi()
     expected = (
         Sandbox.LANDLOCK
-        if confining.landlock_abi() >= confining.MIN_ABI
+        if abi >= confining.MIN_ABI
+        else Sandbox.LANDLOCK_FILES
+        if abi >= 1
         else Sandbox.REFUSE_PLUGINS
     )
     assert choose_sandbox("auto") is expected
     assert choose_sandbox("refuse-plugins") is Sandbox.REFUSE_PLUGINS
+    if abi >= 1:
+        assert choose_sandbox("landlock-files") is Sandbox.LANDLOCK_FILES
 
 
 # -- through the controller, as a tenant ---------------------------------------------
@@ -289,6 +492,12 @@ async def _secrets(d: Delivery) -> list[str]:
             "permission denied",
             id="landlock",
             marks=landlock,
+        ),
+        pytest.param(
+            Flags(kustomize=("--build-sandbox", "landlock-files")),
+            "plugin configs are refused",
+            id="landlock-files",
+            marks=pytest.mark.skipif(confining.landlock_abi() < 1, reason="no Landlock"),
         ),
         pytest.param(
             Flags(kustomize=("--build-sandbox", "refuse-plugins")),
@@ -335,6 +544,58 @@ async def test_a_tenant_build_cannot_read_the_controllers_credentials(
     assert await _secrets(d) == before, "no Secret was generated from the controller's files"
     with pytest.raises(NotFound):
         await d.kube.get(CONFIG_MAP, "app", d.namespace)
+
+
+@pytest.mark.parametrize(
+    "delivery",
+    [
+        pytest.param(
+            Flags(kustomize=("--build-sandbox", mode)),
+            id=mode,
+            marks=[]
+            if mode == "refuse-plugins"
+            else [
+                landlock
+                if mode == "landlock"
+                else pytest.mark.skipif(confining.landlock_abi() < 1, reason="no Landlock")
+            ],
+        )
+        for mode in ("landlock", "landlock-files", "refuse-plugins")
+    ],
+    indirect=["delivery"],
+)
+async def test_a_newline_in_a_generator_path_does_not_read_the_controllers_credentials(
+    delivery: Delivery, cluster: Cluster
+) -> None:
+    # The reported attack: kustomize cleans `x\n/../..` lexically into a path,
+    # which the check used to pass over as an inline document.
+    d = delivery
+    await make_tenant(d, ["*"], ("configmaps", "secrets"))
+    before = await _secrets(d)
+    climb = "x\\n/" + "../" * 40 + str(cluster.kubeconfig).lstrip("/")  # `\n` as YAML writes it
+    repo = d.repo("newline")
+    repo.commit(
+        "c",
+        files={
+            "cm.yaml": CM,
+            "kustomization.yaml": (
+                f'resources: [cm.yaml]\nsecretGenerator:\n- name: leak\n  files: ["{climb}"]\n'
+            ),
+        },
+    )
+    repo.push()
+    await d.git_repository("newline")
+    await d.kustomization(
+        "newline", source="newline", targetNamespace=d.namespace, serviceAccountName="tenant"
+    )
+
+    obj = await d.observe.wait_reason(KUSTOMIZATION, "newline", "BuildFailed")
+
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert "contains a control or separator character" in ready["message"], ready["message"]
+    assert "BEGIN" not in ready["message"] and "client-key" not in ready["message"]
+    assert await _secrets(d) == before, "no Secret was generated from the controller's files"
 
 
 @pytest.mark.parametrize(

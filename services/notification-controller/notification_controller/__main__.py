@@ -97,8 +97,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=app.duration,
         default=300.0,
         help=(
-            "generic-hmac requests must carry a signed timestamp this recent; 0 also "
-            "accepts Flux's body-only X-Signature, which a captured request replays forever"
+            "how recent a generic-hmac request's signed X-Signature-Timestamp must be "
+            "(0: the default, 5m)"
+        ),
+    )
+    app.switch(
+        parser,
+        "--require-signed-timestamp",
+        help=(
+            "every generic-hmac request must carry a signed timestamp; by default Flux's "
+            "body-only X-Signature is accepted except by Receivers that open or close Gates "
+            "or are annotated notification.toolkit.fluxcd.io/replay-protection: required"
         ),
     )
 
@@ -143,6 +152,7 @@ class Wiring:
             replay_window=timedelta(seconds=options.replay_window)
             if options.replay_window
             else None,
+            require_timestamps=options.require_signed_timestamp,
             observer=self.observer,
         )
         self.webhooks = webhooks

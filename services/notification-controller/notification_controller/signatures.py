@@ -18,14 +18,14 @@ Replay protection for `generic-hmac`, beyond Flux. A sender may add
 mode*: the signed string is `<timestamp> + "." + <body>`, the signature is
 read from `X-Signature-Timestamped` (or, when that header is absent, from
 `X-Signature`), and the timestamp must lie within the replay window of `now`
-(either side, to allow for clock skew). With a `replay_window` (the
-controller's `--replay-window`, 5m by default) timestamped mode is required;
-without one (`--replay-window=0`, for Flux senders, whose generic-hmac
-Provider signs the body alone), a request carrying a timestamp is checked
-against `DEFAULT_REPLAY_WINDOW` and a request without one is checked the Flux
-way (`X-Signature` over the body alone), which a captured request passes
-forever. Sluice's own generic-hmac Provider sends only the timestamped form,
-so its requests cannot be replayed by stripping the timestamp either way.
+(either side, to allow for clock skew; the controller's `--replay-window`,
+5m by default). A request without a timestamp is checked the Flux way
+(`X-Signature` over the body alone, which a captured request passes
+forever) unless the timestamp is required (`require_timestamp`, with the
+reason it names): the webhook server requires it where a replay could do
+more than ask for an idempotent reconcile, see `timestamp_required`.
+Sluice's own generic-hmac Provider sends only the timestamped form, so its
+requests cannot be replayed by stripping the timestamp either way.
 """
 
 from __future__ import annotations
@@ -117,15 +117,51 @@ def verify(
     body: bytes,
     now: datetime,
     replay_window: timedelta | None = None,
+    require_timestamp: str | None = None,
 ) -> Verdict:
-    """Authenticate one webhook request for a Receiver of `receiver_type`."""
+    """Authenticate one webhook request for a Receiver of `receiver_type`.
+
+    `replay_window` bounds a signed timestamp's age (DEFAULT_REPLAY_WINDOW
+    when None); `require_timestamp`, when set, is why a generic-hmac request
+    must carry one, named in the rejection of a request that does not.
+    """
     check = _CHECKS.get(receiver_type)
     if check is None:
         return Verdict.rejected(f"receiver type {receiver_type!r} is not supported")
     if receiver_type in _USES_TOKEN and not token:
         return Verdict.rejected("the receiver's token is empty")
-    request = _Request(_lowercased(headers), body, token, now, replay_window)
+    request = _Request(
+        _lowercased(headers),
+        body,
+        token,
+        now,
+        replay_window or DEFAULT_REPLAY_WINDOW,
+        require_timestamp,
+    )
     return check(request)
+
+
+REPLAY_PROTECTION_ANNOTATION = "notification.toolkit.fluxcd.io/replay-protection"
+"""Set to `required` on a Receiver: its generic-hmac requests must carry a signed timestamp."""
+
+
+def timestamp_required(
+    *, acts_on_gates: bool, annotations: Mapping[str, str] | None, controller_requires: bool
+) -> str | None:
+    """Why a generic-hmac Receiver's requests must carry a signed timestamp, or None.
+
+    A replayed body-only request can only ask again for a reconcile that the
+    first one asked for, which is idempotent: Flux accepts it, and so does
+    Sluice by default. Opening or closing a Gate is not: a captured "open"
+    replayed after the Gate was closed would reopen it.
+    """
+    if controller_requires:
+        return "required by the controller (--require-signed-timestamp)"
+    if (annotations or {}).get(REPLAY_PROTECTION_ANNOTATION) == "required":
+        return f"required by the Receiver ({REPLAY_PROTECTION_ANNOTATION})"
+    if acts_on_gates:
+        return "required for a Receiver that opens or closes Gates"
+    return None
 
 
 # Types -------------------------------------------------------------------------
@@ -137,7 +173,8 @@ class _Request:
     body: bytes
     token: str
     now: datetime
-    replay_window: timedelta | None
+    replay_window: timedelta
+    require_timestamp: str | None
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
@@ -149,17 +186,19 @@ def _generic(_: _Request) -> Verdict:
 
 def _generic_hmac(request: _Request) -> Verdict:
     timestamp = request.header(TIMESTAMP_HEADER)
-    if timestamp is None and request.replay_window is None:
+    if timestamp is None and request.require_timestamp is None:
         failure = _check_hmac(request.header(SIGNATURE_HEADER), SIGNATURE_HEADER, request)
         return Verdict.rejected(failure) if failure else Verdict.accepted("signature valid")
 
     if timestamp is None:
-        return Verdict.rejected(f"missing {TIMESTAMP_HEADER} header (replay protection required)")
+        return Verdict.rejected(
+            f"missing {TIMESTAMP_HEADER} header (replay protection {request.require_timestamp})"
+        )
     try:
         signed_at = int(timestamp.strip())
     except ValueError:
         return Verdict.rejected(f"malformed {TIMESTAMP_HEADER} header")
-    window = request.replay_window or DEFAULT_REPLAY_WINDOW
+    window = request.replay_window
     age = request.now.timestamp() - signed_at
     if abs(age) > window.total_seconds():
         return Verdict.rejected(f"{TIMESTAMP_HEADER} outside the replay window of {window}")

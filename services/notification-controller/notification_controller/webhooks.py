@@ -35,7 +35,7 @@ from notification_controller.filtering import (
 )
 from notification_controller.limiting import WebhookLimiter
 from notification_controller.receivers import Directory
-from notification_controller.signatures import event_allowed, verify
+from notification_controller.signatures import event_allowed, timestamp_required, verify
 from sluice_api import ALL_KINDS
 from sluice_api.gating import (
     CLOSE_REQUESTED_AT_ANNOTATION,
@@ -96,6 +96,7 @@ class WebhookServer:
         directory: Directory,
         limiter: WebhookLimiter,
         replay_window: timedelta | None = None,
+        require_timestamps: bool = False,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         observer: WebhookObserver | None = None,
     ) -> None:
@@ -105,6 +106,7 @@ class WebhookServer:
         self.directory = directory
         self.limiter = limiter
         self.replay_window = replay_window
+        self.require_timestamps = require_timestamps
         self.clock = clock
         self._trailing: set[asyncio.Task[None]] = set()
         self._observer = observer
@@ -149,6 +151,11 @@ class WebhookServer:
             body=body,
             now=now,
             replay_window=self.replay_window,
+            require_timestamp=timestamp_required(
+                acts_on_gates=any(r.kind == "Gate" and r.action for r in receiver.spec.resources),
+                annotations=receiver.metadata.annotations,
+                controller_requires=self.require_timestamps,
+            ),
         )
         if not verdict.ok:
             return self._reject(verdict.status, verdict.reason, request, log_)

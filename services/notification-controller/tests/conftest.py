@@ -277,7 +277,7 @@ async def strict(
 ) -> AsyncIterator[Platform]:
     """The notification-controller alone, hardened: `--no-cross-namespace-refs`, and
     generic-hmac webhooks must carry a signed timestamp at most a minute old."""
-    flags = ("--no-cross-namespace-refs", "--replay-window", "1m")
+    flags = ("--no-cross-namespace-refs", "--replay-window", "1m", "--require-signed-timestamp")
     async with notification_alone(cluster, kube, namespace, git_http, *flags) as platform:
         yield platform
 

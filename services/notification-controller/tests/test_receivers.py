@@ -17,7 +17,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from notification_controller.receivers import unsupported
-from notification_controller.signatures import sign, timestamped_payload
+from notification_controller.signatures import (
+    REPLAY_PROTECTION_ANNOTATION,
+    sign,
+    timestamped_payload,
+)
 from notification_controller.webhooks import DEFAULT_API_VERSIONS, ActionFailed
 from sluice_api import ALL_KINDS
 from sluice_api.notification import Receiver, ReferableKind
@@ -54,8 +58,8 @@ def gitlab_headers(token: str, body: bytes) -> dict[str, str]:
 def generic_hmac_headers(
     token: str, body: bytes, *, signed_at: float | None = None, flux: bool = False
 ) -> dict[str, str]:
-    """Sluice's timestamped mode (signed now unless `signed_at`), which the controller
-    requires by default; with `flux`, Flux's X-Signature over the body alone."""
+    """Sluice's timestamped mode (signed now unless `signed_at`); with `flux`,
+    Flux's X-Signature over the body alone."""
     if flux:
         return {"X-Signature": sign(token, body)}
     stamp = str(int(time.time() if signed_at is None else signed_at))
@@ -432,7 +436,8 @@ async def test_replay_protection_end_to_end(strict: Platform) -> None:
     rejected = [
         (
             generic_hmac_headers(TOKEN, body, flux=True),
-            "missing X-Signature-Timestamp header (replay protection required)",
+            "missing X-Signature-Timestamp header "
+            "(replay protection required by the controller (--require-signed-timestamp))",
         ),
         (
             generic_hmac_headers(TOKEN, body, signed_at=now - 3600),
@@ -580,40 +585,107 @@ async def test_the_webhook_refuses_a_cross_namespace_gate_action_on_its_own(
         assert gate_requests(await p.kube.get(GATE, "release", theirs)) == []
 
 
-async def test_generic_hmac_requires_a_fresh_timestamp_by_default(alone: Platform) -> None:
-    """Flux's body-only X-Signature verifies forever once captured: refused unless
-    the controller is told to accept Flux senders (`--replay-window=0`)."""
+async def test_a_flux_ci_call_triggers_a_reconcile_by_default(alone: Platform) -> None:
+    """A CI job written for Flux signs the body alone (`X-Signature`); replayed, it
+    can only ask again for the same idempotent reconcile, so it is accepted. A
+    signed timestamp, when sent, must still be fresh."""
     p = alone
     await parked(p, "signed")
     url = await p.receiver(
         "ci", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "signed"}]
     )
     body = b'{"ref": "refs/heads/main"}'
-    assert await p.post(url, body, generic_hmac_headers(TOKEN, body, flux=True)) == (
-        400,
-        "missing X-Signature-Timestamp header (replay protection required)",
-    )
     stale = generic_hmac_headers(TOKEN, body, signed_at=time.time() - 600)
     assert await p.post(url, body, stale) == (
         400,
         "X-Signature-Timestamp outside the replay window of 0:05:00",
     )
+    assert await p.post(url, body, {"X-Signature": sign("wrong", body)}) == (
+        400,
+        "X-Signature signature does not match",
+    )
     assert requested_at(await p.kube.get(GITREPO, "signed", p.namespace)) is None
-    fresh = generic_hmac_headers(TOKEN, body, signed_at=time.time())
-    assert await p.post(url, body, fresh) == (200, "ok")
+
+    assert await p.post(url, body, generic_hmac_headers(TOKEN, body, flux=True)) == (200, "ok")
+
+    assert requested_at(await p.kube.get(GITREPO, "signed", p.namespace)) is not None
 
 
-async def test_flux_senders_are_accepted_with_replay_window_zero(
+async def test_a_gate_receiver_requires_a_fresh_signed_timestamp(platform: Platform) -> None:
+    """Opening a Gate is not idempotent: a captured "open" replayed after the Gate
+    was closed again would reopen it. Such a Receiver takes only the timestamped
+    form, within the window."""
+    p = platform
+    await p.create(GATE, "hold", {"interval": "1h", "default": "closed", "window": "1h"})
+    url = await p.receiver(
+        "opener", "generic-hmac", TOKEN, [{"kind": "Gate", "name": "hold", "action": "open"}]
+    )
+    body = b'{"approved_by": "release-bot"}'
+    assert await p.post(url, body, generic_hmac_headers(TOKEN, body, flux=True)) == (
+        400,
+        "missing X-Signature-Timestamp header "
+        "(replay protection required for a Receiver that opens or closes Gates)",
+    )
+    captured = generic_hmac_headers(TOKEN, body, signed_at=time.time() - 600)
+    assert await p.post(url, body, captured) == (
+        400,
+        "X-Signature-Timestamp outside the replay window of 0:05:00",
+    )
+    gate = await p.kube.get(GATE, "hold", p.namespace)
+    assert "open.gate.fluxcd.io/requestedAt" not in (gate["metadata"].get("annotations") or {})
+
+
+async def test_a_receiver_can_ask_for_replay_protection(alone: Platform) -> None:
+    p = alone
+    await parked(p, "guarded")
+    await make_secret(p.kube, p.namespace, "guarded-token", {"token": TOKEN})
+    await p.kube.create(
+        RECEIVER,
+        {
+            "apiVersion": "notification.toolkit.fluxcd.io/v1",
+            "kind": "Receiver",
+            "metadata": {
+                "name": "guarded",
+                "namespace": p.namespace,
+                "annotations": {REPLAY_PROTECTION_ANNOTATION: "required"},
+            },
+            "spec": {
+                "type": "generic-hmac",
+                "secretRef": {"name": "guarded-token"},
+                "resources": [{"kind": "GitRepository", "name": "guarded"}],
+            },
+        },
+    )
+    obj = await p.observe.wait_ready(RECEIVER, "guarded")
+    await cached(p.webhooks.receivers, f"{p.namespace}/guarded", is_ready)
+    url = f"{p.receiver_url}{obj['status']['webhookPath']}"
+    body = b"{}"
+    assert await p.post(url, body, generic_hmac_headers(TOKEN, body, flux=True)) == (
+        400,
+        "missing X-Signature-Timestamp header (replay protection required by the Receiver "
+        f"({REPLAY_PROTECTION_ANNOTATION}))",
+    )
+    assert requested_at(await p.kube.get(GITREPO, "guarded", p.namespace)) is None
+    assert await p.post(url, body, generic_hmac_headers(TOKEN, body)) == (200, "ok")
+
+
+async def test_the_operator_can_require_signed_timestamps_everywhere(
     cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer
 ) -> None:
-    async with notification_alone(cluster, kube, namespace, git_http, "--replay-window", "0") as p:
+    async with notification_alone(
+        cluster, kube, namespace, git_http, "--require-signed-timestamp"
+    ) as p:
         await parked(p, "flux")
         url = await p.receiver(
             "ci", "generic-hmac", TOKEN, [{"kind": "GitRepository", "name": "flux"}]
         )
         body = b'{"ref": "refs/heads/main"}'
-        flux = generic_hmac_headers(TOKEN, body, flux=True)
-        assert await p.post(url, body, flux) == (200, "ok")
+        assert await p.post(url, body, generic_hmac_headers(TOKEN, body, flux=True)) == (
+            400,
+            "missing X-Signature-Timestamp header "
+            "(replay protection required by the controller (--require-signed-timestamp))",
+        )
+        assert await p.post(url, body, generic_hmac_headers(TOKEN, body)) == (200, "ok")
 
 
 def _receiver(generation: int | None, observed: int | None, ready: str | None) -> JSON:

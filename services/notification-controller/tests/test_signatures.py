@@ -12,9 +12,11 @@ from multidict import CIMultiDict
 
 from notification_controller.signatures import (
     DEFAULT_REPLAY_WINDOW,
+    REPLAY_PROTECTION_ANNOTATION,
     Verdict,
     event_allowed,
     sign,
+    timestamp_required,
     timestamped_payload,
     verify,
 )
@@ -433,9 +435,9 @@ def timestamped(
         pytest.param(
             {"X-Signature": sign(TOKEN, BODY)},
             timedelta(minutes=1),
-            False,
-            "missing X-Signature-Timestamp",
-            id="window-required-but-no-timestamp",
+            True,
+            "signature valid",
+            id="flux-body-only-not-required",
         ),
         pytest.param(
             {"X-Signature-Timestamp": "yesterday", "X-Signature": sign(TOKEN, BODY)},
@@ -478,6 +480,58 @@ def test_generic_hmac_replay_protection(
     verdict = check("generic-hmac", headers, replay_window=window)
     assert verdict.ok is ok, verdict.reason
     assert reason in verdict.reason
+
+
+def test_a_required_timestamp_refuses_flux_body_only_signatures() -> None:
+    flux = {"X-Signature": sign(TOKEN, BODY)}
+    verdict = verify(
+        "generic-hmac", token=TOKEN, headers=flux, body=BODY, now=NOW, require_timestamp="because"
+    )
+    assert not verdict.ok
+    assert verdict.reason == "missing X-Signature-Timestamp header (replay protection because)"
+    assert verify(
+        "generic-hmac",
+        token=TOKEN,
+        headers=timestamped(NOW),
+        body=BODY,
+        now=NOW,
+        require_timestamp="because",
+    ).ok
+
+
+@pytest.mark.parametrize(
+    ("gates", "annotations", "controller", "why"),
+    [
+        pytest.param(False, None, False, None, id="reconcile-only-flux-way"),
+        pytest.param(
+            True, None, False, "required for a Receiver that opens or closes Gates", id="gates"
+        ),
+        pytest.param(
+            False,
+            {REPLAY_PROTECTION_ANNOTATION: "required"},
+            False,
+            f"required by the Receiver ({REPLAY_PROTECTION_ANNOTATION})",
+            id="receiver-asks",
+        ),
+        pytest.param(False, {REPLAY_PROTECTION_ANNOTATION: "no"}, False, None, id="other-value"),
+        pytest.param(
+            True,
+            None,
+            True,
+            "required by the controller (--require-signed-timestamp)",
+            id="controller-asks",
+        ),
+    ],
+)
+def test_when_a_signed_timestamp_is_required(
+    gates: bool, annotations: dict[str, str] | None, controller: bool, why: str | None
+) -> None:
+    assert (
+        timestamp_required(
+            acts_on_gates=gates, annotations=annotations, controller_requires=controller
+        )
+        == why
+    )
 
 
 def test_sluice_provider_headers_pass_both_modes() -> None:

@@ -8,7 +8,14 @@ import pytest
 
 from sluice_runtime.helming import merge_values
 from source_controller.charts import select_version
-from source_controller.helmrepository import IndexCache, InvalidIndex, chart_url, parse_index
+from source_controller.helmrepository import (
+    DEFAULT_INDEX_MAX_SIZE,
+    IndexCache,
+    InvalidIndex,
+    chart_url,
+    index_limits,
+    parse_index,
+)
 
 ENTRIES = [{"version": v} for v in ("1.0.0", "1.2.0", "1.10.0", "2.0.0-rc.1", "2.0.0", "junk")]
 
@@ -66,15 +73,18 @@ def test_chart_urls_resolve_against_the_repository(repo: str, url: str, expected
     assert chart_url(repo, url) == expected
 
 
+LIMITS = index_limits(DEFAULT_INDEX_MAX_SIZE)
+
+
 def test_the_index_cache_parses_each_digest_once() -> None:
     cache = IndexCache(size=2)
     index = b"apiVersion: v1\nentries:\n  a: []\n"
     for _ in range(1000):
-        cache.get("sha256:1", lambda: index)
+        cache.get("sha256:1", lambda: index, limits=LIMITS)
     assert cache.parses == 1
-    cache.get("sha256:2", lambda: index)
-    cache.get("sha256:3", lambda: index)
-    cache.get("sha256:1", lambda: index)
+    cache.get("sha256:2", lambda: index, limits=LIMITS)
+    cache.get("sha256:3", lambda: index, limits=LIMITS)
+    cache.get("sha256:1", lambda: index, limits=LIMITS)
     assert cache.parses == 4
 
 
@@ -89,4 +99,62 @@ def test_the_index_cache_parses_each_digest_once() -> None:
 )
 def test_invalid_indexes_are_refused(data: bytes) -> None:
     with pytest.raises(InvalidIndex):
-        parse_index(data)
+        parse_index(data, limits=LIMITS)
+
+
+def bitnami_like_index(charts: int, versions: int) -> bytes:
+    """An index shaped as bitnami's: long digests, URLs, descriptions and image annotations."""
+    lines = ["apiVersion: v1", "entries:"]
+    for c in range(charts):
+        lines.append(f"  chart{c}:")
+        for v in range(versions):
+            lines += [
+                "  - annotations:",
+                "      category: Database",
+                "      images: |",
+                f"        - name: chart{c}",
+                f"          image: docker.io/bitnami/chart{c}:1.{v}.0-debian-12-r0",
+                "      licenses: Apache-2.0",
+                "    apiVersion: v2",
+                f"    appVersion: 1.{v}.0",
+                "    created: '2024-01-01T00:00:00.000000000Z'",
+                "    dependencies:",
+                "    - name: common",
+                "      repository: oci://registry-1.docker.io/bitnamicharts",
+                "      tags: [bitnami-common]",
+                "      version: 2.x.x",
+                "    description: A long description of the chart, as bitnami's are.",
+                f"    digest: {'0123456789abcdef' * 4}",
+                "    home: https://bitnami.com",
+                f"    icon: https://bitnami.com/assets/stacks/chart{c}/img/stack-220x234.png",
+                "    keywords: [database, sql, cluster]",
+                "    maintainers:",
+                "    - name: Broadcom, Inc. All Rights Reserved.",
+                "      url: https://github.com/bitnami/charts",
+                f"    name: chart{c}",
+                f"    sources: [https://github.com/bitnami/charts/tree/main/bitnami/chart{c}]",
+                "    urls:",
+                f"    - https://charts.bitnami.com/bitnami/chart{c}-{v}.0.0.tgz",
+                f"    version: {v}.0.0",
+            ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_an_index_the_size_of_bitnamis_fits_the_default_limits() -> None:
+    index = bitnami_like_index(charts=220, versions=100)
+    assert len(index) > 20 << 20
+    assert len(parse_index(index, limits=LIMITS)["entries"]["chart7"]) == 100
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        pytest.param(b"apiVersion: v1\nentries: {a: [" + b"0," * 40_000 + b"]}\n",
+            "more than 8333 nodes (the node limit", id="dense"),
+        pytest.param(b"apiVersion: v1\nx: " + b"y" * 110_000 + b"\n",
+            "larger than the size limit", id="large"),
+    ],
+)  # fmt: skip
+def test_an_index_over_its_limits_is_refused_naming_the_limit(data: bytes, problem: str) -> None:
+    with pytest.raises(InvalidIndex, match=problem):
+        parse_index(data, limits=index_limits(100_000))

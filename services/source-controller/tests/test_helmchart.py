@@ -150,7 +150,7 @@ def test_an_index_the_size_of_bitnamis_fits_the_default_limits() -> None:
     ("data", "problem"),
     [
         pytest.param(b"apiVersion: v1\nentries: {a: [" + b"0," * 40_000 + b"]}\n",
-            "more than 8333 nodes (the node limit", id="dense"),
+            r"more than 8333 nodes \(the node limit", id="dense"),
         pytest.param(b"apiVersion: v1\nx: " + b"y" * 110_000 + b"\n",
             "larger than the size limit", id="large"),
     ],

@@ -32,7 +32,7 @@ every service:
 
 PyYAML's wheels on PyPI carry libyaml; a PyYAML built without it falls back
 to its pure-Python parser, with the same results and limits but slower,
-and `LIBYAML` says which one runs (the controllers log it at start).
+and `LIBYAML` says which one runs (a warning is logged when it is the slow one).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -59,6 +60,9 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
     LIBYAML = False
+    logging.getLogger(__name__).warning(
+        "PyYAML has no libyaml: tenant YAML is parsed in pure Python, several times slower"
+    )
 
 MiB = 1 << 20
 

@@ -134,14 +134,14 @@ class _Open:
     text: int
     key: Any = None
     has_key: bool = False
-    merges: list[tuple[Any, yaml.Mark]] | None = None
+    merges: list[tuple[Any, Any]] | None = None
 
 
-def _error(problem: str, mark: yaml.Mark | None) -> yaml.YAMLError:
+def _error(problem: str, mark: Any) -> yaml.YAMLError:
     return yaml.constructor.ConstructorError(None, None, problem, mark)
 
 
-def _scalar(loader: Any, event: ev.ScalarEvent) -> tuple[Any, bool]:
+def _scalar(loader: Any, event: Any) -> tuple[Any, bool]:
     """The value of a scalar, and whether it is a merge key (`<<`)."""
     tag = event.tag
     if tag is None or tag == "!":
@@ -157,13 +157,13 @@ def _scalar(loader: Any, event: ev.ScalarEvent) -> tuple[Any, bool]:
     return constructor(loader, node), False
 
 
-def _collection_tag(event: ev.CollectionStartEvent, default: str) -> None:
+def _collection_tag(event: Any, default: str) -> None:
     if event.tag not in (None, "!", default):
         # !!set, !!omap and application tags: nothing in Kubernetes or Helm reads them.
         raise _error(f"the tag {event.tag!r} is not supported here", event.start_mark)
 
 
-def _merged(mapping: dict[Any, Any], merges: list[tuple[Any, yaml.Mark]]) -> dict[Any, Any]:
+def _merged(mapping: dict[Any, Any], merges: list[tuple[Any, Any]]) -> dict[Any, Any]:
     """`<<` as PyYAML's SafeConstructor merges: explicit keys win, then earlier merges."""
     out: dict[Any, Any] = {}
     for value, mark in reversed(merges):
@@ -190,7 +190,8 @@ def _documents(data: str | bytes, limits: YamlLimits) -> list[Any]:
         stack: list[_Open] = []
         open_anchors: set[str] = set()
         while True:
-            event = loader.get_event()
+            # Dispatched on its type below; PyYAML's stubs type events loosely.
+            event: Any = loader.get_event()
             kind = type(event)
             value: Any
             if kind is ev.ScalarEvent:
@@ -254,7 +255,7 @@ class _MergeKey:
 _MERGE_KEY = _MergeKey()
 
 
-def _place(stack: list[_Open], documents: list[Any], value: Any, event: ev.Event) -> None:
+def _place(stack: list[_Open], documents: list[Any], value: Any, event: Any) -> None:
     if value is _MERGE_KEY and not (
         stack and isinstance(stack[-1].value, dict) and not stack[-1].has_key
     ):

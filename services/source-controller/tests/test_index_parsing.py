@@ -14,7 +14,6 @@ from sluice_envtest.harness import condition
 from sluice_runtime.kube.resources import ResourceType
 
 from .conftest import SourceController
-from .indexes import bitnami_like_index
 
 HELMREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "helmrepositories", "HelmRepository")
 
@@ -45,8 +44,11 @@ async def test_a_large_index_parses_off_the_loop_while_another_repository_reconc
 ) -> None:
     sc = source_controller
     large, small = repos
-    # 21 MiB, shaped as bitnami's: seconds of parsing, which once held the loop for minutes.
-    (large.charts / "index.yaml").write_bytes(bitnami_like_index(charts=220, versions=100))
+    # 12 MB of one-byte scalars: seconds of parsing until the node limit (one per 12 bytes of
+    # the 50 MiB size limit) refuses it; on the loop, every other source waited meanwhile.
+    (large.charts / "index.yaml").write_bytes(
+        b"apiVersion: v1\nentries:\n  x: [" + b"0," * 6_000_000 + b"]\n"
+    )
     small.add("podinfo", "1.0.0")
     await sc.client.create(HELMREPO, helmrepo("large", large.url), namespace=sc.namespace)
     for _ in range(3000):  # until the controller has asked for the large index
@@ -57,11 +59,11 @@ async def test_a_large_index_parses_off_the_loop_while_another_repository_reconc
     await sc.client.create(HELMREPO, helmrepo("small", small.url), namespace=sc.namespace)
     await sc.wait_ready(HELMREPO, "small")
     # The order of events: the small index was stored while the large one still parsed.
-    assert "artifact" not in (await sc.client.get(HELMREPO, "large", sc.namespace)).get(
-        "status", {}
-    )
-    obj = await sc.wait_ready(HELMREPO, "large", timeout=120)
-    assert obj["status"]["artifact"]["size"] > 20 << 20
+    ready = condition(await sc.client.get(HELMREPO, "large", sc.namespace), "Ready") or {}
+    assert ready.get("reason") != "IndexationFailed"
+    obj = await sc.wait_failed(HELMREPO, "large", "IndexationFailed", timeout=120)
+    message = condition(obj, "Ready")["message"]  # type: ignore[index]
+    assert "index is too large: YAML expands to more than 4369066 nodes (the node limit" in message
 
 
 async def test_an_index_over_its_node_limit_is_refused_naming_it(

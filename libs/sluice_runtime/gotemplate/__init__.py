@@ -12,6 +12,8 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sluice_runtime.gotemplate import budgets
+from sluice_runtime.gotemplate.budgets import Budget
 from sluice_runtime.gotemplate.builtins import BUILTINS
 from sluice_runtime.gotemplate.errors import ExecError, ParseError, TemplateError
 from sluice_runtime.gotemplate.executing import State
@@ -20,7 +22,7 @@ from sluice_runtime.gotemplate.parsing import parse
 from sluice_runtime.gotemplate.sprig import SPRIG
 from sluice_runtime.gotemplate.values import NO_VALUE
 
-__all__ = ["ExecError", "GoFunc", "ParseError", "TemplateError", "as_go_json", "render"]
+__all__ = ["Budget", "ExecError", "GoFunc", "ParseError", "TemplateError", "as_go_json", "render"]
 
 
 def render(
@@ -31,18 +33,23 @@ def render(
     delims: tuple[str, str] = ("{{", "}}"),
     missing_key_error: bool = True,
     funcs: Mapping[str, Callable[..., Any] | GoFunc] | None = None,
+    budget: Budget | None = None,
 ) -> str:
     """Render ``text`` with ``data`` (JSON-like) as Go's text/template with sprig would.
 
     Raises TemplateError with Go's message. ``missing_key_error`` is Go's
     ``missingkey=error`` (a missing map key fails) versus the default
     (it prints ``<no value>``). ``funcs`` adds or overrides functions.
+    ``budget`` bounds the steps and bytes of the render (budgets.py; a fresh
+    default one when not given); pass one Budget to several renders to bound them together.
     """
+    budget = budget or Budget()
     table = merge(BUILTINS, SPRIG, funcs)
     try:
         trees = _parse(name, text, delims[0], delims[1], frozenset(table))
-        state = State(trees, table, missing_key_error=missing_key_error)
-        return state.execute(trees[name], NO_VALUE if data is None else data)
+        state = State(trees, table, missing_key_error=missing_key_error, budget=budget)
+        with budgets.spending(budget):
+            return state.execute(trees[name], NO_VALUE if data is None else data)
     except RecursionError:
         # Go's goroutine stack takes nesting Python's cannot; refuse it as a template error
         # rather than let it escape into the caller's reconcile.

@@ -7,14 +7,16 @@ Go's error texts; walking the tree (executing.py) builds on it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
+from sluice_runtime.gotemplate import budgets
 from sluice_runtime.gotemplate import nodes as n
 from sluice_runtime.gotemplate.errors import ExecError, FuncError
 from sluice_runtime.gotemplate.formatting import go_quote
 from sluice_runtime.gotemplate.functions import ANY, VALUE, GoFunc
 from sluice_runtime.gotemplate.values import NO_VALUE, Boxed, StrMap, is_true, type_name, unbox
 
+T = TypeVar("T")
 MISSING: Any = object()  # Go's missingVal: no piped-in final argument
 
 
@@ -50,8 +52,14 @@ def zero(typ: str) -> Any:
 
 class Evaluator:
     def __init__(
-        self, trees: dict[str, n.Tree], funcs: dict[str, GoFunc], *, missing_key_error: bool
+        self,
+        trees: dict[str, n.Tree],
+        funcs: dict[str, GoFunc],
+        *,
+        missing_key_error: bool,
+        budget: budgets.Budget | None = None,
     ) -> None:
+        self.budget = budget or budgets.Budget()
         self.trees = trees
         self.funcs = funcs
         self.missing_key_error = missing_key_error
@@ -74,6 +82,27 @@ class Evaluator:
         col = len(prefix[prefix.rfind("\n") + 1 :].encode())
         location = f"{self.tree.parse_name}:{line}:{col}"
         raise ExecError(f"template: {location}: executing {name} at <{self.node}>: {message}")
+
+    # -- the budget ----------------------------------------------------------------
+    def step(self, node: n.Node) -> None:
+        try:
+            self.budget.step()
+        except budgets.BudgetExceeded as error:
+            self.at(node)
+            self.errorf(str(error))
+
+    def spend(self, size: int) -> None:
+        try:
+            self.budget.spend(size)
+        except budgets.BudgetExceeded as error:
+            self.errorf(str(error))
+
+    def guarded(self, make: Callable[[], T]) -> T:
+        """`make()`, a budget it runs over reported where the template is."""
+        try:
+            return make()
+        except budgets.BudgetExceeded as error:
+            self.errorf(str(error))
 
     # -- variables -----------------------------------------------------------------
     def var_value(self, name: str) -> Any:
@@ -248,8 +277,10 @@ class Evaluator:
             if fn.variadic and num_in - 1 < num_fixed:
                 typ = fn.params[num_in - 1]
             argv.append(self.validate_type(final, typ))
+        self.step(node)
         try:
             result = fn.fn(*argv)
+            self.budget.spend(budgets.size_of(result))
         except FuncError as err:
             self.at(node)
             self.errorf(f"error calling {name}: {err}")

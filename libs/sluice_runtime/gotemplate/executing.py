@@ -24,7 +24,12 @@ class State(Evaluator):
             ) from None
         return "".join(self.out)
 
+    def write(self, text: str) -> None:
+        self.spend(len(text))
+        self.out.append(text)
+
     def walk(self, dot: Any, node: n.Node) -> None:
+        self.step(node)
         if isinstance(node, n.ActionNode):
             assert node.pipe is not None
             value = self.eval_pipeline(dot, node.pipe)
@@ -32,12 +37,12 @@ class State(Evaluator):
                 self.at(node)
                 if callable(value) and not isinstance(value, GoFunc):
                     self.errorf(f"can't print {node} of type {type_name(value)}")
-                self.out.append(format_value(value))
+                self.write(self.guarded(lambda: format_value(value)))
         elif isinstance(node, n.ListNode):
             for child in node.nodes:
                 self.walk(dot, child)
         elif isinstance(node, n.TextNode):
-            self.out.append(node.text)
+            self.write(node.text)
         elif isinstance(node, n.BranchNode):
             if node.kind == "range":
                 self.walk_range(dot, node)
@@ -76,7 +81,7 @@ class State(Evaluator):
             assert node.pipe is not None and node.body is not None
             value = unbox(self.eval_pipeline(dot, node.pipe))
             mark = len(self.vars)
-            pairs: list[tuple[Any, Any]]
+            pairs: list[tuple[Any, Any]] | range
             if isinstance(value, list | tuple):
                 pairs = [(i, Boxed(v)) for i, v in enumerate(value)]
             elif isinstance(value, dict):
@@ -85,13 +90,15 @@ class State(Evaluator):
                 # Go 1.22 ranges over an integer with a single variable only.
                 if len(node.pipe.decl) > 1:
                     self.errorf(f"can't use {value} to iterate over more than one variable")
-                pairs = [(i, i) for i in range(value)]
+                pairs = range(value)  # pairs made as the range goes, each a step
             elif value is NO_VALUE or value is None:
                 pairs = []
             else:
                 self.errorf(f"range can't iterate over {format_value(value)}")
             try:
-                for index, elem in pairs:
+                for pair in pairs:
+                    self.step(node)
+                    index, elem = (pair, pair) if isinstance(pair, int) else pair
                     self.range_iteration(node, mark, index, elem)
             except _Break:
                 pass

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sluice_runtime.gotemplate import budgets
 from sluice_runtime.gotemplate.literals import go_quote
 from sluice_runtime.gotemplate.values import NO_VALUE, type_name, unbox
 
@@ -80,6 +81,14 @@ def _fix_exp(text: str) -> str:
 def format_value(v: Any, verb: str = "v", *, plus: bool = False, sharp: bool = False) -> str:
     """%v (and element-wise other verbs) of one value, without padding."""
     v = unbox(v)
+    if isinstance(v, list | tuple | dict):
+        # Shared parts print each time they appear: pay for the whole before printing.
+        budgets.spend_deep(v)
+    return _format_value(v, verb)
+
+
+def _format_value(v: Any, verb: str = "v") -> str:
+    v = unbox(v)
     if v is NO_VALUE:
         return "<no value>"
     if v is None:
@@ -93,10 +102,10 @@ def format_value(v: Any, verb: str = "v", *, plus: bool = False, sharp: bool = F
     if isinstance(v, str):
         return v
     if isinstance(v, list | tuple):
-        return "[" + " ".join(format_value(x, verb) for x in v) + "]"
+        return "[" + " ".join(_format_value(x, verb) for x in v) + "]"
     if isinstance(v, dict):
         items = sorted(v.items(), key=lambda kv: kv[0])
-        return "map[" + " ".join(f"{k}:{format_value(x, verb)}" for k, x in items) + "]"
+        return "map[" + " ".join(f"{k}:{_format_value(x, verb)}" for k, x in items) + "]"
     return str(v)
 
 
@@ -163,6 +172,7 @@ def sprintf(fmt: str, *args: Any) -> str:
             else:
                 prec = int(prec_s or "0")
         out.append(bad)
+        budgets.spend(max(width, prec, 0))  # the padding about to be made
         if verb == "":
             out.append("%!(NOVERB)")
             break

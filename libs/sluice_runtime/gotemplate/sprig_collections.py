@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from sluice_runtime.gotemplate import budgets
 from sluice_runtime.gotemplate import converting as cv
 from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
@@ -74,6 +75,13 @@ def deep_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(deep_equal(a[k], b[k]) for k in a)
     return bool(a == b)
+
+
+def _join(sep: str, v: Any) -> str:
+    budgets.spend_deep(v)
+    parts = to_strings(v)
+    budgets.spend(len(sep) * len(parts))
+    return sep.join(parts)
 
 
 def _uniq(items: list[Any]) -> list[Any]:
@@ -294,7 +302,7 @@ COLLECTIONS: dict[str, GoFunc] = {
     "dig": GoFunc(_dig, (ANY,), variadic=True, boxed_result=True),
     "chunk": GoFunc(_chunk, (INT, ANY)),
     "mustChunk": GoFunc(_chunk, (INT, ANY)),
-    "join": GoFunc(lambda sep, v: sep.join(to_strings(v)), (S, ANY)),
+    "join": GoFunc(_join, (S, ANY)),
     "sortAlpha": GoFunc(lambda v: _sort_alpha(v), (ANY,)),
     "toStrings": GoFunc(lambda v: to_strings(v), (ANY,)),
     "urlParse": GoFunc(_url_parse, (S,)),

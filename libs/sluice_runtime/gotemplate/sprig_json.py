@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+from sluice_runtime.gotemplate import budgets
 from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.formatting import format_float
 from sluice_runtime.gotemplate.functions import ANY, GoFunc
@@ -57,6 +58,12 @@ def _json_string(s: str, escape_html: bool) -> str:
 
 
 def to_json(v: Any, *, indent: str = "", escape_html: bool = True, level: int = 0) -> str:
+    if level == 0:
+        budgets.spend_deep(v)  # shared parts are written each time they appear
+    return _to_json(v, indent=indent, escape_html=escape_html, level=level)
+
+
+def _to_json(v: Any, *, indent: str = "", escape_html: bool = True, level: int = 0) -> str:
     v = unbox(v)
     if v is None or v is NO_VALUE:
         return "null"

@@ -12,6 +12,7 @@ import re
 import zlib
 from typing import Any
 
+from sluice_runtime.gotemplate import budgets
 from sluice_runtime.gotemplate import converting as cv
 from sluice_runtime.gotemplate.errors import FuncError
 from sluice_runtime.gotemplate.formatting import go_quote, sprintf
@@ -91,6 +92,7 @@ def _cat(*args: Any) -> str:
 
 
 def _indent(spaces: int, v: str) -> str:
+    budgets.spend(max(spaces, 0) * (v.count("\n") + 1))
     pad = " " * spaces
     return pad + v.replace("\n", "\n" + pad)
 
@@ -119,6 +121,13 @@ def _bad_base64_at(v: str, base: int) -> int:
         if c not in alphabet and c != "=":
             return i
     return len(v.rstrip("=")) // 4 * 4 if base == 64 else len(v.rstrip("=")) // 8 * 8
+
+
+def _repeat(count: int, s: str) -> str:
+    if count < 0:
+        _neg_repeat()
+    budgets.spend(count * len(s))
+    return s * count
 
 
 def _atoi(a: str) -> int:
@@ -150,6 +159,8 @@ def _seq(*params: int) -> str:
 
 
 def _until_step(start: int, stop: int, step: int) -> IntList:
+    if step:
+        budgets.spend(budgets.ELEMENT_BYTES * max(len(range(start, stop, step)), 0))
     if stop < start:
         return IntList(range(start, stop, step)) if step < 0 else IntList()
     return IntList(range(start, stop, step)) if step > 0 else IntList()
@@ -237,7 +248,7 @@ STRINGS: dict[str, GoFunc] = {
     "lower": GoFunc(str.lower, (S,)),
     "title": GoFunc(_title, (S,)),
     "substr": GoFunc(_substr, (INT, INT, S)),
-    "repeat": GoFunc(lambda count, s: s * count if count >= 0 else _neg_repeat(), (INT, S)),
+    "repeat": GoFunc(_repeat, (INT, S)),
     "trimall": GoFunc(lambda a, b: b.strip(a) if a else b, (S, S)),
     "trimAll": GoFunc(lambda a, b: b.strip(a) if a else b, (S, S)),
     "trimSuffix": GoFunc(lambda a, b: b[: -len(a)] if a and b.endswith(a) else b, (S, S)),
@@ -320,6 +331,7 @@ def _fail(msg: str) -> str:
 
 
 def _go_replace(src: str, old: str, new: str) -> str:
+    budgets.spend((len(src) + 1 if old == "" else src.count(old)) * len(new))
     if old == "":
         # strings.Replace with an empty old inserts new around every rune.
         return new + new.join(src) + new if src else new

@@ -1,15 +1,19 @@
 """The values step: `valuesFrom` (ConfigMap/Secret keys, optional, targetPath)
-merged in order, then `values` over them; their digest is the config digest."""
+merged in order, then `values` over them; their digest is the config digest.
+
+A key's YAML is the tenant's: it is parsed off the event loop within
+`yamlloading.VALUES_LIMITS`, which also bound what its aliases expand to
+(a 256-byte ConfigMap of nested aliases would otherwise be gigabytes once
+merged and handed to helm)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from helm_controller import releases
 from helm_controller.contexts import HelmReleaseContext
 from sluice_api.helm import HelmReleaseReason
+from sluice_runtime import yamlloading
 from sluice_runtime.helming import merge_values
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import CONFIG_MAP
@@ -46,11 +50,14 @@ async def reconcile_values(ctx: HelmReleaseContext) -> Result | None:
             if ref.target_path:
                 releases.set_path(values, ref.target_path, data[key])
             else:
-                loaded = yaml.safe_load(data[key]) or {}
+                loaded = (
+                    await yamlloading.load_off_loop(data[key], limits=yamlloading.VALUES_LIMITS)
+                    or {}
+                )
                 if not isinstance(loaded, dict):
                     raise _values_error(f"{where} key '{key}' is not a YAML map")
                 values = merge_values(values, loaded)
-        except yaml.YAMLError as error:
+        except yamlloading.YAMLError as error:
             raise _values_error(f"{where} key '{key}' is not valid YAML: {error}") from None
         except releases.ValuesError as error:
             raise _values_error(f"{where}: {error}") from None

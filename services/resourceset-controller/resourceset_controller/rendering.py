@@ -19,6 +19,7 @@ from sluice_api.resourceset import (
     ResourceSet,
     ResourceSetInputProvider,
 )
+from sluice_runtime import gotemplate, yamlloading
 from sluice_runtime.describing import describe
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.discovery import UnknownKind
@@ -113,9 +114,13 @@ async def reconcile_build(ctx: ResourceSetContext) -> Result | None:
         else [("", spec.resources or [], spec.resources_template)]
     )
     seen: dict[tuple[str, str, str, str], str] = {}
+    # One budget for every step's renders; rendering blocks, so it runs off the loop.
+    budget = gotemplate.Budget()
     for name, resources, template in stages:
         try:
-            built = templating.build(resources, template, ctx.input_sets)
+            built = await yamlloading.off_loop(
+                templating.build, resources, template, ctx.input_sets, budget=budget
+            )
         except templating.RenderError as error:
             where = f"step '{name}': " if name else ""
             raise Stalling(Reason.BUILD_FAILED, f"build failed: {where}{error}") from None

@@ -196,6 +196,7 @@ async def setup(runtime: app.Runtime) -> None:
             gates=gate_store,
             limits=limits,
             chart_max_size=options.helm_chart_max_size,
+            index_max_size=options.helm_index_max_size,
         )
     )
     chart.watch(gate_rt, gatekeeping.consumers_of(chart_store))

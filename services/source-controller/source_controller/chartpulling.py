@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sluice_api.meta import parse_duration
 from sluice_api.source import HelmRepository, SourceCondition, SourceReason
+from sluice_runtime import yamlloading
 from sluice_runtime.kube.secrets import SecretError, require, secret_data
 from sluice_runtime.oci import registry as oci
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
@@ -45,6 +46,7 @@ from source_controller.helmrepository import (
     chart_url,
     credentials,
     fetch,
+    index_limits,
     same_host,
 )
 from source_controller.ocirepository import run_bounded, verify_signature
@@ -75,8 +77,11 @@ async def from_repository(ctx: HelmChartContext) -> None:
         )
     path = ctx.storage.path(artifact.path)
     try:
-        index = await asyncio.to_thread(
-            INDEX_CACHE.get, artifact.digest or artifact.revision, path.read_bytes
+        index = await yamlloading.off_loop(
+            INDEX_CACHE.get,
+            artifact.digest or artifact.revision,
+            path.read_bytes,
+            limits=index_limits(ctx.index_max_size),
         )
     except (InvalidIndex, OSError) as error:
         raise pull_error(f"cannot read the index of '{repo.metadata.name}': {error}") from None

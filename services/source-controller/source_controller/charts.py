@@ -11,12 +11,13 @@ from typing import Any
 import yaml
 
 from sluice_api.source import HelmChart, SourceCondition, SourceReason
+from sluice_runtime import yamlloading
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.helming import HelmError, merge_values, run_helm
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.reconciling.errors import Stalling, StepError, Waiting
 from sluice_runtime.versions import parse_range, parse_version
-from source_controller.helmrepository import DEFAULT_CHART_MAX_SIZE
+from source_controller.helmrepository import DEFAULT_CHART_MAX_SIZE, DEFAULT_INDEX_MAX_SIZE
 from source_controller.sources import SourceContext
 
 HELM_TIMEOUT = 120.0
@@ -37,6 +38,8 @@ class ChartStores:
 class HelmChartContext(SourceContext[HelmChart]):
     stores: ChartStores
     chart_max_size: int = DEFAULT_CHART_MAX_SIZE
+    index_max_size: int = DEFAULT_INDEX_MAX_SIZE
+    """`--helm-index-max-size`: what a stored index was fetched under, and is parsed under."""
     version: str = ""
     source_revision: str = ""
     noop: bool = False
@@ -154,13 +157,17 @@ async def merge_values_files(ctx: HelmChartContext, root: Path, chart_dir: Path)
                 continue
             raise package_error(f"values file '{name}' not found")
         try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            values = (
+                await yamlloading.load_file_off_loop(path, limits=yamlloading.VALUES_LIMITS) or {}
+            )
+        except yamlloading.YAMLError as error:
             raise package_error(f"values file '{name}' is invalid YAML: {error}") from None
         if not isinstance(values, dict):
             raise package_error(f"values file '{name}' is not a map")
         merged = merge_values(merged, values)
-    (chart_dir / "values.yaml").write_text(yaml.safe_dump(merged, sort_keys=True))
+    # Off the loop too: a values tree near its limits takes PyYAML's dumper seconds.
+    text = await yamlloading.off_loop(yaml.safe_dump, merged, sort_keys=True)
+    await yamlloading.off_loop((chart_dir / "values.yaml").write_text, text)
 
 
 async def package_chart(

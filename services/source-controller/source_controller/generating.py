@@ -37,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from sluice_runtime import yamlloading
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.helming import merge_values
 from source_controller.globbing import CopyError as CopyError
@@ -261,9 +262,9 @@ def _glob_destination(pattern: str, match: str, dest: str) -> str:
 def merge_yaml(base: bytes, override: bytes, *, what: str) -> bytes:
     """`override` merged into `base` as Helm merges values files: maps recursively."""
     try:
-        old = yaml.safe_load(base) or {}
-        new = yaml.safe_load(override) or {}
-    except yaml.YAMLError as error:
+        old = yamlloading.load(base, limits=yamlloading.VALUES_LIMITS) or {}
+        new = yamlloading.load(override, limits=yamlloading.VALUES_LIMITS) or {}
+    except yamlloading.YAMLError as error:
         raise CopyError(f"cannot merge '{what}': not YAML ({error})") from None
     if not isinstance(old, dict) or not isinstance(new, dict):
         raise CopyError(f"cannot merge '{what}': both files must hold a YAML map")

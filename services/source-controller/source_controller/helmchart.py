@@ -41,11 +41,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 from sluice_api.meta import Artifact
 from sluice_api.source import HelmChart, SourceCondition, SourceReason
-from sluice_runtime import dependencies
+from sluice_runtime import dependencies, yamlloading
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.helming import HelmError, run_helm
@@ -68,7 +66,7 @@ from source_controller.charts import (
     source_of,
     values_files,
 )
-from source_controller.helmrepository import DEFAULT_CHART_MAX_SIZE
+from source_controller.helmrepository import DEFAULT_CHART_MAX_SIZE, DEFAULT_INDEX_MAX_SIZE
 from source_controller.ocirepository import refuse_unsupported_verification
 from source_controller.sources import (
     Limits,
@@ -154,9 +152,9 @@ async def from_artifact(ctx: HelmChartContext, store: Store) -> None:
     if not meta_file.is_file():
         raise pull_error(f"no Chart.yaml in '{spec.chart}' of revision {artifact.revision}")
     try:
-        meta = yaml.safe_load(meta_file.read_text())
+        meta = await yamlloading.load_file_off_loop(meta_file, limits=yamlloading.VALUES_LIMITS)
         version = str(meta["version"])
-    except (yaml.YAMLError, KeyError, TypeError, UnicodeDecodeError) as error:
+    except (yamlloading.YAMLError, KeyError, TypeError) as error:
         raise package_error(f"{spec.chart}/Chart.yaml is invalid: {error}") from None
     if spec.reconcile_strategy == "Revision":
         hexes = HEX.findall(artifact.revision)
@@ -237,6 +235,7 @@ def reconciler(
     gates: Store | None = None,
     limits: Limits | None = None,
     chart_max_size: int = DEFAULT_CHART_MAX_SIZE,
+    index_max_size: int = DEFAULT_INDEX_MAX_SIZE,
 ) -> Reconciler[HelmChartContext]:
     context = functools.partial(
         HelmChartContext,
@@ -245,5 +244,6 @@ def reconciler(
         gates=gates,
         limits=limits or Limits(),
         chart_max_size=chart_max_size,
+        index_max_size=index_max_size,
     )
     return source_reconciler(HelmChart, context, STEPS, finalize=finalize)

@@ -6,9 +6,10 @@ where OCI HelmRepositories produce no artifact).
 
 The index is fetched with If-None-Match when the last answer carried an
 ETag: an unchanged repository costs one small request and no write. Its
-size is bounded (`--helm-index-max-size`), and its parsed form is kept in
-`INDEX_CACHE`, keyed by the stored file's digest, so that many HelmCharts on
-one repository parse it once.
+size is bounded (`--helm-index-max-size`), and so is what it parses into
+(`index_limits`); it is parsed off the event loop (yamlloading.py), and its
+parsed form is kept in `INDEX_CACHE`, keyed by the stored file's digest, so
+that many HelmCharts on one repository parse it once.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
-import yaml
 
 from sluice_api.meta import parse_duration
 from sluice_api.source import HelmRepository, HelmRepositorySpec, SourceCondition, SourceReason
-from sluice_runtime import resolving
+from sluice_runtime import resolving, yamlloading
 from sluice_runtime.artifacts.storage import Storage
 from sluice_runtime.describing import describe_transport
 from sluice_runtime.informing.watching import Store
@@ -57,6 +57,11 @@ DEFAULT_TIMEOUT = 60.0
 MiB = 1 << 20
 DEFAULT_INDEX_MAX_SIZE = 50 * MiB
 """Flux's default `--helm-index-max-size`."""
+INDEX_BYTES_PER_NODE = 12
+"""An index's nodes are bounded at one per this many bytes of its size limit: real
+indexes hold one per 15 to 20 bytes (digests, URLs and descriptions are long), so
+bitnami's 20+ MiB index fits with room, while a 50 MiB index of one-byte scalars
+(25 million nodes, gigabytes once built) does not."""
 DEFAULT_CHART_MAX_SIZE = 10 * MiB
 """Flux's default `--helm-chart-max-size`."""
 
@@ -203,11 +208,12 @@ class IndexCache:
         self.parses = 0
         """How many times an index was parsed (a test's figure of the hit rate)."""
 
-    def get(self, digest: str, load: Any) -> dict[str, Any]:
+    def get(self, digest: str, load: Any, *, limits: yamlloading.YamlLimits) -> dict[str, Any]:
+        """The parsed index; a blocking call (it may parse), for `yamlloading.off_loop`."""
         if digest in self._items:
             self._items.move_to_end(digest)
             return self._items[digest]
-        index = parse_index(load())
+        index = parse_index(load(), limits=limits)
         self.parses += 1
         self._items[digest] = index
         while len(self._items) > self.size:
@@ -219,10 +225,18 @@ class InvalidIndex(ValueError):
     pass
 
 
-def parse_index(data: bytes) -> dict[str, Any]:
+def index_limits(max_size: int) -> yamlloading.YamlLimits:
+    """What an index within `--helm-index-max-size` may parse into."""
+    return yamlloading.YamlLimits(max_bytes=max_size, max_nodes=max_size // INDEX_BYTES_PER_NODE)
+
+
+def parse_index(data: bytes, *, limits: yamlloading.YamlLimits) -> dict[str, Any]:
+    """The index as a map; blocking (run it with `yamlloading.off_loop`)."""
     try:
-        index = yaml.safe_load(data)
-    except yaml.YAMLError as error:
+        index = yamlloading.load(data, limits=limits)
+    except yamlloading.YamlLimitExceeded as error:
+        raise InvalidIndex(f"index is too large: {error}") from None
+    except yamlloading.YAMLError as error:
         raise InvalidIndex(f"index is not valid YAML: {error}") from None
     if not isinstance(index, dict) or not isinstance(index.get("entries", {}), dict):
         raise InvalidIndex("index has no 'entries' map")
@@ -332,7 +346,9 @@ async def reconcile_index(ctx: HelmRepositoryContext) -> Result | None:
         ctx.revision = artifact.revision
         return None
     try:
-        parse_index(fetched.body)
+        await yamlloading.off_loop(
+            parse_index, fetched.body, limits=index_limits(ctx.index_max_size)
+        )
     except InvalidIndex as error:
         raise _fetch_failed(f"{redact_url(index_url(spec.url))}: {error}") from None
     ctx.body = fetched.body

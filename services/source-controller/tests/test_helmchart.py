@@ -8,7 +8,16 @@ import pytest
 
 from sluice_runtime.helming import merge_values
 from source_controller.charts import select_version
-from source_controller.helmrepository import IndexCache, InvalidIndex, chart_url, parse_index
+from source_controller.helmrepository import (
+    DEFAULT_INDEX_MAX_SIZE,
+    IndexCache,
+    InvalidIndex,
+    chart_url,
+    index_limits,
+    parse_index,
+)
+
+from .indexes import bitnami_like_index
 
 ENTRIES = [{"version": v} for v in ("1.0.0", "1.2.0", "1.10.0", "2.0.0-rc.1", "2.0.0", "junk")]
 
@@ -66,15 +75,18 @@ def test_chart_urls_resolve_against_the_repository(repo: str, url: str, expected
     assert chart_url(repo, url) == expected
 
 
+LIMITS = index_limits(DEFAULT_INDEX_MAX_SIZE)
+
+
 def test_the_index_cache_parses_each_digest_once() -> None:
     cache = IndexCache(size=2)
     index = b"apiVersion: v1\nentries:\n  a: []\n"
     for _ in range(1000):
-        cache.get("sha256:1", lambda: index)
+        cache.get("sha256:1", lambda: index, limits=LIMITS)
     assert cache.parses == 1
-    cache.get("sha256:2", lambda: index)
-    cache.get("sha256:3", lambda: index)
-    cache.get("sha256:1", lambda: index)
+    cache.get("sha256:2", lambda: index, limits=LIMITS)
+    cache.get("sha256:3", lambda: index, limits=LIMITS)
+    cache.get("sha256:1", lambda: index, limits=LIMITS)
     assert cache.parses == 4
 
 
@@ -89,4 +101,24 @@ def test_the_index_cache_parses_each_digest_once() -> None:
 )
 def test_invalid_indexes_are_refused(data: bytes) -> None:
     with pytest.raises(InvalidIndex):
-        parse_index(data)
+        parse_index(data, limits=LIMITS)
+
+
+def test_an_index_the_size_of_bitnamis_fits_the_default_limits() -> None:
+    index = bitnami_like_index(charts=220, versions=100)
+    assert len(index) > 20 << 20
+    assert len(parse_index(index, limits=LIMITS)["entries"]["chart7"]) == 100
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        pytest.param(b"apiVersion: v1\nentries: {a: [" + b"0," * 40_000 + b"]}\n",
+            r"more than 8333 nodes \(the node limit", id="dense"),
+        pytest.param(b"apiVersion: v1\nx: " + b"y" * 110_000 + b"\n",
+            "larger than the size limit", id="large"),
+    ],
+)  # fmt: skip
+def test_an_index_over_its_limits_is_refused_naming_the_limit(data: bytes, problem: str) -> None:
+    with pytest.raises(InvalidIndex, match=problem):
+        parse_index(data, limits=index_limits(100_000))

@@ -46,6 +46,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from sluice_runtime import yamlloading
+
 EXEC_FLAG = "--insecure-kubeconfig-exec"
 TLS_FLAG = "--insecure-kubeconfig-tls"
 
@@ -212,7 +214,9 @@ def render(credentials: Credentials) -> str:
 
 def _load(text: str) -> dict[str, Any]:
     try:
-        config = yaml.safe_load(text)
+        config = yamlloading.load(text, limits=yamlloading.VALUES_LIMITS)
+    except yamlloading.YamlLimitExceeded as error:
+        raise KubeconfigError(f"kubeconfig refused: {error}") from None
     except yaml.YAMLError as error:
         # The parser's own message quotes the offending line, which may hold a
         # key: say only where it is.

@@ -277,6 +277,16 @@ def test_secrets_stay_out_of_repr() -> None:
         ),
         pytest.param("just a string", {}, ["not a YAML mapping"], id="not-a-mapping"),
         pytest.param(
+            "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{n}: &{n} [{', '.join(['*' + p] * 10)}]\n"
+                for p, n in zip("abcdefg", "bcdefgh", strict=True)
+            ),
+            {},
+            ["kubeconfig refused: YAML expands to more than 500000 nodes (the node limit"],
+            id="alias-expansion",
+        ),
+        pytest.param(
             kubeconfig(contexts=[]),
             {},
             ["current-context 'ctx' is not in contexts"],

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import yaml
 
-from sluice_runtime import confining
+from sluice_runtime import confining, yamlloading
 
 AGE_KEY_SUFFIX = ".agekey"
 PGP_KEY_SUFFIX = ".asc"
@@ -180,7 +180,7 @@ def is_encrypted(path: Path, data: bytes) -> bool:
         if fmt in ("json", "binary"):
             documents = [json.loads(data)]
         else:
-            documents = list(yaml.safe_load_all(data))
+            documents = yamlloading.load_all(data, limits=yamlloading.VALUES_LIMITS)
     except (ValueError, yaml.YAMLError):
         return False
     return any(

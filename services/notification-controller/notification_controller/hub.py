@@ -40,6 +40,7 @@ from notification_controller.limiting import Dedup, event_key
 from notification_controller.providers import DeliveryError, deliver
 from sluice_api.meta import parse_duration
 from sluice_api.notification import Alert, NotificationReason, Provider
+from sluice_runtime import yamlloading
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
@@ -316,7 +317,7 @@ class EventHub:
             token = data.get("token")
             if data.get("headers"):
                 try:
-                    parsed = yaml.safe_load(data["headers"])
+                    parsed = yamlloading.load(data["headers"], limits=yamlloading.VALUES_LIMITS)
                 except yaml.YAMLError:
                     raise SecretError(
                         f"secret '{namespace}/{ref.name}' key 'headers' is not YAML"

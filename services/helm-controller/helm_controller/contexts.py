@@ -44,7 +44,8 @@ class Services:
     oci_repositories: Store
     external_artifacts: Store
     kubeconfig: str | None
-    """The controller's kubeconfig for helm; None in a pod (helm uses in-cluster config)."""
+    """The kubeconfig file the controller's client loaded (`connecting.kubeconfig_path`),
+    given to helm; None in a pod (helm uses the in-cluster config)."""
     default_service_account: str | None = None
     requeue_dependency: float = 30.0
     no_cross_namespace_refs: bool = False

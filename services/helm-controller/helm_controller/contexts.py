@@ -22,6 +22,7 @@ from sluice_runtime.helming import run_helm
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
+from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.impersonation import TargetClusters, impersonated_user
 from sluice_runtime.kube.resources import SECRET
 from sluice_runtime.reconciling.errors import StepError
@@ -154,21 +155,37 @@ async def helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> s
 
 
 async def history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapshot]]:
-    """The release's revisions from Helm's storage Secrets, newest first."""
-    secrets = await base_client(ctx).list(
-        SECRET,
-        namespace=ctx.release_namespace,
-        label_selector=f"owner=helm,name={ctx.release_name}",
-    )
+    """The release's newest revisions from Helm's storage Secrets, newest first.
+
+    Read as the tenant, like helm itself: with the controller's identity a
+    HelmRelease whose `targetNamespace` the tenant may not read would show
+    that namespace's release in its status, and helm would then upgrade it.
+    """
+    where = f"{ctx.release_namespace}/{ctx.release_name}"
     try:
-        return releases.history(secrets.items)
-    except (ValueError, KeyError, OSError) as error:
+        secrets = await cluster_client(ctx).list(
+            SECRET,
+            namespace=ctx.release_namespace,
+            label_selector=f"owner=helm,name={ctx.release_name}",
+        )
+    except KubeError as error:
         raise StepError(
-            Reason.GET_LAST_RELEASE_FAILED, f"cannot read the release history: {error}"
+            Reason.GET_LAST_RELEASE_FAILED,
+            f"cannot read the history of release {where}: {error}",
+        ) from None
+    try:
+        return releases.history(secrets.items, keep=kept_history(ctx))
+    except releases.StorageError as error:
+        raise StepError(
+            Reason.GET_LAST_RELEASE_FAILED, f"cannot read the history of release {where}: {error}"
         ) from None
 
 
-def record_history(ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Snapshot]]) -> None:
+def kept_history(ctx: HelmReleaseContext) -> int:
+    """How many snapshots status.history keeps (and so how many releases are decoded)."""
     spec = ctx.obj.spec
-    keep = spec.max_history if spec.max_history else DEFAULT_MAX_HISTORY
-    ctx.obj.status.history = [snap for _, snap in found[:keep]] or None
+    return spec.max_history if spec.max_history else DEFAULT_MAX_HISTORY
+
+
+def record_history(ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Snapshot]]) -> None:
+    ctx.obj.status.history = [snap for _, snap in found[: kept_history(ctx)]] or None

@@ -10,6 +10,7 @@ remote one (`targeting`), and helm gets that cluster's private kubeconfig.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,6 +19,7 @@ import aiohttp
 from helm_controller import releases
 from sluice_api.helm import HelmRelease, HelmReleaseReason, Snapshot
 from sluice_api.meta import Artifact, parse_duration
+from sluice_api.times import format_duration
 from sluice_runtime.helming import run_helm
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
@@ -98,6 +100,24 @@ class HelmReleaseContext(ReconcileContext[HelmRelease]):
     def max_history(self) -> int:
         spec = self.obj.spec
         return spec.max_history if spec.max_history is not None else DEFAULT_MAX_HISTORY
+
+
+async def announce(
+    ctx: HelmReleaseContext,
+    action: str,
+    doing: str,
+    *,
+    timeout: float,
+    failed: tuple[str, str] | None = None,
+) -> None:
+    """Reconciling=True with what helm is about to do, in one status patch before
+    it runs: Flux's "Running '<action>' action with timeout of <t>", then `doing`
+    (installing chart X, upgrading from A to B, rolling back...). A new attempt
+    clears the last one's Stalled; `failed` keeps Ready False with the failure
+    a remediation undoes."""
+    took = format_duration(timedelta(seconds=timeout))
+    message = f"Running '{action}' action with timeout of {took}: {doing}"
+    await ctx.progress(message, failed=failed)
 
 
 def duration(text: str | None, default: float) -> float:

@@ -27,10 +27,30 @@ from sluice_runtime.kube.kubeconfigs import Credentials, ExecPlugin
 from sluice_runtime.kube.transport import k8s_client, k8s_config
 
 
+def kubeconfig_path(kubeconfig: str | None) -> str | None:
+    """The kubeconfig file the controller's own client loads, as an absolute path,
+    or None for the in-cluster service account (or no configuration at all).
+
+    kubectl's order: the explicit path (`--kubeconfig`), `$KUBECONFIG`, the
+    in-cluster service account, `~/.kube/config`. The client and every program
+    the controller runs against its cluster (helm) take it from here, so they
+    talk to the same cluster as the same identity: helm runs with a private
+    HOME and working directory, where neither `$KUBECONFIG` nor `~` would
+    lead to the controller's file.
+    """
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        return os.path.abspath(path)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    home = os.path.expanduser("~/.kube/config")
+    return home if os.path.exists(home) else None
+
+
 async def kubeconfig_api_client(kubeconfig: str | None, context: str | None) -> Any:
     """An ApiClient configured the way kubectl loads configuration (see `KubeClient.connect`)."""
     configuration = k8s_client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG")
+    path = kubeconfig_path(kubeconfig)
     try:
         if path:
             if not os.path.exists(path):
@@ -40,8 +60,6 @@ async def kubeconfig_api_client(kubeconfig: str | None, context: str | None) -> 
             )
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             k8s_config.load_incluster_config(client_configuration=configuration)
-        elif os.path.exists(os.path.expanduser("~/.kube/config")):
-            await k8s_config.load_kube_config(context=context, client_configuration=configuration)
         else:
             raise ConfigError(
                 "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a cluster"
@@ -49,8 +67,7 @@ async def kubeconfig_api_client(kubeconfig: str | None, context: str | None) -> 
     except ConfigError:
         raise
     except Exception as error:  # any failure to read a user's file is a config error
-        where = path or "~/.kube/config"
-        raise ConfigError(f"kubeconfig {where} is not usable: {error}") from None
+        raise ConfigError(f"kubeconfig {path} is not usable: {error}") from None
     # Watches hold a connection each; the default pool of 100 could be
     # exhausted by informers plus concurrent reconciles.
     configuration.connection_pool_maxsize = 512

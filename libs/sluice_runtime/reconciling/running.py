@@ -331,6 +331,10 @@ class Runner(Generic[C]):
         status, reason, message = after
         if status == "Unknown" or (status == "True" and ctx.success_announced):
             return
+        # A step's own event already said it (a HelmRelease's InstallSucceeded
+        # or InstallFailed): one event per action, not a second for Ready.
+        if any(e.reason == reason and e.message == message for e in ctx.events.sent):
+            return
         if status == "True":
             ctx.events.normal(reason, message, metadata=ctx.event_metadata)
         else:
@@ -379,7 +383,8 @@ class Runner(Generic[C]):
             return Outcome("deleted")
         if self.reconciler.finalize is not None:
             patcher = StatusPatcher(self.client, self.rt, raw)
-            ctx = self._context(obj, raw, generation=0, patcher=patcher)
+            generation = int(meta.get("generation") or 0)
+            ctx = self._context(obj, raw, generation=generation, patcher=patcher)
             try:
                 await self.reconciler.finalize(ctx)
             except (StepError, KubeError) as error:

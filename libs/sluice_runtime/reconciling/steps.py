@@ -63,14 +63,21 @@ class ReconcileContext(Generic[M]):
     cleanup: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     """Where steps register what must be undone after the last step (work dirs)."""
 
-    async def progress(self, message: str) -> None:
+    async def progress(self, message: str, *, failed: tuple[str, str] | None = None) -> None:
         """Show Reconciling=True with `message` now, before a long step.
 
         Status is otherwise written once, at the end; a health wait of
         minutes should not leave the object showing the previous reconcile.
+        A new attempt is under way, so the previous one's Stalled goes. Ready
+        is Unknown, or, while the step undoes a failure (a rollback), False
+        with the failure's `(reason, message)`.
         """
         self.conditions.mark_true(ConditionType.RECONCILING, Reason.PROGRESSING, message)
-        self.conditions.mark_unknown(ConditionType.READY, Reason.PROGRESSING, message)
+        if failed is None:
+            self.conditions.mark_unknown(ConditionType.READY, Reason.PROGRESSING, message)
+        else:
+            self.conditions.mark_false(ConditionType.READY, *failed)
+        self.conditions.delete(ConditionType.STALLED)
         await self.publish()
 
 

@@ -17,6 +17,7 @@ from helm_controller import contexts, helmrelease, watching
 from sluice_api import ExternalArtifact, Gate, HelmChart, HelmRelease, OCIRepository
 from sluice_runtime import app, gatekeeping, resolving
 from sluice_runtime.helming import HelmMissing, helm_binary
+from sluice_runtime.kube.connecting import kubeconfig_path
 from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
 
@@ -63,7 +64,9 @@ async def setup(runtime: app.Runtime) -> None:
         gates=runtime.informers.get(gate_rt).store,
         oci_repositories=runtime.informers.get(oci_rt).store,
         external_artifacts=runtime.informers.get(external_rt).store,
-        kubeconfig=options.kubeconfig,
+        # The file the controller's own client loaded (--kubeconfig, $KUBECONFIG,
+        # ~/.kube/config), or None in a pod: helm reaches the same cluster as it.
+        kubeconfig=kubeconfig_path(options.kubeconfig),
         default_service_account=options.default_service_account or None,
         requeue_dependency=options.requeue_dependency,
         no_cross_namespace_refs=options.no_cross_namespace_refs,

@@ -10,6 +10,7 @@ remote one (`targeting`), and helm gets that cluster's private kubeconfig.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,10 +19,12 @@ import aiohttp
 from helm_controller import releases
 from sluice_api.helm import HelmRelease, HelmReleaseReason, Snapshot
 from sluice_api.meta import Artifact, parse_duration
+from sluice_api.times import format_duration
 from sluice_runtime.helming import run_helm
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
+from sluice_runtime.kube.errors import KubeError
 from sluice_runtime.kube.impersonation import TargetClusters, impersonated_user
 from sluice_runtime.kube.resources import SECRET
 from sluice_runtime.reconciling.errors import StepError
@@ -44,7 +47,8 @@ class Services:
     oci_repositories: Store
     external_artifacts: Store
     kubeconfig: str | None
-    """The controller's kubeconfig for helm; None in a pod (helm uses in-cluster config)."""
+    """The kubeconfig file the controller's client loaded (`connecting.kubeconfig_path`),
+    given to helm; None in a pod (helm uses the in-cluster config)."""
     default_service_account: str | None = None
     requeue_dependency: float = 30.0
     no_cross_namespace_refs: bool = False
@@ -96,6 +100,24 @@ class HelmReleaseContext(ReconcileContext[HelmRelease]):
     def max_history(self) -> int:
         spec = self.obj.spec
         return spec.max_history if spec.max_history is not None else DEFAULT_MAX_HISTORY
+
+
+async def announce(
+    ctx: HelmReleaseContext,
+    action: str,
+    doing: str,
+    *,
+    timeout: float,
+    failed: tuple[str, str] | None = None,
+) -> None:
+    """Reconciling=True with what helm is about to do, in one status patch before
+    it runs: Flux's "Running '<action>' action with timeout of <t>", then `doing`
+    (installing chart X, upgrading from A to B, rolling back...). A new attempt
+    clears the last one's Stalled; `failed` keeps Ready False with the failure
+    a remediation undoes."""
+    took = format_duration(timedelta(seconds=timeout))
+    message = f"Running '{action}' action with timeout of {took}: {doing}"
+    await ctx.progress(message, failed=failed)
 
 
 def duration(text: str | None, default: float) -> float:
@@ -153,21 +175,37 @@ async def helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> s
 
 
 async def history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapshot]]:
-    """The release's revisions from Helm's storage Secrets, newest first."""
-    secrets = await base_client(ctx).list(
-        SECRET,
-        namespace=ctx.release_namespace,
-        label_selector=f"owner=helm,name={ctx.release_name}",
-    )
+    """The release's newest revisions from Helm's storage Secrets, newest first.
+
+    Read as the tenant, like helm itself: with the controller's identity a
+    HelmRelease whose `targetNamespace` the tenant may not read would show
+    that namespace's release in its status, and helm would then upgrade it.
+    """
+    where = f"{ctx.release_namespace}/{ctx.release_name}"
     try:
-        return releases.history(secrets.items)
-    except (ValueError, KeyError, OSError) as error:
+        secrets = await cluster_client(ctx).list(
+            SECRET,
+            namespace=ctx.release_namespace,
+            label_selector=f"owner=helm,name={ctx.release_name}",
+        )
+    except KubeError as error:
         raise StepError(
-            Reason.GET_LAST_RELEASE_FAILED, f"cannot read the release history: {error}"
+            Reason.GET_LAST_RELEASE_FAILED,
+            f"cannot read the history of release {where}: {error}",
+        ) from None
+    try:
+        return releases.history(secrets.items, keep=kept_history(ctx))
+    except releases.StorageError as error:
+        raise StepError(
+            Reason.GET_LAST_RELEASE_FAILED, f"cannot read the history of release {where}: {error}"
         ) from None
 
 
-def record_history(ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Snapshot]]) -> None:
+def kept_history(ctx: HelmReleaseContext) -> int:
+    """How many snapshots status.history keeps (and so how many releases are decoded)."""
     spec = ctx.obj.spec
-    keep = spec.max_history if spec.max_history else DEFAULT_MAX_HISTORY
-    ctx.obj.status.history = [snap for _, snap in found[:keep]] or None
+    return spec.max_history if spec.max_history else DEFAULT_MAX_HISTORY
+
+
+def record_history(ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Snapshot]]) -> None:
+    ctx.obj.status.history = [snap for _, snap in found[: kept_history(ctx)]] or None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from helm_controller.charting import HELMCHART, reconcile_chart
+from helm_controller.charting import HELMCHART, desired_chart, reconcile_chart
 from helm_controller.contexts import HelmReleaseContext, Services
 from helm_controller.releasing import reconcile_release
 from helm_controller.remediating import uninstall
@@ -102,10 +102,13 @@ async def finalize(ctx: HelmReleaseContext) -> None:
             ctx.log.warning("uninstall on deletion failed", error=str(error))
             ctx.events.warning(Reason.UNINSTALL_FAILED, f"Helm uninstall failed: {error}")
     ctx.services.attempts.pop(hr.metadata.uid or hr.key, None)
-    if hr.status.helm_chart:
-        namespace, name = hr.status.helm_chart.split("/", 1)
+    # The HelmChart the spec makes, never the one status names: whoever may
+    # write the HelmRelease's status would delete any namespace's HelmChart
+    # with the controller's identity.
+    if hr.spec.chart is not None:
+        owned = desired_chart(hr)["metadata"]
         with contextlib.suppress(NotFound):
-            await ctx.client.delete(HELMCHART, name, namespace=namespace)
+            await ctx.client.delete(HELMCHART, owned["name"], namespace=owned["namespace"])
 
 
 def reconciler(services: Services) -> Reconciler[HelmReleaseContext]:

@@ -5,15 +5,22 @@ decoding of Helm's release Secrets (`sh.helm.release.v1.<name>.v<N>`: base64
 of gzipped JSON, inside the Secret's own base64) into status.history
 snapshots, the composition and digest of values, whether a reconcile
 must run a release action at all, and which CRDs a chart carries.
+
+Helm's storage Secrets sit in the release's namespace, where a tenant may
+write them: a small Secret can hold a gzip bomb. So only the newest versions
+the status keeps are decoded, each inflated in bounded chunks up to
+`MAX_RELEASE_SIZE`, and each snapshot is checked against what a status can
+hold before it is written (`StorageError` names the Secret and the limit).
 """
 
 from __future__ import annotations
 
 import base64
-import gzip
+import binascii
 import hashlib
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,12 +47,61 @@ def release_name(name: str, target_namespace: str | None, release: str | None) -
     return f"{full[:40]}-{digest}"
 
 
-def decode_release(encoded: str) -> dict[str, Any]:
+MAX_RELEASE_SIZE = 16 << 20
+"""Bytes a stored release may inflate to. The API server keeps a Secret under
+1 MiB, so a real release's gzipped JSON is under 768 KiB and its JSON a few
+MiB (text compresses 4-8x); Helm's own storage sets no limit, a 725 kB bomb
+inflates to gigabytes."""
+MAX_SNAPSHOT_TEXT = 1024
+"""Characters a snapshot's string field may have (names are at most 253)."""
+MAX_TEST_HOOKS = 256
+"""Test hooks a snapshot may list."""
+_CHUNK = 1 << 16
+
+
+class StorageError(ValueError):
+    """A release Secret cannot be read, or its snapshot cannot go into status;
+    the message names the Secret and what is wrong."""
+
+
+def inflate(raw: bytes, *, limit: int = MAX_RELEASE_SIZE) -> bytes:
+    """`raw` gunzipped, refusing (StorageError) once the output passes `limit` bytes.
+
+    Inflated in chunks of at most 64 KiB of output, so a bomb costs at most
+    `limit` plus one chunk of memory before it is refused.
+    """
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = bytearray()
+    pending = raw
+    try:
+        while pending and not inflater.eof:
+            out += inflater.decompress(pending, _CHUNK)
+            if len(out) > limit:
+                raise StorageError(f"inflates to more than {limit >> 20} MiB")
+            pending = inflater.unconsumed_tail
+    except zlib.error as error:
+        raise StorageError(f"is not valid gzip: {error}") from None
+    if not inflater.eof:
+        raise StorageError("is truncated gzip")
+    return bytes(out)
+
+
+def decode_release(encoded: str, *, limit: int = MAX_RELEASE_SIZE) -> dict[str, Any]:
     """The release JSON held in a Secret's `data.release` (still base64 from the API)."""
-    raw = base64.b64decode(base64.b64decode(encoded))
+    try:
+        raw = base64.b64decode(base64.b64decode(encoded, validate=True), validate=True)
+    except (binascii.Error, ValueError):
+        raise StorageError("is not base64") from None
     if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    release: dict[str, Any] = json.loads(raw)
+        raw = inflate(raw, limit=limit)
+    elif len(raw) > limit:
+        raise StorageError(f"is larger than {limit >> 20} MiB")
+    try:
+        release = json.loads(raw)
+    except (ValueError, RecursionError) as error:
+        raise StorageError(f"is not a release: {error}") from None
+    if not isinstance(release, dict):
+        raise StorageError("is not a release: not a JSON object")
     return release
 
 
@@ -56,58 +112,135 @@ def config_digest(values: dict[str, Any]) -> str:
 
 
 def snapshot(release: dict[str, Any], *, digest: str) -> Snapshot:
-    """One status.history entry for a decoded Helm release."""
-    info = release.get("info") or {}
-    meta = (release.get("chart") or {}).get("metadata") or {}
+    """One status.history entry for a decoded Helm release, checked
+    (`check_snapshot`) so that the status write cannot be refused for it."""
+    info = _mapping(release.get("info"))
+    meta = _mapping(_mapping(release.get("chart")).get("metadata"))
     hooks: dict[str, Any] = {}
     for hook in release.get("hooks") or []:
-        if "test" in (hook.get("events") or []):
-            run = hook.get("last_run") or {}
-            hooks[hook["name"]] = {
-                "lastStarted": run.get("started_at") or None,
-                "lastCompleted": run.get("completed_at") or None,
+        if "test" in (_mapping(hook).get("events") or []):
+            run = _mapping(hook.get("last_run"))
+            hooks[str(hook.get("name"))] = {
+                "lastStarted": _time(run.get("started_at")) or None,
+                "lastCompleted": _time(run.get("completed_at")) or None,
                 "phase": run.get("phase") or None,
             }
-    return Snapshot.model_validate(
-        {
-            "apiVersion": SNAPSHOT_API_VERSION,
-            "digest": digest,
-            "name": release["name"],
-            "namespace": release.get("namespace", ""),
-            "version": int(release["version"]),
-            "status": info.get("status", "unknown"),
-            "chartName": meta.get("name", ""),
-            "chartVersion": meta.get("version", ""),
-            "appVersion": meta.get("appVersion") or None,
-            "configDigest": config_digest(release.get("config") or {}),
-            "firstDeployed": _time(info.get("first_deployed")),
-            "lastDeployed": _time(info.get("last_deployed")),
-            "deleted": _time(info.get("deleted")) or None,
-            "testHooks": hooks or None,
-        }
-    )
+            if len(hooks) > MAX_TEST_HOOKS:
+                raise StorageError(f"has more than {MAX_TEST_HOOKS} test hooks")
+    config = release.get("config") or {}
+    if not isinstance(config, dict):
+        raise StorageError("is not a release: its config is not a map")
+    try:
+        snap = Snapshot.model_validate(
+            {
+                "apiVersion": SNAPSHOT_API_VERSION,
+                "digest": digest,
+                "name": release["name"],
+                "namespace": release.get("namespace", ""),
+                "version": int(release["version"]),
+                "status": info.get("status", "unknown"),
+                "chartName": meta.get("name", ""),
+                "chartVersion": meta.get("version", ""),
+                "appVersion": meta.get("appVersion") or None,
+                "configDigest": config_digest(release.get("config") or {}),
+                "firstDeployed": _time(info.get("first_deployed")),
+                "lastDeployed": _time(info.get("last_deployed")),
+                "deleted": _time(info.get("deleted")) or None,
+                "testHooks": hooks or None,
+            }
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise StorageError(f"is not a release: {error}") from None
+    check_snapshot(snap)
+    return snap
 
 
-def _time(text: str | None) -> str:
+def _mapping(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise StorageError(f"is not a release: {type(value).__name__} where a map belongs")
+    return value
+
+
+_RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+def check_snapshot(snap: Snapshot) -> None:
+    """Refuse (StorageError) a snapshot the status cannot hold: text past
+    `MAX_SNAPSHOT_TEXT`, a revision outside int64, a time that is not RFC 3339."""
+    if not 0 < snap.version < 1 << 63:
+        raise StorageError(f"has revision {snap.version}, not a Helm revision")
+    texts = {
+        "name": snap.name,
+        "namespace": snap.namespace,
+        "status": snap.status,
+        "chartName": snap.chart_name,
+        "chartVersion": snap.chart_version,
+        "appVersion": snap.app_version or "",
+    }
+    for hook, run in (snap.test_hooks or {}).items():
+        texts[f"testHooks[{hook[:64]}]"] = hook
+        texts[f"testHooks[{hook[:64]}].phase"] = run.phase or ""
+    for field, text in texts.items():
+        if len(text) > MAX_SNAPSHOT_TEXT:
+            raise StorageError(f"has a {field} of {len(text)} characters")
+    times = {
+        "firstDeployed": snap.first_deployed,
+        "lastDeployed": snap.last_deployed,
+        "deleted": snap.deleted or "",
+    }
+    for hook, run in (snap.test_hooks or {}).items():
+        times[f"testHooks[{hook[:64]}].lastStarted"] = run.last_started or ""
+        times[f"testHooks[{hook[:64]}].lastCompleted"] = run.last_completed or ""
+    for field, text in times.items():
+        if text and not _RFC3339.match(text):
+            raise StorageError(f"has a {field} that is not an RFC 3339 time: {text[:64]!r}")
+
+
+def _time(text: Any) -> str:
     """Helm writes RFC 3339 with nanoseconds and an offset; status keeps seconds, UTC Z."""
-    if not text or text.startswith("0001-"):
+    if not text or not isinstance(text, str) or text.startswith("0001-"):
         return ""
     match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", text)
     return (match[1] + "Z") if match else text
 
 
-def history(secrets: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Snapshot]]:
-    """Decoded releases of Helm's storage Secrets, newest version first."""
+KEPT = ("info", "manifest")
+"""What the controller reads of a decoded release besides its snapshot (the
+description, for rollbacks; the manifest, for drift); the chart's templates
+and files, most of a release's bytes, are let go at once."""
+
+
+def history(secrets: list[dict[str, Any]], *, keep: int) -> list[tuple[dict[str, Any], Snapshot]]:
+    """The newest `keep` releases of Helm's storage Secrets, decoded, newest first.
+
+    Which are newest is read from the `version` label Helm sets (or the
+    `.v<N>` suffix of the name), so older ones are never inflated.
+    """
+    stored = [s for s in secrets if (s.get("data") or {}).get("release")]
+    stored.sort(key=_stored_version, reverse=True)
     out = []
-    for secret in secrets:
-        encoded = (secret.get("data") or {}).get("release")
-        if not encoded:
-            continue
-        release = decode_release(encoded)
-        digest = "sha256:" + hashlib.sha256(encoded.encode()).hexdigest()
-        out.append((release, snapshot(release, digest=digest)))
+    for secret in stored[:keep]:
+        encoded = secret["data"]["release"]
+        name = (secret.get("metadata") or {}).get("name") or "?"
+        try:
+            release = decode_release(encoded)
+            digest = "sha256:" + hashlib.sha256(encoded.encode()).hexdigest()
+            snap = snapshot(release, digest=digest)
+        except StorageError as error:
+            raise StorageError(f"release Secret '{name}' {error}") from None
+        out.append(({key: release.get(key) for key in KEPT}, snap))
     out.sort(key=lambda item: item[1].version, reverse=True)
     return out
+
+
+def _stored_version(secret: dict[str, Any]) -> int:
+    meta = secret.get("metadata") or {}
+    label = str((meta.get("labels") or {}).get("version") or "")
+    if not label.isdigit():
+        label = str(meta.get("name") or "").rpartition(".v")[2]
+    return int(label) if label.isdigit() and len(label) < 19 else 0
 
 
 def last_successful(found: list[tuple[dict[str, Any], Snapshot]]) -> Snapshot | None:
@@ -118,7 +251,7 @@ def last_successful(found: list[tuple[dict[str, Any], Snapshot]]) -> Snapshot | 
     (`Upgrade "x" failed: ...`) can.
     """
     for release, snap in found:
-        description = str((release.get("info") or {}).get("description") or "")
+        description = str(_mapping(release.get("info")).get("description") or "")
         if snap.status in ("deployed", "superseded") and "failed" not in description.lower():
             return snap
     return None

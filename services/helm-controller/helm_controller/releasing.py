@@ -21,6 +21,7 @@ import yaml
 from helm_controller import correcting, postrendering, releases
 from helm_controller.contexts import (
     HelmReleaseContext,
+    announce,
     duration,
     helm,
     history,
@@ -192,8 +193,6 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
     status.last_attempted_release_action = action  # type: ignore[assignment]
     status.storage_namespace = ctx.release_namespace
     ctx.conditions.delete(Condition.REMEDIATED, Condition.TEST_SUCCESS)
-    # No mid-reconcile status write (ctx.progress): its watch event would queue
-    # a second reconcile that reads the cache before this one's final status.
 
     work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="hr-values-")))
     values_file = work / "values.json"
@@ -205,6 +204,19 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         "upgrade": (Reason.UPGRADE_SUCCEEDED, Reason.UPGRADE_FAILED),
     }
     ok_reason, failed_reason = reasons[action]
+    target = f"{ctx.release_namespace}/{ctx.release_name}"
+    if action == "install" or latest is None:
+        doing = f"installing chart {chart} as release {target}"
+    else:
+        doing = (
+            f"upgrading release {target} from chart {latest.chart_name}@{latest.chart_version}"
+            f" to {chart}"
+        )
+    # Shown before helm runs (the attempt fields, history and Reconciling in one
+    # patch): an install of minutes must not show the last attempt's story. A
+    # reconcile that follows this one at once reads the attempt fields from
+    # `services.attempts`, not from a cache that may still hold this patch.
+    await announce(ctx, action, doing, timeout=timeout)
     try:
         await apply_crds(ctx, action, timeout=timeout)
         await helm(ctx, args, timeout=timeout)

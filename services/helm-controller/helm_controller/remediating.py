@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from helm_controller import releases
 from helm_controller.contexts import (
     HelmReleaseContext,
+    announce,
     duration,
     helm,
     history,
@@ -57,7 +58,7 @@ async def count_failure(
         status.upgrade_failures = failures = (status.upgrade_failures or 0) + 1
     exhausted = retries_exhausted(failures, retries)
     if not exhausted or remediate_last:
-        await remediate(ctx, action, chart=chart)
+        await remediate(ctx, action, chart=chart, failed=(reason, message))
     record_history(ctx, await history(ctx))
     if exhausted:
         raise Stalling(
@@ -66,8 +67,12 @@ async def count_failure(
     raise StepError(reason, message)
 
 
-async def remediate(ctx: HelmReleaseContext, action: str, *, chart: str) -> None:
-    """Undo a failed action: uninstall a failed install, roll back (or uninstall) an upgrade."""
+async def remediate(
+    ctx: HelmReleaseContext, action: str, *, chart: str, failed: tuple[str, str]
+) -> None:
+    """Undo a failed action: uninstall a failed install, roll back (or uninstall) an upgrade.
+
+    `failed` is the failure's (reason, message): Ready shows it while helm undoes it."""
     spec = ctx.obj.spec
     strategy = (
         "uninstall"
@@ -113,6 +118,11 @@ async def remediate(ctx: HelmReleaseContext, action: str, *, chart: str) -> None
                 "--history-max",
                 str(ctx.max_history),
             ]
+            doing = (
+                f"rolling back release {target} to revision {previous.version} with chart "
+                f"{previous.chart_name}@{previous.chart_version}"
+            )
+            await announce(ctx, "rollback", doing, timeout=timeout, failed=failed)
             await helm(ctx, args, timeout=timeout)
             message = (
                 f"Helm rollback to previous release {target}.v{previous.version} with chart "
@@ -120,20 +130,21 @@ async def remediate(ctx: HelmReleaseContext, action: str, *, chart: str) -> None
             )
             reason = Reason.ROLLBACK_SUCCEEDED
         else:
-            await uninstall(ctx)
+            await uninstall(ctx, failed=failed)
             message = f"Helm uninstall succeeded for release {target} with chart {chart}"
             reason = Reason.UNINSTALL_SUCCEEDED
     except HelmError as error:
-        failed = Reason.ROLLBACK_FAILED if strategy == "rollback" else Reason.UNINSTALL_FAILED
+        undo_failed = Reason.ROLLBACK_FAILED if strategy == "rollback" else Reason.UNINSTALL_FAILED
         message = f"Helm {strategy} failed for release {target}: {error}"
-        ctx.events.warning(failed, message, metadata=ctx.event_metadata)
-        ctx.conditions.mark_false(Condition.REMEDIATED, failed, message)
+        ctx.events.warning(undo_failed, message, metadata=ctx.event_metadata)
+        ctx.conditions.mark_false(Condition.REMEDIATED, undo_failed, message)
         return
     ctx.events.normal(reason, message, metadata=ctx.event_metadata)
     ctx.conditions.mark_true(Condition.REMEDIATED, reason, message)
 
 
-async def uninstall(ctx: HelmReleaseContext) -> None:
+async def uninstall(ctx: HelmReleaseContext, *, failed: tuple[str, str] | None = None) -> None:
+    """`helm uninstall`, announced first (`failed`: the failure it remedies)."""
     un = ctx.obj.spec.uninstall
     timeout = duration(un.timeout if un else None, ctx.timeout)
     args = ["uninstall", ctx.release_name, "--timeout", f"{int(timeout)}s", "--ignore-not-found"]
@@ -145,6 +156,8 @@ async def uninstall(ctx: HelmReleaseContext) -> None:
         if un.keep_history:
             args.append("--keep-history")
         args += ["--cascade", un.deletion_propagation]
+    doing = f"uninstalling release {ctx.release_namespace}/{ctx.release_name}"
+    await announce(ctx, "uninstall", doing, timeout=timeout, failed=failed)
     await helm(ctx, args, timeout=timeout)
 
 
@@ -158,6 +171,7 @@ async def run_tests(ctx: HelmReleaseContext, current: Snapshot, *, chart: str) -
     for flt in test.filters or []:
         args += ["--filter", f"{'!' if flt.exclude else ''}name={flt.name}"]
     target = f"{current.namespace}/{current.name}.v{current.version}"
+    await announce(ctx, "test", f"testing release {target}", timeout=timeout)
     try:
         await helm(ctx, args, timeout=timeout)
     except HelmError as error:

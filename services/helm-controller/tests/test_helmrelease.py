@@ -8,8 +8,8 @@ from typing import Any
 
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE
 from sluice_envtest.harness import condition, make_config_map, make_secret, make_tenant
-from sluice_runtime.kube.errors import NotFound
-from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.kube.errors import KubeError, NotFound
+from sluice_runtime.kube.resources import NAMESPACE, ResourceType
 
 from .conftest import CONFIG_MAP, HELMCHART, HELMRELEASE, HELMREPO, HelmDelivery
 
@@ -168,6 +168,53 @@ async def test_deleting_the_helmrelease_uninstalls_and_deletes_its_chart(
         await asyncio.sleep(0.1)
     assert not (await d.kube.list(HELMCHART, namespace=ns)).items
     await d.wait_event("web", reason="UninstallSucceeded")
+
+
+async def test_deleting_deletes_the_chart_the_spec_made_never_the_one_status_names(
+    helm_delivery: HelmDelivery,
+) -> None:
+    d = helm_delivery
+    ns = d.namespace
+    victim = f"{ns}-victim"[:63]
+    await d.kube.create(
+        NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": victim}}
+    )
+    try:
+        precious = {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "HelmChart",
+            "metadata": {"name": "precious"},
+            "spec": {
+                "chart": "app",
+                "interval": "1h",
+                "sourceRef": {"kind": "HelmRepository", "name": "elsewhere"},
+            },
+        }
+        await d.kube.create(HELMCHART, precious, namespace=victim)
+        d.charts.add("app", "1.0.0")
+        await d.helm_repository()
+        await d.helm_release("web")
+        await d.observe.wait_ready(HELMRELEASE, "web", timeout=60)
+        # A tenant who may write its HelmRelease's status points it elsewhere.
+        await d.kube.merge_patch(
+            HELMRELEASE,
+            "web",
+            {"status": {"helmChart": f"{victim}/precious"}},
+            namespace=ns,
+            subresource="status",
+        )
+        await d.kube.delete(HELMRELEASE, "web", namespace=ns)
+        for _ in range(300):  # a cap on the wait only
+            if not (await d.kube.list(HELMRELEASE, namespace=ns)).items:
+                break
+            await asyncio.sleep(0.1)
+        assert not (await d.kube.list(HELMRELEASE, namespace=ns)).items
+        # Its own chart is gone; the other namespace's is not.
+        assert not (await d.kube.list(HELMCHART, namespace=ns)).items
+        await d.kube.get(HELMCHART, "precious", victim)
+    finally:
+        with contextlib.suppress(KubeError):
+            await d.kube.delete(NAMESPACE, victim)
 
 
 async def test_values_from_configmap_and_secret_with_target_path_and_a_missing_one(

@@ -6,6 +6,7 @@ import base64
 import gzip
 import json
 import tarfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,8 @@ def test_helm_storage_secrets_become_history_snapshots_newest_first() -> None:
             {"data": {"release": encoded(older)}},
             {"data": {"release": encoded(RELEASE)}},
             {"data": {}},
-        ]
+        ],
+        keep=5,
     )
     assert [snap.version for _, snap in found] == [2, 1]
     snap = found[0][1]
@@ -90,6 +92,146 @@ def test_helm_storage_secrets_become_history_snapshots_newest_first() -> None:
     assert snap.config_digest == releases.config_digest({"a": {"x": 2}, "b": 1})
     assert snap.test_hooks is not None and list(snap.test_hooks) == ["web-test"]
     assert snap.test_hooks["web-test"].phase == "Succeeded"
+
+
+def stored(release: dict[str, Any], *, label: str | None = None) -> dict[str, Any]:
+    """A Helm storage Secret as the API lists it."""
+    version = str(release.get("version"))
+    return {
+        "metadata": {
+            "name": f"sh.helm.release.v1.web.v{version}",
+            "labels": {"owner": "helm", "name": "web", "version": label or version},
+        },
+        "data": {"release": encoded(release)},
+    }
+
+
+def bomb(size: int) -> str:
+    """A release Secret's `data.release` whose gzip inflates to `size` bytes of JSON."""
+    # Compressed a MiB at a time: the test itself must not hold what the bomb holds.
+    packer = zlib.compressobj(9, wbits=16 + zlib.MAX_WBITS)
+    parts = [packer.compress(b'{"name": "web", "pad": "')]
+    block = b"0" * (1 << 20)
+    for _ in range(size >> 20):
+        parts.append(packer.compress(block))
+    parts.append(packer.compress(b'"}') + packer.flush())
+    inner = base64.b64encode(b"".join(parts)).decode()
+    return base64.b64encode(inner.encode()).decode()
+
+
+class CountingInflater:
+    """zlib's inflater, counting the bytes it hands out (the budget the cap holds)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.out = 0
+
+    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+        chunk: bytes = self.inner.decompress(data, max_length)
+        self.out += len(chunk)
+        return chunk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_gzip_bomb_in_helm_storage_is_refused_within_the_byte_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 256 MiB of JSON from a few hundred kB of Secret: the shape of issue 32's 725 kB one.
+    encoded_bomb = bomb(256 << 20)
+    assert len(encoded_bomb) < 2 << 20
+    made: list[CountingInflater] = []
+    real = releases.zlib.decompressobj
+
+    def counting(*args: Any, **kwargs: Any) -> CountingInflater:
+        made.append(CountingInflater(real(*args, **kwargs)))
+        return made[-1]
+
+    monkeypatch.setattr(releases.zlib, "decompressobj", counting)
+    secret = {"metadata": {"name": "sh.helm.release.v1.web.v1"}, "data": {"release": encoded_bomb}}
+    with pytest.raises(releases.StorageError) as refused:
+        releases.history([secret], keep=5)
+    assert str(refused.value) == (
+        "release Secret 'sh.helm.release.v1.web.v1' inflates to more than 16 MiB"
+    )
+    [inflater] = made
+    # Never more than the cap and one chunk inflated, not the 256 MiB.
+    assert releases.MAX_RELEASE_SIZE < inflater.out <= releases.MAX_RELEASE_SIZE + (64 << 10)
+
+
+def test_only_the_versions_status_keeps_are_decoded() -> None:
+    versions = [{**RELEASE, "version": v} for v in range(1, 9)]
+    secrets = [stored(r) for r in versions]
+    # Older versions are bombs: never inflated, so never refused.
+    for old in secrets[:5]:
+        old["data"]["release"] = bomb(32 << 20)
+    found = releases.history(secrets, keep=3)
+    assert [snap.version for _, snap in found] == [8, 7, 6]
+    # What is kept of each release: its info and manifest, not its chart.
+    assert set(found[0][0]) == {"info", "manifest"}
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        pytest.param({"name": "w" * 2000}, "has a name of 2000 characters", id="long-name"),
+        pytest.param(
+            {"chart": {"metadata": {"name": "app", "version": "1" * 5000}}},
+            "has a chartVersion of 5000 characters",
+            id="long-chart-version",
+        ),
+        pytest.param({"version": 1 << 70}, "has revision", id="revision-past-int64"),
+        pytest.param({"version": -1}, "has revision -1", id="negative-revision"),
+        pytest.param(
+            {"info": {"status": "deployed", "first_deployed": "yesterday"}},
+            "has a firstDeployed that is not an RFC 3339 time: 'yesterday'",
+            id="not-a-time",
+        ),
+        pytest.param(
+            {"hooks": [{"name": f"t{i}", "events": ["test"]} for i in range(300)]},
+            "has more than 256 test hooks",
+            id="too-many-test-hooks",
+        ),
+        pytest.param({"info": ["deployed"]}, "list where a map belongs", id="info-not-a-map"),
+        pytest.param({"config": [1]}, "its config is not a map", id="config-not-a-map"),
+    ],
+)
+def test_a_snapshot_the_status_cannot_hold_is_refused_naming_the_field(
+    change: dict[str, Any], refusal: str
+) -> None:
+    with pytest.raises(releases.StorageError) as refused:
+        releases.history([stored({**RELEASE, **change}, label="2")], keep=5)
+    assert refusal in str(refused.value)
+    assert str(refused.value).startswith("release Secret 'sh.helm.release.v1.web.v")
+
+
+@pytest.mark.parametrize(
+    ("data", "refusal"),
+    [
+        pytest.param("%%%", "is not base64", id="not-base64"),
+        pytest.param(
+            base64.b64encode(base64.b64encode(b"\x1f\x8b\x08garbage")).decode(),
+            "is not valid gzip",
+            id="bad-gzip",
+        ),
+        pytest.param(
+            base64.b64encode(base64.b64encode(gzip.compress(b"{}" * 100)[:20])).decode(),
+            "is truncated gzip",
+            id="truncated",
+        ),
+        pytest.param(
+            base64.b64encode(base64.b64encode(b"[1, 2]")).decode(),
+            "not a JSON object",
+            id="not-an-object",
+        ),
+    ],
+)
+def test_a_release_secret_that_is_not_a_release_is_refused(data: str, refusal: str) -> None:
+    secret = {"metadata": {"name": "sh.helm.release.v1.web.v1"}, "data": {"release": data}}
+    with pytest.raises(releases.StorageError) as refused:
+        releases.history([secret], keep=5)
+    assert refusal in str(refused.value)
 
 
 def snap(version: int, status: str, chart: str = "1.0.0", config: str = "sha256:a") -> Snapshot:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import gzip
 import json
 import sys
 from typing import Any
@@ -27,6 +25,7 @@ from rich.tree import Tree
 from sluice_api.meta import ObjectId
 from sluice_cli.kinds import HELM_RELEASE, KUSTOMIZATION, RESOURCESET, Kind
 from sluice_cli.terminal import OK, Failure, add_cluster_flags, connected, console, run_verb
+from sluice_runtime.helming import storage
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.discovery import RestMapper, UnknownKind, split_api_version
 from sluice_runtime.kube.errors import NotFound
@@ -193,27 +192,19 @@ def release_objects(stored: str) -> list[tuple[str, str, str, str]]:
     """(apiVersion, kind, namespace, name) of each object in a Helm storage Secret's release.
 
     `stored` is the Secret's `data.release` as the API returns it: base64 of
-    Helm's own encoding, itself base64 of the release JSON, gzipped.
+    Helm's own encoding, itself base64 of the release JSON, gzipped; decoded
+    within the same limits as the helm-controller's (a tenant writes it).
     """
-    try:
-        encoded = base64.b64decode(stored, validate=True)
-        raw = base64.b64decode(encoded, validate=True)
-        if raw[:3] == b"\x1f\x8b\x08":
-            raw = gzip.decompress(raw)
-        release = json.loads(raw)
-        documents = yaml.safe_load_all(str(release.get("manifest") or ""))
-        objects = []
-        for document in documents:
-            if not isinstance(document, dict) or not document.get("kind"):
-                continue
-            meta = document.get("metadata") or {}
-            objects.append((
-                str(document.get("apiVersion") or ""), str(document["kind"]),
-                str(meta.get("namespace") or ""), str(meta.get("name") or ""),
-            ))  # fmt: skip
-        return objects
-    except (ValueError, OSError, EOFError, yaml.YAMLError, AttributeError) as error:
-        raise ValueError(" ".join(str(error).split()) or type(error).__name__) from None
+    objects = []
+    for document in storage.release_objects(storage.decode_release(stored)):
+        meta = document.get("metadata") or {}
+        if not isinstance(meta, dict):
+            meta = {}
+        objects.append((
+            str(document.get("apiVersion") or ""), str(document["kind"]),
+            str(meta.get("namespace") or ""), str(meta.get("name") or ""),
+        ))  # fmt: skip
+    return objects
 
 
 def _order(oid: ObjectId) -> tuple[int, str, str, str]:

@@ -23,6 +23,7 @@ from helm_controller.contexts import FIELD_MANAGER, HelmReleaseContext
 from sluice_api.helm import NAME_LABEL, NAMESPACE_LABEL, HelmRelease, HelmReleaseReason
 from sluice_api.meta import Artifact
 from sluice_api.source import HelmChart, OCIRepository
+from sluice_runtime import yamlloading
 from sluice_runtime.artifacts.fetching import ArtifactError, fetch_artifact
 from sluice_runtime.conditions import condition_of
 from sluice_runtime.kube.errors import KubeError
@@ -144,29 +145,36 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
     if len(dirs) != 1:
         raise StepError(Reason.ARTIFACT_FAILED, f"{kind} '{key}' artifact holds no chart")
     ctx.chart_dir = dirs[0]
+    where = f"{kind} '{key}'"
+    try:
+        meta = await yamlloading.load_file_off_loop(
+            ctx.chart_dir / "Chart.yaml", limits=yamlloading.VALUES_LIMITS
+        )
+    except yamlloading.YAMLError as error:
+        raise StepError(
+            Reason.ARTIFACT_FAILED, f"{where}: the chart's Chart.yaml is invalid: {error}"
+        ) from None
+    if not isinstance(meta, dict) or "name" not in meta or "version" not in meta:
+        raise StepError(
+            Reason.ARTIFACT_FAILED,
+            f"{where}: the chart's Chart.yaml is invalid: it needs a name and a version",
+        )
+    ctx.chart_meta = meta
     ctx.revision = ctx.artifact.revision
     if kind in ("OCIRepository", "ExternalArtifact"):
-        ctx.revision = version_with_digest(ctx.chart_dir, ctx.artifact, where=f"{kind} '{key}'")
+        ctx.revision = version_with_digest(ctx.chart_dir, meta, ctx.artifact)
     return None
 
 
-def version_with_digest(chart_dir: Path, artifact: Artifact, *, where: str) -> str:
-    """Write `<version>+<12 hex of the digest>` into Chart.yaml and return it.
+def version_with_digest(chart_dir: Path, meta: dict[str, Any], artifact: Artifact) -> str:
+    """Write `<version>+<12 hex of the digest>` into Chart.yaml (and `meta`) and return it.
 
     An OCI tag can be pushed again with other content under the same chart
     version; the digest in the version makes that a new release, as in Flux.
     """
-    meta_file = chart_dir / "Chart.yaml"
-    try:
-        meta = yaml.safe_load(meta_file.read_text())
-        version = str(meta["version"])
-    except (yaml.YAMLError, KeyError, TypeError, UnicodeDecodeError) as error:
-        raise StepError(
-            Reason.ARTIFACT_FAILED, f"{where}: the chart's Chart.yaml is invalid: {error}"
-        ) from None
     digest = (artifact.digest or artifact.revision).rpartition(":")[2][:12]
-    meta["version"] = f"{version.split('+', 1)[0]}+{digest}"
-    meta_file.write_text(yaml.safe_dump(meta, sort_keys=False))
+    meta["version"] = f"{str(meta['version']).split('+', 1)[0]}+{digest}"
+    (chart_dir / "Chart.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     return str(meta["version"])
 
 

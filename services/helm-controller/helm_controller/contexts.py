@@ -21,6 +21,7 @@ from sluice_api.helm import HelmRelease, HelmReleaseReason, Snapshot
 from sluice_api.meta import Artifact, parse_duration
 from sluice_api.times import format_duration
 from sluice_runtime.helming import run_helm
+from sluice_runtime.helming.storage import StorageError
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
@@ -71,6 +72,8 @@ class HelmReleaseContext(ReconcileContext[HelmRelease]):
     services: Services
     artifact: Artifact | None = None
     chart_dir: Path | None = None
+    chart_meta: dict[str, Any] = field(default_factory=dict)
+    """The chart's Chart.yaml, read once (bounded, off the loop) when the chart is fetched."""
     revision: str = ""
     """The chart revision released: the HelmChart's, or the OCI chart's digest-suffixed version."""
     values: dict[str, Any] = field(default_factory=dict)
@@ -195,7 +198,7 @@ async def history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapsho
         ) from None
     try:
         return releases.history(secrets.items, keep=kept_history(ctx))
-    except releases.StorageError as error:
+    except StorageError as error:
         raise StepError(
             Reason.GET_LAST_RELEASE_FAILED, f"cannot read the history of release {where}: {error}"
         ) from None

@@ -15,12 +15,8 @@ hold before it is written (`StorageError` names the Secret and the limit).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 import re
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +26,8 @@ import yaml
 from sluice_api.helm import Snapshot
 from sluice_runtime import building
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
+from sluice_runtime.helming.storage import StorageError, decode_release
+from sluice_runtime.helming.values import config_digest
 
 RELEASE_NAME_MAX = 53
 SNAPSHOT_API_VERSION = "helm.toolkit.fluxcd.io/v2"
@@ -47,68 +45,10 @@ def release_name(name: str, target_namespace: str | None, release: str | None) -
     return f"{full[:40]}-{digest}"
 
 
-MAX_RELEASE_SIZE = 16 << 20
-"""Bytes a stored release may inflate to. The API server keeps a Secret under
-1 MiB, so a real release's gzipped JSON is under 768 KiB and its JSON a few
-MiB (text compresses 4-8x); Helm's own storage sets no limit, a 725 kB bomb
-inflates to gigabytes."""
 MAX_SNAPSHOT_TEXT = 1024
 """Characters a snapshot's string field may have (names are at most 253)."""
 MAX_TEST_HOOKS = 256
 """Test hooks a snapshot may list."""
-_CHUNK = 1 << 16
-
-
-class StorageError(ValueError):
-    """A release Secret cannot be read, or its snapshot cannot go into status;
-    the message names the Secret and what is wrong."""
-
-
-def inflate(raw: bytes, *, limit: int = MAX_RELEASE_SIZE) -> bytes:
-    """`raw` gunzipped, refusing (StorageError) once the output passes `limit` bytes.
-
-    Inflated in chunks of at most 64 KiB of output, so a bomb costs at most
-    `limit` plus one chunk of memory before it is refused.
-    """
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    out = bytearray()
-    pending = raw
-    try:
-        while pending and not inflater.eof:
-            out += inflater.decompress(pending, _CHUNK)
-            if len(out) > limit:
-                raise StorageError(f"inflates to more than {limit >> 20} MiB")
-            pending = inflater.unconsumed_tail
-    except zlib.error as error:
-        raise StorageError(f"is not valid gzip: {error}") from None
-    if not inflater.eof:
-        raise StorageError("is truncated gzip")
-    return bytes(out)
-
-
-def decode_release(encoded: str, *, limit: int = MAX_RELEASE_SIZE) -> dict[str, Any]:
-    """The release JSON held in a Secret's `data.release` (still base64 from the API)."""
-    try:
-        raw = base64.b64decode(base64.b64decode(encoded, validate=True), validate=True)
-    except (binascii.Error, ValueError):
-        raise StorageError("is not base64") from None
-    if raw[:2] == b"\x1f\x8b":
-        raw = inflate(raw, limit=limit)
-    elif len(raw) > limit:
-        raise StorageError(f"is larger than {limit >> 20} MiB")
-    try:
-        release = json.loads(raw)
-    except (ValueError, RecursionError) as error:
-        raise StorageError(f"is not a release: {error}") from None
-    if not isinstance(release, dict):
-        raise StorageError("is not a release: not a JSON object")
-    return release
-
-
-def config_digest(values: dict[str, Any]) -> str:
-    """Digest of values, independent of key order (Flux: digest of the canonical JSON)."""
-    canonical = json.dumps(values, sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def snapshot(release: dict[str, Any], *, digest: str) -> Snapshot:
@@ -286,39 +226,6 @@ def next_action(
     ):
         return "upgrade"
     return None
-
-
-class ValuesError(Exception):
-    pass
-
-
-def set_path(values: dict[str, Any], path: str, value: Any) -> None:
-    """Set `value` at a `--set`-style path (`a.b[0].c`, `\\.` escapes a dot)."""
-    parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", path)]
-    node: Any = values
-    for i, part in enumerate(parts):
-        match = re.fullmatch(r"([^\[\]]*)((?:\[\d+\])*)", part)
-        if not match or (not match[1] and not match[2]):
-            raise ValuesError(f"invalid targetPath '{path}'")
-        keys: list[str | int] = [match[1]] if match[1] else []
-        keys += [int(x) for x in re.findall(r"\[(\d+)\]", match[2])]
-        for j, key in enumerate(keys):
-            last = i == len(parts) - 1 and j == len(keys) - 1
-            nxt: Any = value if last else ({} if j == len(keys) - 1 else [])
-            if isinstance(key, int):
-                if not isinstance(node, list):
-                    raise ValuesError(f"targetPath '{path}': not a list at [{key}]")
-                while len(node) <= key:
-                    node.append(None)
-                if last or node[key] is None:
-                    node[key] = nxt
-                node = node[key]
-            else:
-                if not isinstance(node, dict):
-                    raise ValuesError(f"targetPath '{path}': not a map at '{key}'")
-                if last or not isinstance(node.get(key), dict | list):
-                    node[key] = nxt
-                node = node[key]
 
 
 class ChartCRDsError(Exception):

@@ -16,9 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from helm_controller import correcting, postrendering, releases
+from helm_controller import correcting, releases
 from helm_controller.contexts import (
     HelmReleaseContext,
     announce,
@@ -43,7 +41,7 @@ from sluice_api.helm import (
     HelmReleaseReason,
     Snapshot,
 )
-from sluice_runtime.helming import HelmError
+from sluice_runtime.helming import HelmError, postrendering
 from sluice_runtime.reconciling.errors import Stalling
 from sluice_runtime.reconciling.steps import Result, step
 
@@ -111,7 +109,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
     annotations = meta.annotations or {}
     generation = meta.generation or 0
     assert ctx.artifact is not None and ctx.chart_dir is not None
-    chart_meta = yaml.safe_load((ctx.chart_dir / "Chart.yaml").read_text()) or {}
+    chart_meta = ctx.chart_meta
     chart = f"{chart_meta.get('name')}@{chart_meta.get('version')}"
     desired = releases.Desired(
         chart_name=str(chart_meta.get("name")),

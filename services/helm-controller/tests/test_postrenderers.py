@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import yaml
 
-from helm_controller import postrendering
 from sluice_api.helm import CommonMetadata, PostRenderer
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE
 from sluice_envtest.harness import condition
+from sluice_runtime.helming import postrendering
 
 from .conftest import CONFIG_MAP, HELMRELEASE, HelmDelivery
 from .test_drift import DEPLOYMENT, DEPLOYMENT_TEMPLATE, NO_WAIT, image

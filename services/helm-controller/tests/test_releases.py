@@ -16,6 +16,8 @@ from helm_controller import releases
 from helm_controller.charting import desired_chart
 from helm_controller.validating import unsupported_fields
 from sluice_api.helm import HelmRelease, Snapshot
+from sluice_runtime.helming import values as helm_values
+from sluice_runtime.helming.storage import MAX_RELEASE_SIZE, StorageError
 
 
 @pytest.mark.parametrize(
@@ -89,7 +91,7 @@ def test_helm_storage_secrets_become_history_snapshots_newest_first() -> None:
     assert (snap.chart_name, snap.chart_version, snap.app_version) == ("app", "1.1.0", "6.0")
     assert snap.first_deployed == "2026-01-02T03:04:05Z"
     assert snap.deleted is None
-    assert snap.config_digest == releases.config_digest({"a": {"x": 2}, "b": 1})
+    assert snap.config_digest == helm_values.config_digest({"a": {"x": 2}, "b": 1})
     assert snap.test_hooks is not None and list(snap.test_hooks) == ["web-test"]
     assert snap.test_hooks["web-test"].phase == "Succeeded"
 
@@ -142,22 +144,22 @@ def test_a_gzip_bomb_in_helm_storage_is_refused_within_the_byte_budget(
     encoded_bomb = bomb(256 << 20)
     assert len(encoded_bomb) < 2 << 20
     made: list[CountingInflater] = []
-    real = releases.zlib.decompressobj
+    real = zlib.decompressobj
 
     def counting(*args: Any, **kwargs: Any) -> CountingInflater:
         made.append(CountingInflater(real(*args, **kwargs)))
         return made[-1]
 
-    monkeypatch.setattr(releases.zlib, "decompressobj", counting)
+    monkeypatch.setattr(zlib, "decompressobj", counting)
     secret = {"metadata": {"name": "sh.helm.release.v1.web.v1"}, "data": {"release": encoded_bomb}}
-    with pytest.raises(releases.StorageError) as refused:
+    with pytest.raises(StorageError) as refused:
         releases.history([secret], keep=5)
     assert str(refused.value) == (
         "release Secret 'sh.helm.release.v1.web.v1' inflates to more than 16 MiB"
     )
     [inflater] = made
     # Never more than the cap and one chunk inflated, not the 256 MiB.
-    assert releases.MAX_RELEASE_SIZE < inflater.out <= releases.MAX_RELEASE_SIZE + (64 << 10)
+    assert MAX_RELEASE_SIZE < inflater.out <= MAX_RELEASE_SIZE + (64 << 10)
 
 
 def test_only_the_versions_status_keeps_are_decoded() -> None:
@@ -200,7 +202,7 @@ def test_only_the_versions_status_keeps_are_decoded() -> None:
 def test_a_snapshot_the_status_cannot_hold_is_refused_naming_the_field(
     change: dict[str, Any], refusal: str
 ) -> None:
-    with pytest.raises(releases.StorageError) as refused:
+    with pytest.raises(StorageError) as refused:
         releases.history([stored({**RELEASE, **change}, label="2")], keep=5)
     assert refusal in str(refused.value)
     assert str(refused.value).startswith("release Secret 'sh.helm.release.v1.web.v")
@@ -229,7 +231,7 @@ def test_a_snapshot_the_status_cannot_hold_is_refused_naming_the_field(
 )
 def test_a_release_secret_that_is_not_a_release_is_refused(data: str, refusal: str) -> None:
     secret = {"metadata": {"name": "sh.helm.release.v1.web.v1"}, "data": {"release": data}}
-    with pytest.raises(releases.StorageError) as refused:
+    with pytest.raises(StorageError) as refused:
         releases.history([secret], keep=5)
     assert refusal in str(refused.value)
 
@@ -291,13 +293,13 @@ def test_rollback_target_skips_failed_upgrades_that_were_superseded() -> None:
 )
 def test_target_path_sets_like_helm_set(path: str, value: str, expected: dict[str, Any]) -> None:
     values: dict[str, Any] = {"keep": 1}
-    releases.set_path(values, path, value)
+    helm_values.set_path(values, path, value)
     assert values == expected
 
 
 def test_a_bad_target_path_is_refused() -> None:
-    with pytest.raises(releases.ValuesError, match="invalid targetPath"):
-        releases.set_path({}, "a..b", "x")
+    with pytest.raises(helm_values.ValuesError, match="invalid targetPath"):
+        helm_values.set_path({}, "a..b", "x")
 
 
 def hr(**spec: Any) -> HelmRelease:

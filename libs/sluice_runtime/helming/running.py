@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from sluice_runtime import confining
 
@@ -166,19 +165,3 @@ def _last_lines(text: str, *, limit: int = 1000) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     message = "; ".join(line.removeprefix("Error: ") for line in lines[-3:])
     return message[-limit:]
-
-
-def merge_values(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Helm's coalescing of values: maps merge recursively, anything else replaces.
-
-    The one rule for a chart's `valuesFiles` (source-controller), a
-    generator's `Merge` copies, and a HelmRelease's `valuesFrom` and `values`
-    (helm-controller).
-    """
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge_values(merged[key], value)
-        else:
-            merged[key] = value
-    return merged

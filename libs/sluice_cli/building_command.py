@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,12 @@ examples:
 """
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, *more: Callable[[Any], None]) -> None:
+    """The `build` verb: `build kustomization`, and the sub-commands `more` adds
+    (`build helmrelease` lives with `diff helmrelease`)."""
     parser = commands.add_parser(
         "build",
-        help="build a Kustomization locally",
+        help="build a Kustomization or HelmRelease locally",
         description="The build sub-commands build Flux resources locally.",
     )
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
@@ -49,6 +51,8 @@ def register(commands: Any) -> None:
         "variables are substituted",
     )  # fmt: skip
     ks.set_defaults(run=_run)
+    for add in more:
+        add(kinds)
 
 
 def add_local_build_flags(parser: argparse.ArgumentParser) -> None:

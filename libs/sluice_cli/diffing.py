@@ -32,6 +32,7 @@ from sluice_cli.local_builds import FIELD_MANAGER, build_local, load_kustomizati
 from sluice_cli.terminal import ERROR, FAILED, OK, Failure, connected, console, run_verb
 from sluice_runtime.kube.client import JSON
 from sluice_runtime.kube.discovery import RestMapper
+from sluice_runtime.ssa.changeset import Preview
 from sluice_runtime.ssa.errors import ApplyError
 from sluice_runtime.ssa.manager import ResourceManager
 from sluice_runtime.ssa.normalizing import has_drifted
@@ -103,6 +104,22 @@ async def _diff(args: argparse.Namespace) -> int:
             previews = await manager.preview_all(objects, force=ks.spec.force)
         except ApplyError as error:
             raise Failure(f"dry-run failed: {' '.join(str(error).split())}", ERROR) from None
+    gone: list[ObjectId] = []
+    if ks.spec.prune:
+        built = {preview.id for preview in previews}
+        for entry in ks.status.inventory.entries if ks.status.inventory else []:
+            try:
+                oid = ObjectId.from_inventory_id(entry.id)
+            except ValueError:
+                continue
+            if oid not in built:
+                gone.append(oid)
+    return report(previews, gone)
+
+
+def report(previews: list[Preview], gone: list[ObjectId]) -> int:
+    """Print what the dry-runs would create, re-create or change and what would be
+    deleted (`gone`); FAILED (1) when anything would, OK (0) when nothing would."""
     out = console()
     changes = 0
     for preview in previews:
@@ -121,16 +138,9 @@ async def _diff(args: argparse.Namespace) -> int:
         else:
             continue
         changes += 1
-    if ks.spec.prune:
-        built = {preview.id for preview in previews}
-        for entry in ks.status.inventory.entries if ks.status.inventory else []:
-            try:
-                oid = ObjectId.from_inventory_id(entry.id)
-            except ValueError:
-                continue
-            if oid not in built:
-                out.print(f"► {oid.display} deleted")
-                changes += 1
+    for oid in gone:
+        out.print(f"► {oid.display} deleted")
+        changes += 1
     return FAILED if changes else OK
 
 

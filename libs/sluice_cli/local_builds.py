@@ -18,17 +18,21 @@ import asyncio
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from sluice_api import Kustomization
 from sluice_api.kustomize import NAME_LABEL, NAMESPACE_LABEL
+from sluice_api.meta import Resource
 from sluice_cli.kinds import KUSTOMIZATION
 from sluice_cli.terminal import ERROR, Failure
 from sluice_runtime import building, substituting
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import NotFound
+from sluice_runtime.kube.resources import ResourceType
+
+R = TypeVar("R", bound=Resource[Any, Any])
 
 FIELD_MANAGER = "kustomize-controller"
 """The kustomize-controller's field manager: a dry-run under any other name
@@ -39,30 +43,47 @@ async def load_kustomization(
     client: KubeClient | None, namespace: str, name: str, file: Path | None
 ) -> Kustomization:
     """The Kustomization from `file` when given, else from the cluster."""
+    return await load_resource(
+        Kustomization, KUSTOMIZATION.rt, client, namespace, name, file, flag="--kustomization-file"
+    )
+
+
+async def load_resource(
+    model: type[R],
+    rt: ResourceType,
+    client: KubeClient | None,
+    namespace: str,
+    name: str,
+    file: Path | None,
+    *,
+    flag: str,
+) -> R:
+    """The `model` object `name` from `file` (given as `flag`) when given, else from the cluster."""
+    kind = model.KIND
     if file is not None:
         try:
             documents = [d for d in yaml.safe_load_all(file.read_text()) if d]
         except (OSError, yaml.YAMLError) as error:
-            raise Failure(f"--kustomization-file {file}: {error}", ERROR) from None
+            raise Failure(f"{flag} {file}: {error}", ERROR) from None
         for document in documents:
             meta = document.get("metadata") or {}
-            if document.get("kind") == "Kustomization" and meta.get("name") == name:
+            if document.get("kind") == kind and meta.get("name") == name:
                 document.setdefault("metadata", {}).setdefault("namespace", namespace)
                 try:
-                    return Kustomization.from_obj(document)
+                    return model.from_obj(document)
                 except ValueError as error:  # pydantic's ValidationError
                     reason = " ".join(str(error).split())
-                    raise Failure(f"--kustomization-file {file}: {reason}", ERROR) from None
-        raise Failure(f"--kustomization-file {file} has no Kustomization named {name}", ERROR)
+                    raise Failure(f"{flag} {file}: {reason}", ERROR) from None
+        raise Failure(f"{flag} {file} has no {kind} named {name}", ERROR)
     assert client is not None
     try:
-        obj = await client.get(KUSTOMIZATION.rt, name, namespace)
+        obj = await client.get(rt, name, namespace)
     except NotFound:
         raise Failure(
-            f"Kustomization {namespace}/{name} not found; pass --kustomization-file to build "
-            "one that is not in the cluster"
+            f"{kind} {namespace}/{name} not found; pass {flag} to build one that is not in "
+            "the cluster"
         ) from None
-    return Kustomization.from_obj(obj)
+    return model.from_obj(obj)
 
 
 async def build_local(

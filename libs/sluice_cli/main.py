@@ -16,6 +16,7 @@ from sluice_cli import (
     events_command,
     gate_command,
     getting,
+    helmrelease_command,
     logs_command,
     reconciling,
     suspending,
@@ -45,8 +46,8 @@ def make_parser() -> argparse.ArgumentParser:
     checking.register(commands)
     version_command.register(commands)
     tree_command.register(commands)
-    diffing.register(commands, artifact_command.add_diff)
-    building_command.register(commands)
+    diffing.register(commands, artifact_command.add_diff, helmrelease_command.add_diff)
+    building_command.register(commands, helmrelease_command.add_build)
     return parser
 
 

@@ -20,18 +20,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from sluice_cli import (
-    building_command,
-    checking,
-    diffing,
-    events_command,
-    getting,
-    logs_command,
-    reconciling,
-    suspending,
-    tree_command,
-    version_command,
-)
+from sluice_cli import main
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.gitserver import GitHttpServer, WorkRepo
 from sluice_envtest.harness import Observer, running_service
@@ -43,18 +32,10 @@ GITREPO = ResourceType("source.toolkit.fluxcd.io", "v1", "gitrepositories", "Git
 KUSTOMIZATION = ResourceType("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
 CONFIG_MAP = ResourceType("", "v1", "configmaps", "ConfigMap")
 
-VERBS = (
-    getting, reconciling, suspending, events_command, checking, version_command,
-    tree_command, building_command, diffing, logs_command,
-)  # fmt: skip
-
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="sluice")
-    commands = root.add_subparsers(dest="command", required=True)
-    for verb in VERBS:
-        verb.register(commands)
-    return root
+    """Every verb, as `sluice` itself builds them."""
+    return main.make_parser()
 
 
 def sluice_sync(*argv: str) -> int:

@@ -19,7 +19,7 @@ VERBS = {
     "version": "print the CLI and server versions",
     "tree": "print the resources reconciled by Flux",
     "diff": "diff a Flux resource with the cluster",
-    "build": "build a Kustomization locally",
+    "build": "build a Kustomization or HelmRelease locally",
 }
 
 
@@ -51,6 +51,8 @@ def test_top_level_help_lists_every_verb(capsys: Capture) -> None:
         pytest.param(["tree", "ks"], "The tree kustomization command prints the resources reconciled by a Kustomization, following the Kustomizations it applied.", id="tree"),
         pytest.param(["diff", "ks"], "The diff kustomization command builds a Kustomization from a local directory, as the kustomize-controller would, and compares it with the cluster by a server-side dry-run. Secret values are masked.", id="diff"),
         pytest.param(["build", "ks"], "The build kustomization command builds a Kustomization resource from a local directory, as the kustomize-controller would:", id="build"),
+        pytest.param(["build", "hr"], "The build helmrelease command renders a HelmRelease's chart as the helm-controller would install it:", id="build-helmrelease"),
+        pytest.param(["diff", "hr"], "The diff helmrelease command renders a HelmRelease's chart as the helm-controller would and compares it with the cluster by a server-side dry-run;", id="diff-helmrelease"),
         pytest.param(["check"], "The check command checks the prerequisites and the installation of Sluice.", id="check"),
         pytest.param(["version"], "The version command prints the CLI and server versions.", id="version"),
     ],

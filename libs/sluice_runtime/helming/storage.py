@@ -12,11 +12,27 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import zlib
 from typing import Any
 
 from sluice_runtime import yamlloading
+
+RELEASE_NAME_MAX = 53
+
+
+def release_name(name: str, target_namespace: str | None, release: str | None) -> str:
+    """`spec.releaseName`, else `[<targetNamespace>-]<name>`, shortened as Flux does:
+    past 53 characters, the first 40 and 12 hex digits of its SHA-256."""
+    if release:
+        return release
+    full = f"{target_namespace}-{name}" if target_namespace else name
+    if len(full) <= RELEASE_NAME_MAX:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:12]
+    return f"{full[:40]}-{digest}"
+
 
 MAX_RELEASE_SIZE = 16 << 20
 """Bytes a stored release may inflate to. The API server keeps a Secret under
@@ -70,6 +86,16 @@ def decode_release(encoded: str, *, limit: int = MAX_RELEASE_SIZE) -> dict[str, 
     if not isinstance(release, dict):
         raise StorageError("is not a release: not a JSON object")
     return release
+
+
+def stored_version(secret: dict[str, Any]) -> int:
+    """The release version a storage Secret holds: Helm's `version` label, else its name's
+    `.v<N>`; 0 when neither is a number."""
+    meta = secret.get("metadata") or {}
+    label = str((meta.get("labels") or {}).get("version") or "")
+    if not label.isdigit():
+        label = str(meta.get("name") or "").rpartition(".v")[2]
+    return int(label) if label.isdigit() and len(label) < 19 else 0
 
 
 MANIFEST_LIMITS = yamlloading.YamlLimits(max_bytes=MAX_RELEASE_SIZE, max_nodes=2_000_000)

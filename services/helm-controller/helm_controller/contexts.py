@@ -21,7 +21,7 @@ from sluice_api.helm import HelmRelease, HelmReleaseReason, Snapshot
 from sluice_api.meta import Artifact, parse_duration
 from sluice_api.times import format_duration
 from sluice_runtime.helming import run_helm
-from sluice_runtime.helming.storage import StorageError
+from sluice_runtime.helming.storage import StorageError, release_name
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
@@ -91,9 +91,7 @@ class HelmReleaseContext(ReconcileContext[HelmRelease]):
     @property
     def release_name(self) -> str:
         spec = self.obj.spec
-        return releases.release_name(
-            self.obj.metadata.name, spec.target_namespace, spec.release_name
-        )
+        return release_name(self.obj.metadata.name, spec.target_namespace, spec.release_name)
 
     @property
     def timeout(self) -> float:

@@ -26,23 +26,10 @@ import yaml
 from sluice_api.helm import Snapshot
 from sluice_runtime import building
 from sluice_runtime.artifacts.fetching import ArtifactError, extract_tarball
-from sluice_runtime.helming.storage import StorageError, decode_release
+from sluice_runtime.helming.storage import StorageError, decode_release, stored_version
 from sluice_runtime.helming.values import config_digest
 
-RELEASE_NAME_MAX = 53
 SNAPSHOT_API_VERSION = "helm.toolkit.fluxcd.io/v2"
-
-
-def release_name(name: str, target_namespace: str | None, release: str | None) -> str:
-    """`spec.releaseName`, else `[<targetNamespace>-]<name>`, shortened as Flux does:
-    past 53 characters, the first 40 and 12 hex digits of its SHA-256."""
-    if release:
-        return release
-    full = f"{target_namespace}-{name}" if target_namespace else name
-    if len(full) <= RELEASE_NAME_MAX:
-        return full
-    digest = hashlib.sha256(full.encode()).hexdigest()[:12]
-    return f"{full[:40]}-{digest}"
 
 
 MAX_SNAPSHOT_TEXT = 1024
@@ -159,7 +146,7 @@ def history(secrets: list[dict[str, Any]], *, keep: int) -> list[tuple[dict[str,
     `.v<N>` suffix of the name), so older ones are never inflated.
     """
     stored = [s for s in secrets if (s.get("data") or {}).get("release")]
-    stored.sort(key=_stored_version, reverse=True)
+    stored.sort(key=stored_version, reverse=True)
     out = []
     for secret in stored[:keep]:
         encoded = secret["data"]["release"]
@@ -173,14 +160,6 @@ def history(secrets: list[dict[str, Any]], *, keep: int) -> list[tuple[dict[str,
         out.append(({key: release.get(key) for key in KEPT}, snap))
     out.sort(key=lambda item: item[1].version, reverse=True)
     return out
-
-
-def _stored_version(secret: dict[str, Any]) -> int:
-    meta = secret.get("metadata") or {}
-    label = str((meta.get("labels") or {}).get("version") or "")
-    if not label.isdigit():
-        label = str(meta.get("name") or "").rpartition(".v")[2]
-    return int(label) if label.isdigit() and len(label) < 19 else 0
 
 
 def last_successful(found: list[tuple[dict[str, Any], Snapshot]]) -> Snapshot | None:

@@ -17,7 +17,7 @@ from helm_controller.charting import desired_chart
 from helm_controller.validating import unsupported_fields
 from sluice_api.helm import HelmRelease, Snapshot
 from sluice_runtime.helming import values as helm_values
-from sluice_runtime.helming.storage import MAX_RELEASE_SIZE, StorageError
+from sluice_runtime.helming.storage import MAX_RELEASE_SIZE, StorageError, release_name
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ from sluice_runtime.helming.storage import MAX_RELEASE_SIZE, StorageError
 def test_release_names_follow_flux(
     name: str, target: str | None, release: str | None, expected: str
 ) -> None:
-    got = releases.release_name(name, target, release)
+    got = release_name(name, target, release)
     assert got == expected
     assert len(got) <= 53
 

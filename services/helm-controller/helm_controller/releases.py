@@ -159,6 +159,29 @@ class ValuesError(Exception):
     pass
 
 
+_INTEGER = re.compile(r"^[-+]?[0-9]+$")
+
+
+def typed_value(text: str) -> Any:
+    """A `targetPath` value as `helm --set` reads it (Flux merges it the same way):
+    `true`/`false` (any case) are booleans, `null` is null, `0` and a 64-bit
+    decimal integer not starting with `0` are integers; anything else, floats
+    and `007` included, stays a string. `valuesFrom[].literal` skips this, as
+    `--set-literal` does."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "null":
+        return None
+    if text == "0":
+        return 0
+    if not text.startswith("0") and _INTEGER.match(text):
+        number = int(text)
+        if -(2**63) <= number < 2**63:
+            return number
+    return text
+
+
 def set_path(values: dict[str, Any], path: str, value: Any) -> None:
     """Set `value` at a `--set`-style path (`a.b[0].c`, `\\.` escapes a dot)."""
     parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", path)]

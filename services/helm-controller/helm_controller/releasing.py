@@ -268,6 +268,9 @@ def _release_args(
             args.append("--reset-values")
     opts_any: Any = spec.install if action == "install" else spec.upgrade
     args += wait_args(opts_any)
+    # Flux takes ownership of objects the chart renders unless told not to.
+    if opts_any is None or not opts_any.disable_take_ownership:
+        args.append("--take-ownership")
     if opts_any is not None:
         if opts_any.disable_hooks:
             args.append("--no-hooks")

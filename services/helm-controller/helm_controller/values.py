@@ -1,5 +1,6 @@
-"""The values step: `valuesFrom` (ConfigMap/Secret keys, optional, targetPath)
-merged in order, then `values` over them; their digest is the config digest."""
+"""The values step: `valuesFrom` (ConfigMap/Secret keys, optional, targetPath,
+literal) merged in order, then `values` over them; their digest is the config
+digest."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ async def reconcile_values(ctx: HelmReleaseContext) -> Result | None:
             raise _values_error(f"could not resolve {where}: no key '{key}'")
         try:
             if ref.target_path:
-                releases.set_path(values, ref.target_path, data[key])
+                value = data[key] if ref.literal else releases.typed_value(data[key])
+                releases.set_path(values, ref.target_path, value)
             else:
                 loaded = yaml.safe_load(data[key]) or {}
                 if not isinstance(loaded, dict):

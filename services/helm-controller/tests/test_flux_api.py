@@ -1,0 +1,256 @@
+"""Flux 2.9's HelmRelease API against the real control plane and the real helm.
+
+Manifests shaped as Flux's docs write them, in each version Flux served (v2,
+v2beta2, v2beta1), are applied server-side (which fails on any field the
+schema does not declare) and go Ready; each Flux 2.6-2.9 field the
+controller honours changes what helm does, and each one it cannot honour
+stalls naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice_envtest.harness import condition
+from sluice_runtime.kube.resources import ResourceType
+
+from .conftest import CONFIG_MAP, HelmDelivery
+
+NO_WAIT = {"disableWait": True}
+
+
+def helmrelease(version: str) -> ResourceType:
+    return ResourceType("helm.toolkit.fluxcd.io", version, "helmreleases", "HelmRelease")
+
+
+V2 = helmrelease("v2")
+
+
+def flux_docs_release(version: str) -> dict[str, Any]:
+    """A HelmRelease as Flux's docs write one, in `version` (v2beta1 with its old-only
+    fields: a post-renderer's patchesStrategicMerge and patchesJson6902)."""
+    spec: dict[str, Any] = {
+        "interval": "5m",
+        "timeout": "2m",
+        "chart": {
+            "spec": {
+                "chart": "app",
+                "version": "1.x",
+                "sourceRef": {"kind": "HelmRepository", "name": "charts"},
+                "interval": "1m",
+            }
+        },
+        "install": {"remediation": {"retries": 3}, **NO_WAIT},
+        "upgrade": {"remediation": {"retries": 3, "remediateLastFailure": True}, **NO_WAIT},
+        "test": {"enable": False},
+        "values": {"greeting": f"hello from {version}"},
+    }
+    if version == "v2":
+        spec |= {
+            "driftDetection": {"mode": "warn"},
+            "waitStrategy": {"name": "legacy"},
+            "postRenderStrategy": "nohooks",
+            "commonMetadata": {"labels": {"team": "web"}},
+        }
+        spec["install"] |= {
+            "strategy": {"name": "RemediateOnFailure"},
+            "serverSideApply": False,
+            "disableTakeOwnership": False,
+        }
+        spec["upgrade"] |= {
+            "strategy": {"name": "RetryOnFailure", "retryInterval": "1m"},
+            "serverSideApply": "auto",
+            "chartNameChangeStrategy": "InPlaceUpdate",
+        }
+        spec["rollback"] = {"serverSideApply": "disabled", "cleanupOnFail": True}
+    if version == "v2beta1":
+        spec["postRenderers"] = [
+            {
+                "kustomize": {
+                    "patchesStrategicMerge": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "ConfigMap",
+                            "metadata": {"name": "web-config", "labels": {"patched": "psm"}},
+                        }
+                    ],
+                    "patchesJson6902": [
+                        {
+                            "target": {"version": "v1", "kind": "ConfigMap", "name": "web-config"},
+                            "patch": [{"op": "add", "path": "/data/extra", "value": "json6902"}],
+                        }
+                    ],
+                }
+            }
+        ]
+    return {
+        "apiVersion": f"helm.toolkit.fluxcd.io/{version}",
+        "kind": "HelmRelease",
+        "metadata": {"name": "web"},
+        "spec": spec,
+    }
+
+
+@pytest.mark.parametrize("version", ["v2", "v2beta2", "v2beta1"])
+async def test_flux_manifests_of_every_version_apply_server_side_and_go_ready(
+    helm_delivery: HelmDelivery, version: str
+) -> None:
+    d = helm_delivery
+    d.charts.add("app", "1.0.0")
+    await d.helm_repository()
+    body = flux_docs_release(version)
+    body["metadata"]["namespace"] = d.namespace
+    applied = await d.kube.apply(helmrelease(version), body, field_manager="flux-user")
+    assert applied["spec"]["install"] == body["spec"]["install"]
+    await d.observe.wait_ready(V2, "web", timeout=60)
+    cm = await d.kube.get(CONFIG_MAP, "web-config", d.namespace)
+    assert cm["data"]["greeting"] == f"hello from {version}"
+    if version == "v2":
+        assert cm["metadata"]["labels"]["team"] == "web"
+    if version == "v2beta1":
+        # The old-only post-renderer fields are applied, as Flux's v2beta1 did.
+        assert cm["metadata"]["labels"]["patched"] == "psm"
+        assert cm["data"]["extra"] == "json6902"
+
+
+async def test_objects_the_chart_renders_are_taken_over_unless_disable_take_ownership(
+    helm_delivery: HelmDelivery,
+) -> None:
+    d = helm_delivery
+    d.charts.add("app", "1.0.0")
+    await d.helm_repository()
+    for name in ("adopt", "keep"):
+        await d.kube.create(
+            CONFIG_MAP,
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-config"}},
+            namespace=d.namespace,
+        )
+    # Flux takes ownership of an existing object the chart renders: helm would refuse it.
+    await d.helm_release("adopt", install=NO_WAIT)
+    await d.observe.wait_ready(V2, "adopt", timeout=60)
+    adopted = await d.kube.get(CONFIG_MAP, "adopt-config", d.namespace)
+    assert adopted["metadata"]["annotations"]["meta.helm.sh/release-name"] == "adopt"
+    assert adopted["data"]["greeting"] == "hello"
+
+    await d.helm_release("keep", install={"disableTakeOwnership": True, **NO_WAIT})
+    obj = await d.observe.wait(
+        V2,
+        "keep",
+        lambda o: (condition(o, "Released") or {}).get("reason") == "InstallFailed",
+        timeout=60,
+    )
+    released = condition(obj, "Released")
+    assert released is not None and "keep-config" in released["message"]
+    kept = await d.kube.get(CONFIG_MAP, "keep-config", d.namespace)
+    assert "data" not in kept
+
+
+LITERAL_TEMPLATE = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-config
+data:
+  replicas: {{ kindOf .Values.replicas | quote }}
+  enabled: {{ kindOf .Values.enabled | quote }}
+"""
+
+
+async def test_values_from_target_path_is_typed_as_helm_set_unless_literal(
+    helm_delivery: HelmDelivery,
+) -> None:
+    d = helm_delivery
+    d.charts.add("app", "1.0.0", templates={"cm.yaml": LITERAL_TEMPLATE})
+    await d.helm_repository()
+    await d.kube.create(
+        CONFIG_MAP,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "settings"},
+            "data": {"replicas": "3", "enabled": "true"},
+        },
+        namespace=d.namespace,
+    )
+
+    def refs(literal: bool) -> list[dict[str, Any]]:
+        return [
+            {"kind": "ConfigMap", "name": "settings", "valuesKey": k, "targetPath": k}
+            | ({"literal": True} if literal else {})
+            for k in ("replicas", "enabled")
+        ]
+
+    await d.helm_release("typed", valuesFrom=refs(False), install=NO_WAIT)
+    await d.helm_release("literal", valuesFrom=refs(True), install=NO_WAIT)
+    await d.observe.wait_ready(V2, "typed", timeout=60)
+    await d.observe.wait_ready(V2, "literal", timeout=60)
+    typed = await d.kube.get(CONFIG_MAP, "typed-config", d.namespace)
+    literal = await d.kube.get(CONFIG_MAP, "literal-config", d.namespace)
+    # helm reads values from JSON, where every number is a float64.
+    assert typed["data"] == {"replicas": "float64", "enabled": "bool"}
+    assert literal["data"] == {"replicas": "string", "enabled": "string"}
+
+
+BROKEN_TEMPLATE = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-config
+data:
+  needed: {{ required "values.needed is required" .Values.needed | quote }}
+"""
+
+
+async def test_retry_on_failure_retries_without_remediating_or_stalling(
+    helm_delivery: HelmDelivery,
+) -> None:
+    d = helm_delivery
+    d.charts.add("app", "1.0.0", templates={"cm.yaml": BROKEN_TEMPLATE})
+    await d.helm_repository()
+    await d.helm_release(
+        "web",
+        install={"strategy": {"name": "RetryOnFailure", "retryInterval": "1s"}, **NO_WAIT},
+        upgrade={"strategy": {"name": "RetryOnFailure", "retryInterval": "1s"}, **NO_WAIT},
+    )
+    # Retried, not exhausted: with the default strategy and no retries, the first
+    # failure would stall the release (RetriesExhausted).
+    obj = await d.observe.wait(
+        V2, "web", lambda o: (o.get("status", {}).get("failures") or 0) >= 3, timeout=60
+    )
+    stalled = condition(obj, "Stalled")
+    assert stalled is None or stalled["status"] != "True"
+    ready = condition(obj, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert "values.needed is required" in ready["message"]
+    assert not await d.events("web", reason="UninstallSucceeded")
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        pytest.param(
+            {"install": {"serverSideApply": True}}, "spec.install.serverSideApply", id="ssa"
+        ),
+        pytest.param({"waitStrategy": {"name": "poller"}}, "spec.waitStrategy.name", id="poller"),
+        pytest.param(
+            {"upgrade": {"chartNameChangeStrategy": "Reinstall"}},
+            "spec.upgrade.chartNameChangeStrategy",
+            id="reinstall",
+        ),
+    ],
+)
+async def test_what_cannot_be_honoured_stalls_naming_the_field(
+    helm_delivery: HelmDelivery, spec: dict[str, Any], named: str
+) -> None:
+    d = helm_delivery
+    d.charts.add("app", "1.0.0")
+    await d.helm_repository()
+    await d.helm_release("web", **spec)
+    obj = await d.observe.wait_reason(V2, "web", "UnsupportedField", timeout=30)
+    stalled = condition(obj, "Stalled")
+    assert stalled is not None and stalled["status"] == "True"
+    assert named in stalled["message"]
+    listed = await d.kube.list(CONFIG_MAP, namespace=d.namespace)
+    assert "web-config" not in {c["metadata"]["name"] for c in listed.items}

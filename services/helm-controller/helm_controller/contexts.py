@@ -76,6 +76,8 @@ class HelmReleaseContext(ReconcileContext[HelmRelease]):
     target_mapper: RestMapper | None = None
     target_kubeconfig: str | None = None
     """The private kubeconfig file helm uses for the remote cluster."""
+    releases: list[tuple[dict[str, Any], Snapshot]] = field(default_factory=list)
+    """The release history last read, newest first (what status.history shows)."""
 
     @property
     def release_namespace(self) -> str:
@@ -171,3 +173,4 @@ def record_history(ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Sn
     spec = ctx.obj.spec
     keep = spec.max_history if spec.max_history else DEFAULT_MAX_HISTORY
     ctx.obj.status.history = [snap for _, snap in found[:keep]] or None
+    ctx.releases = found

@@ -71,6 +71,7 @@ def snapshot(release: dict[str, Any], *, digest: str) -> Snapshot:
     return Snapshot.model_validate(
         {
             "apiVersion": SNAPSHOT_API_VERSION,
+            "action": release_action(release),
             "digest": digest,
             "name": release["name"],
             "namespace": release.get("namespace", ""),
@@ -86,6 +87,22 @@ def snapshot(release: dict[str, Any], *, digest: str) -> Snapshot:
             "testHooks": hooks or None,
         }
     )
+
+
+def release_action(release: dict[str, Any]) -> str:
+    """The action that made a release revision, from the description helm stored:
+    the controller's own (`<action> by Sluice helm-controller`), helm's
+    (`Install complete`, `Upgrade complete`, `Rollback to N`) or its failure
+    message (`Release "x" failed: ...` for an install, `Upgrade "x" failed: ...`);
+    otherwise the first revision was an install and later ones upgrades."""
+    description = str((release.get("info") or {}).get("description") or "")
+    lowered = description.lower()
+    for action in ("install", "upgrade", "rollback"):
+        if lowered.startswith(action):
+            return action
+    if description.startswith("Release ") and " failed" in description:
+        return "install"
+    return "install" if int(release.get("version") or 1) == 1 else "upgrade"
 
 
 def _time(text: str | None) -> str:

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
+from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE
 from sluice_envtest.harness import condition
 from sluice_runtime.kube.resources import ResourceType
 
-from .conftest import CONFIG_MAP, HelmDelivery
+from .conftest import CONFIG_MAP, HELMREPO, HelmDelivery
 
 NO_WAIT = {"disableWait": True}
 
@@ -254,3 +255,47 @@ async def test_what_cannot_be_honoured_stalls_naming_the_field(
     assert named in stalled["message"]
     listed = await d.kube.list(CONFIG_MAP, namespace=d.namespace)
     assert "web-config" not in {c["metadata"]["name"] for c in listed.items}
+
+
+CLUSTER_ROLE_TEMPLATE = """\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ .Release.Namespace }}-reader
+rules: []
+"""
+
+
+async def test_status_has_the_inventory_and_each_history_action(
+    helm_delivery: HelmDelivery,
+) -> None:
+    d = helm_delivery
+    ns = d.namespace
+    templates = {"cm.yaml": CONFIGMAP_TEMPLATE, "cr.yaml": CLUSTER_ROLE_TEMPLATE}
+    d.charts.add("app", "1.0.0", templates=templates)
+    await d.helm_repository()
+    await d.helm_release("web", install=NO_WAIT, upgrade=NO_WAIT)
+    obj = await d.observe.wait_ready(V2, "web", timeout=60)
+    assert obj["status"]["inventory"] == {
+        "entries": [
+            {"id": f"_{ns}-reader_rbac.authorization.k8s.io_ClusterRole", "v": "v1"},
+            {"id": f"{ns}_web-config__ConfigMap", "v": "v1"},
+        ]
+    }
+    assert [h["action"] for h in obj["status"]["history"]] == ["install"]
+
+    d.charts.add("app", "1.1.0", templates={"cm.yaml": CONFIGMAP_TEMPLATE})
+    await d.observe.poke(HELMREPO, "charts", "new-index")
+    obj = await d.observe.wait(
+        V2,
+        "web",
+        lambda o: (
+            [h.get("action") for h in o.get("status", {}).get("history") or []]
+            == ["upgrade", "install"]
+            and len(o["status"].get("inventory", {}).get("entries", [])) == 1
+        ),
+        timeout=90,
+    )
+    assert obj["status"]["inventory"]["entries"] == [
+        {"id": f"{ns}_web-config__ConfigMap", "v": "v1"}
+    ]

@@ -225,6 +225,27 @@ def test_invalid_fields_are_named(spec: dict[str, Any], expected: list[str]) -> 
 
 
 @pytest.mark.parametrize(
+    ("version", "description", "action"),
+    [
+        pytest.param(1, "install by Sluice helm-controller", "install", id="controller-install"),
+        pytest.param(2, "upgrade by Sluice helm-controller", "upgrade", id="controller-upgrade"),
+        pytest.param(3, "Rollback to 1", "rollback", id="rollback"),
+        pytest.param(1, "Install complete", "install", id="helm-install"),
+        pytest.param(4, "Upgrade complete", "upgrade", id="helm-upgrade"),
+        pytest.param(1, 'Release "web" failed: timed out', "install", id="failed-install"),
+        pytest.param(2, 'Upgrade "web" failed: timed out', "upgrade", id="failed-upgrade"),
+        pytest.param(1, "", "install", id="first-without-description"),
+        pytest.param(5, "something else", "upgrade", id="later-without-known-description"),
+    ],
+)
+def test_each_revision_names_the_action_that_made_it(
+    version: int, description: str, action: str
+) -> None:
+    release = {"version": version, "info": {"description": description}}
+    assert releases.release_action(release) == action
+
+
+@pytest.mark.parametrize(
     ("text", "value"),
     [
         pytest.param("3", 3, id="integer"),

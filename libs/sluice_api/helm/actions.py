@@ -134,9 +134,9 @@ class Upgrade(KubeModel):
     """(Flux 2.6) Do not take ownership of existing objects the chart renders."""
 
     chart_name_change_strategy: Literal["InPlaceUpdate", "Reinstall"] | None = None
-    """(Flux 2.9) What a new chart name does to the release: `InPlaceUpdate`
-    upgrades it in place; `Reinstall` uninstalls it and installs the new chart
-    (not built by this version: refused)."""
+    """(Flux 2.9) What a new chart name does to the release: `Reinstall` (the
+    default) uninstalls it and installs the new chart; `InPlaceUpdate` upgrades
+    it in place."""
 
     server_side_apply: ServerSideApplyMode | None = None
     """(Flux 2.8) Apply with server-side apply; `auto` follows the release's

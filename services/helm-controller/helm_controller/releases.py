@@ -149,15 +149,26 @@ class Desired:
 
 
 def next_action(
-    latest: Snapshot | None, desired: Desired, *, generation_changed: bool, forced: bool
+    latest: Snapshot | None,
+    desired: Desired,
+    *,
+    generation_changed: bool,
+    forced: bool,
+    reinstall_on_rename: bool = True,
 ) -> str | None:
-    """`install`, `upgrade`, or None when the release already is what the spec asks.
+    """`install`, `upgrade`, `reinstall`, or None when the release already is what
+    the spec asks.
 
     A steady-state reconcile (same chart version, same values, same
-    generation, no forceAt) must not run `helm upgrade`.
+    generation, no forceAt) must not run `helm upgrade`. A release of another
+    chart is uninstalled and installed again (`reinstall`, Flux's default
+    `upgrade.chartNameChangeStrategy: Reinstall`) unless `reinstall_on_rename`
+    is off (`InPlaceUpdate`), which upgrades it.
     """
     if latest is None or latest.status == "uninstalled":
         return "install"
+    if reinstall_on_rename and latest.chart_name != desired.chart_name:
+        return "reinstall"
     if latest.status != "deployed":
         # failed, pending-*, superseded as newest: Helm's state needs an upgrade.
         return "upgrade"

@@ -31,6 +31,7 @@ from helm_controller.crds import apply_crds
 from helm_controller.remediating import (
     count_failure,
     ignore_test_failures,
+    reinstall,
     retries_exhausted,
     retries_of,
     run_tests,
@@ -159,12 +160,17 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
     found = await history(ctx)
     record_history(ctx, found)
     latest = found[0][1] if found else None
+    rename = ctx.obj.spec.upgrade.chart_name_change_strategy if ctx.obj.spec.upgrade else None
     action = releases.next_action(
         latest,
         desired,
         generation_changed=status.last_attempted_generation != generation,
         forced=forced,
+        reinstall_on_rename=rename != "InPlaceUpdate",
     )
+    if action == "reinstall":
+        await reinstall(ctx, chart=chart)
+        action = "install"
     if action is None:
         # Steady state: nothing to release. Keep Released as it was; a failed
         # test of this very release still counts (Helm's storage says so).

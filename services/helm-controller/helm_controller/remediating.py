@@ -155,6 +155,23 @@ async def remediate(ctx: HelmReleaseContext, action: str, *, chart: str) -> None
     ctx.conditions.mark_true(Condition.REMEDIATED, reason, message)
 
 
+async def reinstall(ctx: HelmReleaseContext, *, chart: str) -> None:
+    """Uninstall a release of another chart before installing this one, as Flux's
+    default `upgrade.chartNameChangeStrategy: Reinstall` does."""
+    target = f"{ctx.release_namespace}/{ctx.release_name}"
+    try:
+        await uninstall(ctx)
+    except HelmError as error:
+        message = f"Helm uninstall failed for release {target}: {error}"
+        ctx.events.warning(Reason.UNINSTALL_FAILED, message, metadata=ctx.event_metadata)
+        raise StepError(Reason.UNINSTALL_FAILED, message) from None
+    message = (
+        f"Helm uninstall succeeded for release {target} before installing chart {chart}: "
+        "the chart name changed"
+    )
+    ctx.events.normal(Reason.UNINSTALL_SUCCEEDED, message, metadata=ctx.event_metadata)
+
+
 async def uninstall(ctx: HelmReleaseContext) -> None:
     un = ctx.obj.spec.uninstall
     timeout = duration(un.timeout if un else None, ctx.timeout)

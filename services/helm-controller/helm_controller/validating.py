@@ -44,8 +44,6 @@ def unsupported_fields(hr: HelmRelease) -> list[str]:
             f"spec.postRenderStrategy: {spec.post_render_strategy} "
             "(this version's helm post-renders without hooks: nohooks)"
         )
-    if spec.upgrade is not None and spec.upgrade.chart_name_change_strategy == "Reinstall":
-        found.append("spec.upgrade.chartNameChangeStrategy: Reinstall")
     if spec.kube_config is not None and spec.kube_config.config_map_ref is not None:
         found.append("spec.kubeConfig.configMapRef")
     if any(dep.ready_expr for dep in spec.depends_on or []):

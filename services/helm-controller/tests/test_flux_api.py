@@ -228,6 +228,9 @@ async def test_retry_on_failure_retries_without_remediating_or_stalling(
     assert not await d.events("web", reason="UninstallSucceeded")
 
 
+HEALTH_EXPR = {"apiVersion": "example.com/v1", "kind": "Widget", "current": "true"}
+
+
 @pytest.mark.parametrize(
     ("spec", "named"),
     [
@@ -235,11 +238,7 @@ async def test_retry_on_failure_retries_without_remediating_or_stalling(
             {"install": {"serverSideApply": True}}, "spec.install.serverSideApply", id="ssa"
         ),
         pytest.param({"waitStrategy": {"name": "poller"}}, "spec.waitStrategy.name", id="poller"),
-        pytest.param(
-            {"upgrade": {"chartNameChangeStrategy": "Reinstall"}},
-            "spec.upgrade.chartNameChangeStrategy",
-            id="reinstall",
-        ),
+        pytest.param({"healthCheckExprs": [HEALTH_EXPR]}, "spec.healthCheckExprs", id="cel"),
     ],
 )
 async def test_what_cannot_be_honoured_stalls_naming_the_field(
@@ -299,3 +298,49 @@ async def test_status_has_the_inventory_and_each_history_action(
     assert obj["status"]["inventory"]["entries"] == [
         {"id": f"{ns}_web-config__ConfigMap", "v": "v1"}
     ]
+
+
+OTHER_TEMPLATE = CONFIGMAP_TEMPLATE.replace("-config", "-other")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "history"),
+    [
+        # Flux's default: the release of the old chart goes, the new one starts at v1.
+        pytest.param(None, [("other", "install")], id="reinstall-by-default"),
+        pytest.param("Reinstall", [("other", "install")], id="reinstall"),
+        # The history goes on (a spec change may upgrade once more before the new
+        # chart's artifact arrives).
+        pytest.param("InPlaceUpdate", [("other", "upgrade"), ("app", "install")], id="in-place"),
+    ],
+)
+async def test_a_new_chart_name_reinstalls_unless_in_place_update(
+    helm_delivery: HelmDelivery, strategy: str | None, history: list[tuple[str, str]]
+) -> None:
+    d = helm_delivery
+    d.charts.add("app", "1.0.0")
+    d.charts.add("other", "1.0.0", templates={"cm.yaml": OTHER_TEMPLATE})
+    await d.helm_repository()
+    upgrade = {**NO_WAIT, **({"chartNameChangeStrategy": strategy} if strategy else {})}
+    await d.helm_release("web", install=NO_WAIT, upgrade=upgrade)
+    await d.observe.wait_ready(V2, "web", timeout=60)
+    created = await d.kube.get(V2, "web", d.namespace)
+    created["spec"]["chart"]["spec"]["chart"] = "other"
+    await d.kube.replace(V2, created)
+    obj = await d.observe.wait(
+        V2,
+        "web",
+        lambda o: (
+            (o.get("status", {}).get("history") or [{}])[0].get("chartName") == "other"
+            and (condition(o, "Ready") or {}).get("status") == "True"
+        ),
+        timeout=90,
+    )
+    got = [(h["chartName"], h["action"]) for h in obj["status"]["history"]]
+    if strategy == "InPlaceUpdate":
+        assert [got[0], got[-1]] == history
+    else:
+        assert got == history
+    listed = await d.kube.list(CONFIG_MAP, namespace=d.namespace)
+    assert {c["metadata"]["name"] for c in listed.items} >= {"web-other"}
+    assert "web-config" not in {c["metadata"]["name"] for c in listed.items}

@@ -130,6 +130,26 @@ def test_the_next_action(
     assert got == expected
 
 
+@pytest.mark.parametrize(
+    ("status", "reinstall", "expected"),
+    [
+        pytest.param("deployed", True, "reinstall", id="renamed-reinstall-default"),
+        pytest.param("failed", True, "reinstall", id="renamed-failed-reinstall"),
+        pytest.param("deployed", False, "upgrade", id="renamed-in-place-update"),
+        pytest.param("uninstalled", True, "install", id="renamed-but-uninstalled"),
+    ],
+)
+def test_a_new_chart_name_reinstalls_unless_in_place(
+    status: str, reinstall: bool, expected: str
+) -> None:
+    latest = snap(1, status)
+    renamed = releases.Desired(chart_name="other", chart_version="1.0.0", config_digest="sha256:a")
+    got = releases.next_action(
+        latest, renamed, generation_changed=False, forced=False, reinstall_on_rename=reinstall
+    )
+    assert got == expected
+
+
 def test_rollback_target_skips_failed_upgrades_that_were_superseded() -> None:
     failed = ({"info": {"description": 'Upgrade "web" failed: boom'}}, snap(2, "superseded"))
     good = ({"info": {"description": "Install complete"}}, snap(1, "superseded"))
@@ -202,7 +222,7 @@ def hr(**spec: Any) -> HelmRelease:
         pytest.param({"postRenderStrategy": "combined"}, ["spec.postRenderStrategy: combined (this version's helm post-renders without hooks: nohooks)"], id="post-render-combined"),
         pytest.param({"postRenderStrategy": "separate"}, ["spec.postRenderStrategy: separate (this version's helm post-renders without hooks: nohooks)"], id="post-render-separate"),
         pytest.param({"upgrade": {"chartNameChangeStrategy": "InPlaceUpdate"}}, [], id="in-place-update-is-built"),
-        pytest.param({"upgrade": {"chartNameChangeStrategy": "Reinstall"}}, ["spec.upgrade.chartNameChangeStrategy: Reinstall"], id="reinstall"),
+        pytest.param({"upgrade": {"chartNameChangeStrategy": "Reinstall"}}, [], id="reinstall-is-built"),
         pytest.param({"install": {"disableTakeOwnership": True, "strategy": {"name": "RetryOnFailure", "retryInterval": "1m"}}}, [], id="take-ownership-and-retry-are-built"),
         pytest.param({"valuesFrom": [{"kind": "Secret", "name": "s", "targetPath": "a", "literal": True}]}, [], id="literal-is-built"),
     ],

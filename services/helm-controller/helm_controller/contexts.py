@@ -9,7 +9,9 @@ remote one (`targeting`), and helm gets that cluster's private kubeconfig.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,6 +20,7 @@ import aiohttp
 from helm_controller import releases
 from sluice_api.helm import HelmRelease, HelmReleaseReason, Snapshot
 from sluice_api.meta import Artifact, parse_duration
+from sluice_api.times import format_duration
 from sluice_runtime.helming import run_helm
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
@@ -167,6 +170,13 @@ async def history(ctx: HelmReleaseContext) -> list[tuple[dict[str, Any], Snapsho
         raise StepError(
             Reason.GET_LAST_RELEASE_FAILED, f"cannot read the release history: {error}"
         ) from None
+
+
+def record_action_duration(ctx: HelmReleaseContext, started: float) -> None:
+    """status.lastAttemptedReleaseActionDuration: the install or upgrade since
+    `started` (time.monotonic()), as a Go duration."""
+    elapsed = timedelta(seconds=time.monotonic() - started)
+    ctx.obj.status.last_attempted_release_action_duration = format_duration(elapsed)
 
 
 def record_history(ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Snapshot]]) -> None:

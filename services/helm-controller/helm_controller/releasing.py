@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from helm_controller.contexts import (
     duration,
     helm,
     history,
+    record_action_duration,
     record_history,
     wait_args,
 )
@@ -211,10 +213,12 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         "upgrade": (Reason.UPGRADE_SUCCEEDED, Reason.UPGRADE_FAILED),
     }
     ok_reason, failed_reason = reasons[action]
+    started = time.monotonic()
     try:
         await apply_crds(ctx, action, timeout=timeout)
         await helm(ctx, args, timeout=timeout)
     except HelmError as error:
+        record_action_duration(ctx, started)
         message = (
             f"Helm {action} failed for release {ctx.release_namespace}/{ctx.release_name} "
             f"with chart {chart}: {error}"
@@ -223,6 +227,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         ctx.conditions.mark_false(Condition.RELEASED, failed_reason, message)
         await count_failure(ctx, action, failed_reason, message, chart=chart)
 
+    record_action_duration(ctx, started)
     found = await history(ctx)
     record_history(ctx, found)
     assert found

@@ -9,6 +9,7 @@ stalls naming it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -282,6 +283,9 @@ async def test_status_has_the_inventory_and_each_history_action(
         ]
     }
     assert [h["action"] for h in obj["status"]["history"]] == ["install"]
+    # A Go duration, as Flux writes it ("1.234s", "850ms").
+    duration = obj["status"]["lastAttemptedReleaseActionDuration"]
+    assert re.fullmatch(r"([0-9]+m)?[0-9.]+(ms|s)", duration), duration
 
     d.charts.add("app", "1.1.0", templates={"cm.yaml": CONFIGMAP_TEMPLATE})
     await d.observe.poke(HELMREPO, "charts", "new-index")

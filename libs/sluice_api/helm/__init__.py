@@ -1,6 +1,11 @@
 """The helm.toolkit.fluxcd.io HelmRelease: a Helm release driven from a chart source.
 
-Flux's v2 schema field for field, plus Sluice's optional `spec.gates`. The
+Flux's v2 schema field for field (Flux 2.9), plus Sluice's optional `spec.gates`.
+v2beta2 and v2beta1 are served too, with conversion `None` over the same
+superset schema: the fields only they had (`chart.spec.valuesFile`, the
+post-renderers' `patchesStrategicMerge`/`patchesJson6902`,
+`status.lastAppliedRevision`) are kept in it, and the controller maps them as
+Flux's v2beta2 did, whatever version an object was written in. The
 helm-controller refuses (Stalled, naming the field) every field it does not
 build yet, so a manifest written for Flux never half-works silently.
 
@@ -18,6 +23,7 @@ from sluice_api.helm.actions import (
     Install,
     InstallRemediation,
     Rollback,
+    Strategy,
     Test,
     Uninstall,
     Upgrade,
@@ -50,6 +56,7 @@ from sluice_api.helm.spec import (
     Kustomize,
     PostRenderer,
     ValuesReference,
+    WaitStrategy,
 )
 from sluice_api.helm.status import HelmReleaseStatus, Snapshot, TestHookStatus
 
@@ -82,10 +89,12 @@ __all__ = [
     "PostRenderer",
     "Rollback",
     "Snapshot",
+    "Strategy",
     "Test",
     "TestHookStatus",
     "Uninstall",
     "Upgrade",
     "UpgradeRemediation",
     "ValuesReference",
+    "WaitStrategy",
 ]

@@ -8,11 +8,25 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import StringConstraints
+from pydantic import Field, StringConstraints
 
 from sluice_api.meta import Duration, KubeModel
 
 CRDsPolicy = Literal["Skip", "Create", "CreateReplace"]
+ServerSideApplyMode = Literal["enabled", "disabled", "auto"]
+
+
+class Strategy(KubeModel):
+    """(Flux 2.7) What the controller does when an install or upgrade fails."""
+
+    name: Literal["RemediateOnFailure", "RetryOnFailure"]
+    """`RemediateOnFailure` (the default) applies the action's remediation;
+    `RetryOnFailure` remediates nothing and retries with an upgrade after
+    retryInterval, for as long as it fails."""
+
+    retry_interval: Duration | None = None
+    """Time between the retries of RetryOnFailure; 5m when not set. Not allowed
+    with RemediateOnFailure."""
 
 
 class InstallRemediation(KubeModel):
@@ -46,17 +60,28 @@ class Install(KubeModel):
     disable_hooks: bool = False
     """Do not run the chart's hooks."""
 
-    disable_open_api_validation: bool = False
+    disable_open_api_validation: bool = Field(default=False, alias="disableOpenAPIValidation")
     """Do not validate the rendered manifests against the Kubernetes OpenAPI schema."""
 
     disable_schema_validation: bool = False
     """Do not validate the values against the chart's JSON schema."""
 
+    disable_take_ownership: bool = False
+    """(Flux 2.6) Do not take ownership of existing objects the chart renders;
+    an object another release or tool owns then fails the install."""
+
     replace: bool = False
     """Reuse the release name even if it is in the history (unsafe in production)."""
 
-    skip_crds: bool = False
+    server_side_apply: bool | None = None
+    """(Flux 2.8) Apply with server-side apply. This version's helm applies
+    client-side only: false is honoured, true is refused."""
+
+    skip_crds: bool = Field(default=False, alias="skipCRDs")
     """Deprecated: use crds: Skip."""
+
+    strategy: Strategy | None = None
+    """(Flux 2.7) What to do when the install fails; RemediateOnFailure when not set."""
 
     crds: CRDsPolicy | None = None
     """How CRDs in the chart's crds/ directory are installed; Create when not set."""
@@ -99,11 +124,27 @@ class Upgrade(KubeModel):
     disable_hooks: bool = False
     """Do not run the chart's hooks."""
 
-    disable_open_api_validation: bool = False
+    disable_open_api_validation: bool = Field(default=False, alias="disableOpenAPIValidation")
     """Do not validate the rendered manifests against the Kubernetes OpenAPI schema."""
 
     disable_schema_validation: bool = False
     """Do not validate the values against the chart's JSON schema."""
+
+    disable_take_ownership: bool = False
+    """(Flux 2.6) Do not take ownership of existing objects the chart renders."""
+
+    chart_name_change_strategy: Literal["InPlaceUpdate", "Reinstall"] | None = None
+    """(Flux 2.9) What a new chart name does to the release: `Reinstall` (the
+    default) uninstalls it and installs the new chart; `InPlaceUpdate` upgrades
+    it in place."""
+
+    server_side_apply: ServerSideApplyMode | None = None
+    """(Flux 2.8) Apply with server-side apply; `auto` follows the release's
+    previous apply. This version's helm applies client-side only: `disabled`
+    and `auto` are honoured, `enabled` is refused."""
+
+    strategy: Strategy | None = None
+    """(Flux 2.7) What to do when the upgrade fails; RemediateOnFailure when not set."""
 
     force: bool = False
     """Replace resources through delete and re-create when needed."""
@@ -167,6 +208,10 @@ class Rollback(KubeModel):
 
     cleanup_on_fail: bool = False
     """Delete new resources created by a failed rollback."""
+
+    server_side_apply: ServerSideApplyMode | None = None
+    """(Flux 2.8) Apply with server-side apply; `auto` follows the release's
+    previous apply. `disabled` and `auto` are honoured, `enabled` is refused."""
 
 
 class Uninstall(KubeModel):

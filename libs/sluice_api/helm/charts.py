@@ -74,6 +74,10 @@ class HelmChartTemplateSpec(KubeModel):
     values_files: list[str] | None = None
     """Values files in the source, merged in order, replacing values.yaml."""
 
+    values_file: str | None = None
+    """(v2beta1, v2beta2) A values file merged before valuesFiles; deprecated
+    by valuesFiles, which the controller puts it in front of."""
+
     ignore_missing_values_files: bool = False
     """Skip values files that do not exist instead of failing."""
 

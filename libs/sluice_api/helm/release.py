@@ -22,7 +22,7 @@ class HelmRelease(Resource[HelmReleaseSpec, HelmReleaseStatus]):
     SINGULAR: ClassVar[str] = "helmrelease"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("hr",)
     CATEGORIES: ClassVar[tuple[str, ...]] = ("all", "fluxcd", "fluxcd-helmreleases")
-    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v2beta2",)
+    EXTRA_VERSIONS: ClassVar[tuple[str, ...]] = ("v2beta2", "v2beta1")
     PRINTER_COLUMNS: ClassVar[tuple[PrinterColumn, ...]] = (
         AGE_COLUMN,
         READY_COLUMN,

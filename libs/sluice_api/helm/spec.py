@@ -10,7 +10,16 @@ from pydantic import StringConstraints
 
 from sluice_api.helm.actions import Install, Rollback, Test, Uninstall, Upgrade
 from sluice_api.helm.charts import CrossNamespaceSourceReference, HelmChartTemplate
-from sluice_api.kustomize import DependencyReference, Image, KubeConfigReference, Patch, Selector
+from sluice_api.kustomize import (
+    AnyObject,
+    CustomHealthCheck,
+    DependencyReference,
+    Image,
+    JSON6902Patch,
+    KubeConfigReference,
+    Patch,
+    Selector,
+)
 from sluice_api.meta import Duration, KubeModel, LocalObjectReference
 
 
@@ -60,6 +69,10 @@ class ValuesReference(KubeModel):
     optional: bool = False
     """Proceed without it when the referent or key does not exist."""
 
+    literal: bool = False
+    """(Flux 2.9) With targetPath: set the value as a string, as `--set-literal`
+    does, instead of reading it as a YAML scalar (`true`, `1`, `null`)."""
+
 
 class Kustomize(KubeModel):
     """Kustomize patches and image overrides applied to the rendered manifests."""
@@ -70,12 +83,27 @@ class Kustomize(KubeModel):
     images: list[Image] | None = None
     """Image names, tags or digests to replace."""
 
+    patches_strategic_merge: list[AnyObject] | None = None
+    """(v2beta1, v2beta2) Strategic merge patches, each naming its target object;
+    applied like `patches` entries without a target."""
+
+    patches_json6902: list[JSON6902Patch] | None = None
+    """(v2beta1, v2beta2) JSON 6902 patches; applied like `patches` entries."""
+
 
 class PostRenderer(KubeModel):
     """A post-renderer applied to the rendered manifests."""
 
     kustomize: Kustomize | None = None
     """A kustomize post-renderer."""
+
+
+class WaitStrategy(KubeModel):
+    """(Flux 2.8) How helm waits for the applied objects to become ready."""
+
+    name: Literal["poller", "legacy"]
+    """`legacy` is helm 3's wait, the one this version's helm has; `poller`
+    (kstatus) is refused."""
 
 
 class CommonMetadata(KubeModel):
@@ -158,6 +186,18 @@ class HelmReleaseSpec(KubeModel):
 
     post_renderers: list[PostRenderer] | None = None
     """Post-renderers applied to the rendered manifests, in order."""
+
+    post_render_strategy: Literal["nohooks", "combined", "separate"] | None = None
+    """(Flux 2.9) Whether post-renderers also see the chart's hooks: `nohooks`
+    (helm 3's way, the one this version's helm has) leaves them out;
+    `combined` and `separate` are refused."""
+
+    wait_strategy: WaitStrategy | None = None
+    """(Flux 2.8) How helm waits for the release's objects to become ready."""
+
+    health_check_exprs: list[CustomHealthCheck] | None = None
+    """(Flux 2.8) CEL health checks for custom resources of the release, used by
+    the `poller` wait (not built by this version: refused)."""
 
     common_metadata: CommonMetadata | None = None
     """Labels and annotations set on every object of the release."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from sluice_api.kustomize import ResourceInventory
 from sluice_api.meta import KubeModel, ReconcileStatus
 
 
@@ -27,6 +28,9 @@ class Snapshot(KubeModel):
 
     api_version: str | None = None
     """Version of the snapshot format."""
+
+    action: str | None = None
+    """(Flux 2.8) The action that made this release: install, upgrade or rollback."""
 
     digest: str
     """Digest of the release object in Helm's storage."""
@@ -76,6 +80,18 @@ class HelmReleaseStatus(ReconcileStatus):
 
     observed_post_renderers_digest: str | None = None
     """Digest of the post-renderers last reconciled."""
+
+    observed_common_metadata_digest: str | None = None
+    """(Flux 2.7) Digest of the commonMetadata last reconciled."""
+
+    inventory: ResourceInventory | None = None
+    """(Flux 2.8) The objects of the current release."""
+
+    last_attempted_release_action_duration: str | None = None
+    """(Flux 2.8) How long the last release action took, as a Go duration."""
+
+    last_applied_revision: str | None = None
+    """(v2beta1) The chart version of the last successful release."""
 
     last_attempted_generation: int | None = None
     """The generation of the last release attempt."""

@@ -39,14 +39,27 @@ PASS_TIMEOUT = 60.0
 
 
 def passes(renderers: list[PostRenderer]) -> list[dict[str, Any]]:
-    """The kustomize fields (`patches`, `images`) of each pass, in order; renderers
-    without anything to do make no pass."""
+    """The kustomize fields (`patches`, `images`, and v2beta1's and v2beta2's
+    `patchesStrategicMerge` and `patchesJson6902`, which the Kustomization's
+    build applies the same way) of each pass, in order; renderers without
+    anything to do make no pass."""
     found = []
     for renderer in renderers:
         kustomize = renderer.kustomize
-        if kustomize is None or not (kustomize.patches or kustomize.images):
+        if kustomize is None or not (
+            kustomize.patches
+            or kustomize.images
+            or kustomize.patches_strategic_merge
+            or kustomize.patches_json6902
+        ):
             continue
         fragment: dict[str, Any] = {}
+        if kustomize.patches_strategic_merge:
+            fragment["patchesStrategicMerge"] = kustomize.patches_strategic_merge
+        if kustomize.patches_json6902:
+            fragment["patchesJson6902"] = [
+                p.model_dump(by_alias=True, exclude_none=True) for p in kustomize.patches_json6902
+            ]
         if kustomize.patches:
             fragment["patches"] = [
                 p.model_dump(by_alias=True, exclude_none=True) for p in kustomize.patches

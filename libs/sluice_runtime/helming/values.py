@@ -1,7 +1,8 @@
 """A HelmRelease's values, composed as Flux composes them, and their digest.
 
 `valuesFrom` (ConfigMap and Secret keys, in order, optional or not, merged
-whole or set at a `targetPath`), then `values` over them, with Helm's
+whole or set at a `targetPath`, typed as `helm --set` types it unless
+`literal`), then `values` over them, with Helm's
 coalescing (`merge_values`). A key's YAML is the tenant's: it is parsed off
 the event loop within `yamlloading.VALUES_LIMITS`, which also bound what its
 aliases expand to (a 256-byte ConfigMap of nested aliases would otherwise be
@@ -51,7 +52,8 @@ async def compose(client: KubeClient, namespace: str, spec: HelmReleaseSpec) -> 
             raise ValuesError(f"could not resolve {where}: no key '{key}'")
         try:
             if ref.target_path:
-                set_path(values, ref.target_path, data[key])
+                value = data[key] if ref.literal else typed_value(data[key])
+                set_path(values, ref.target_path, value)
             else:
                 loaded = (
                     await yamlloading.load_off_loop(data[key], limits=yamlloading.VALUES_LIMITS)
@@ -89,6 +91,29 @@ def merge_values(base: dict[str, Any], override: dict[str, Any]) -> dict[str, An
         else:
             merged[key] = value
     return merged
+
+
+_INTEGER = re.compile(r"^[-+]?[0-9]+$")
+
+
+def typed_value(text: str) -> Any:
+    """A `targetPath` value as `helm --set` reads it (Flux merges it the same way):
+    `true`/`false` (any case) are booleans, `null` is null, `0` and a 64-bit
+    decimal integer not starting with `0` are integers; anything else, floats
+    and `007` included, stays a string. `valuesFrom[].literal` skips this, as
+    `--set-literal` does."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "null":
+        return None
+    if text == "0":
+        return 0
+    if not text.startswith("0") and _INTEGER.match(text):
+        number = int(text)
+        if -(2**63) <= number < 2**63:
+            return number
+    return text
 
 
 def set_path(values: dict[str, Any], path: str, value: Any) -> None:

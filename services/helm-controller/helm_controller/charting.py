@@ -57,8 +57,10 @@ def desired_chart(hr: HelmRelease) -> dict[str, Any]:
         "interval": spec.interval or hr.spec.interval,
         "reconcileStrategy": spec.reconcile_strategy,
     }
-    if spec.values_files:
-        chart_spec["valuesFiles"] = spec.values_files
+    # v2beta1's and v2beta2's valuesFile is merged before valuesFiles, as they did.
+    values_files = [*([spec.values_file] if spec.values_file else []), *(spec.values_files or [])]
+    if values_files:
+        chart_spec["valuesFiles"] = values_files
     if spec.ignore_missing_values_files:
         chart_spec["ignoreMissingValuesFiles"] = True
     if spec.verify is not None:

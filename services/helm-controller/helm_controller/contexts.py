@@ -9,6 +9,7 @@ remote one (`targeting`), and helm gets that cluster's private kubeconfig.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -83,6 +84,8 @@ class HelmReleaseContext(ReconcileContext[HelmRelease]):
     target_mapper: RestMapper | None = None
     target_kubeconfig: str | None = None
     """The private kubeconfig file helm uses for the remote cluster."""
+    releases: list[tuple[dict[str, Any], Snapshot]] = field(default_factory=list)
+    """The release history last read, newest first (what status.history shows)."""
 
     @property
     def release_namespace(self) -> str:
@@ -208,5 +211,13 @@ def kept_history(ctx: HelmReleaseContext) -> int:
     return spec.max_history if spec.max_history else DEFAULT_MAX_HISTORY
 
 
+def record_action_duration(ctx: HelmReleaseContext, started: float) -> None:
+    """status.lastAttemptedReleaseActionDuration: the install or upgrade since
+    `started` (time.monotonic()), as a Go duration."""
+    elapsed = timedelta(seconds=time.monotonic() - started)
+    ctx.obj.status.last_attempted_release_action_duration = format_duration(elapsed)
+
+
 def record_history(ctx: HelmReleaseContext, found: list[tuple[dict[str, Any], Snapshot]]) -> None:
     ctx.obj.status.history = [snap for _, snap in found[: kept_history(ctx)]] or None
+    ctx.releases = found

@@ -10,6 +10,7 @@ The reconcile, read top to bottom; each step lives in the module named after it:
 6. target (`targeting`): `kubeConfig`'s remote cluster, when set.
 7. release (`releasing`): install, upgrade, test, remediate (`remediating`,
    `crds`), or check a steady release for drift (`correcting`).
+8. inventory (`inventorying`): the objects of the deployed release.
 
 What the steps share, and how helm reaches the release's cluster as the
 tenant, is in `contexts`; what else makes a HelmRelease reconcile, in
@@ -23,6 +24,7 @@ import functools
 
 from helm_controller.charting import HELMCHART, desired_chart, reconcile_chart
 from helm_controller.contexts import HelmReleaseContext, Services
+from helm_controller.inventorying import reconcile_inventory
 from helm_controller.releasing import reconcile_release
 from helm_controller.remediating import uninstall
 from helm_controller.targeting import reconcile_target, resolve_target
@@ -84,6 +86,7 @@ STEPS = (
     reconcile_values,
     reconcile_target,
     reconcile_release,
+    reconcile_inventory,
 )
 
 

@@ -61,6 +61,7 @@ def snapshot(release: dict[str, Any], *, digest: str) -> Snapshot:
         snap = Snapshot.model_validate(
             {
                 "apiVersion": SNAPSHOT_API_VERSION,
+                "action": release_action(release),
                 "digest": digest,
                 "name": release["name"],
                 "namespace": release.get("namespace", ""),
@@ -80,6 +81,27 @@ def snapshot(release: dict[str, Any], *, digest: str) -> Snapshot:
         raise StorageError(f"is not a release: {error}") from None
     check_snapshot(snap)
     return snap
+
+
+def release_action(release: dict[str, Any]) -> str:
+    """The action that made a release revision, from the description helm stored:
+    the controller's own (`<action> by Sluice helm-controller`), helm's
+    (`Install complete`, `Upgrade complete`, `Rollback to N`) or its failure
+    message (`Release "x" failed: ...` for an install, `Upgrade "x" failed: ...`);
+    otherwise the first revision was an install and later ones upgrades."""
+    description = str(_mapping(release.get("info")).get("description") or "")
+    lowered = description.lower()
+    for action in ("install", "upgrade", "rollback"):
+        if lowered.startswith(action):
+            return action
+    if description.startswith("Release ") and " failed" in description:
+        return "install"
+    try:
+        return "install" if int(release.get("version") or 1) == 1 else "upgrade"
+    except (TypeError, ValueError):
+        raise StorageError(
+            f"is not a release: version {str(release.get('version'))[:32]!r}"
+        ) from None
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -184,15 +206,26 @@ class Desired:
 
 
 def next_action(
-    latest: Snapshot | None, desired: Desired, *, generation_changed: bool, forced: bool
+    latest: Snapshot | None,
+    desired: Desired,
+    *,
+    generation_changed: bool,
+    forced: bool,
+    reinstall_on_rename: bool = True,
 ) -> str | None:
-    """`install`, `upgrade`, or None when the release already is what the spec asks.
+    """`install`, `upgrade`, `reinstall`, or None when the release already is what
+    the spec asks.
 
     A steady-state reconcile (same chart version, same values, same
-    generation, no forceAt) must not run `helm upgrade`.
+    generation, no forceAt) must not run `helm upgrade`. A release of another
+    chart is uninstalled and installed again (`reinstall`, Flux's default
+    `upgrade.chartNameChangeStrategy: Reinstall`) unless `reinstall_on_rename`
+    is off (`InPlaceUpdate`), which upgrades it.
     """
     if latest is None or latest.status == "uninstalled":
         return "install"
+    if reinstall_on_rename and latest.chart_name != desired.chart_name:
+        return "reinstall"
     if latest.status != "deployed":
         # failed, pending-*, superseded as newest: Helm's state needs an upgrade.
         return "upgrade"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from helm_controller.contexts import (
     duration,
     helm,
     history,
+    record_action_duration,
     record_history,
     wait_args,
 )
@@ -30,6 +32,7 @@ from helm_controller.crds import apply_crds
 from helm_controller.remediating import (
     count_failure,
     ignore_test_failures,
+    reinstall,
     retries_exhausted,
     retries_of,
     run_tests,
@@ -158,12 +161,17 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
     found = await history(ctx)
     record_history(ctx, found)
     latest = found[0][1] if found else None
+    rename = ctx.obj.spec.upgrade.chart_name_change_strategy if ctx.obj.spec.upgrade else None
     action = releases.next_action(
         latest,
         desired,
         generation_changed=status.last_attempted_generation != generation,
         forced=forced,
+        reinstall_on_rename=rename != "InPlaceUpdate",
     )
+    if action == "reinstall":
+        await reinstall(ctx, chart=chart)
+        action = "install"
     if action is None:
         # Steady state: nothing to release. Keep Released as it was; a failed
         # test of this very release still counts (Helm's storage says so).
@@ -215,10 +223,12 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
     # reconcile that follows this one at once reads the attempt fields from
     # `services.attempts`, not from a cache that may still hold this patch.
     await announce(ctx, action, doing, timeout=timeout)
+    started = time.monotonic()
     try:
         await apply_crds(ctx, action, timeout=timeout)
         await helm(ctx, args, timeout=timeout)
     except HelmError as error:
+        record_action_duration(ctx, started)
         message = (
             f"Helm {action} failed for release {ctx.release_namespace}/{ctx.release_name} "
             f"with chart {chart}: {error}"
@@ -227,6 +237,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         ctx.conditions.mark_false(Condition.RELEASED, failed_reason, message)
         await count_failure(ctx, action, failed_reason, message, chart=chart)
 
+    record_action_duration(ctx, started)
     found = await history(ctx)
     record_history(ctx, found)
     assert found
@@ -278,6 +289,9 @@ def _release_args(
             args.append("--reset-values")
     opts_any: Any = spec.install if action == "install" else spec.upgrade
     args += wait_args(opts_any)
+    # Flux takes ownership of objects the chart renders unless told not to.
+    if opts_any is None or not opts_any.disable_take_ownership:
+        args.append("--take-ownership")
     if opts_any is not None:
         if opts_any.disable_hooks:
             args.append("--no-hooks")

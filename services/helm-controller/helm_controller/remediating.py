@@ -2,7 +2,9 @@
 
 A failed install is uninstalled; a failed upgrade is rolled back (or
 uninstalled, as `upgrade.remediation.strategy` says) until the action's
-retries are exhausted, which stalls the HelmRelease.
+retries are exhausted, which stalls the HelmRelease. With the action's
+`strategy.name: RetryOnFailure` nothing is undone and nothing is exhausted:
+the failed release is retried with an upgrade every `retryInterval`.
 """
 
 from __future__ import annotations
@@ -27,8 +29,24 @@ Condition = HelmReleaseCondition
 Reason = HelmReleaseReason
 
 
+DEFAULT_RETRY_INTERVAL = 300.0
+
+
+def retry_interval(ctx: HelmReleaseContext, action: str) -> float | None:
+    """Seconds between retries when the action's strategy is RetryOnFailure, else None."""
+    spec = ctx.obj.spec
+    options = spec.install if action == "install" else spec.upgrade
+    strategy = options.strategy if options is not None else None
+    if strategy is None or strategy.name != "RetryOnFailure":
+        return None
+    return duration(strategy.retry_interval, DEFAULT_RETRY_INTERVAL)
+
+
 def retries_of(ctx: HelmReleaseContext, action: str) -> tuple[int, bool]:
-    """(retries, remediate the last failure) of the action's remediation."""
+    """(retries, remediate the last failure) of the action's remediation;
+    RetryOnFailure retries forever and remediates nothing."""
+    if retry_interval(ctx, action) is not None:
+        return -1, False
     spec = ctx.obj.spec
     remediation: Any = (
         (spec.install.remediation if spec.install else None)
@@ -56,6 +74,10 @@ async def count_failure(
         status.install_failures = failures = (status.install_failures or 0) + 1
     else:
         status.upgrade_failures = failures = (status.upgrade_failures or 0) + 1
+    interval = retry_interval(ctx, action)
+    if interval is not None:
+        record_history(ctx, await history(ctx))
+        raise StepError(reason, message, requeue_after=interval)
     exhausted = retries_exhausted(failures, retries)
     if not exhausted or remediate_last:
         await remediate(ctx, action, chart=chart, failed=(reason, message))
@@ -141,6 +163,23 @@ async def remediate(
         return
     ctx.events.normal(reason, message, metadata=ctx.event_metadata)
     ctx.conditions.mark_true(Condition.REMEDIATED, reason, message)
+
+
+async def reinstall(ctx: HelmReleaseContext, *, chart: str) -> None:
+    """Uninstall a release of another chart before installing this one, as Flux's
+    default `upgrade.chartNameChangeStrategy: Reinstall` does."""
+    target = f"{ctx.release_namespace}/{ctx.release_name}"
+    try:
+        await uninstall(ctx)
+    except HelmError as error:
+        message = f"Helm uninstall failed for release {target}: {error}"
+        ctx.events.warning(Reason.UNINSTALL_FAILED, message, metadata=ctx.event_metadata)
+        raise StepError(Reason.UNINSTALL_FAILED, message) from None
+    message = (
+        f"Helm uninstall succeeded for release {target} before installing chart {chart}: "
+        "the chart name changed"
+    )
+    ctx.events.normal(Reason.UNINSTALL_SUCCEEDED, message, metadata=ctx.event_metadata)
 
 
 async def uninstall(ctx: HelmReleaseContext, *, failed: tuple[str, str] | None = None) -> None:

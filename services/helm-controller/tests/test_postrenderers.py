@@ -122,6 +122,27 @@ async def test_a_post_renderer_that_fails_names_the_problem(helm_delivery: HelmD
             ],
             id="one-pass-per-renderer-in-order",
         ),
+        pytest.param(
+            [
+                {
+                    "kustomize": {
+                        "patchesStrategicMerge": [{"kind": "K", "metadata": {"name": "n"}}],
+                        "patchesJson6902": [
+                            {"target": {"kind": "K"}, "patch": [{"op": "remove", "path": "/a"}]}
+                        ],
+                    }
+                }
+            ],
+            [
+                {
+                    "patchesStrategicMerge": [{"kind": "K", "metadata": {"name": "n"}}],
+                    "patchesJson6902": [
+                        {"target": {"kind": "K"}, "patch": [{"op": "remove", "path": "/a"}]}
+                    ],
+                }
+            ],
+            id="v2beta1-patches",
+        ),
     ],
 )
 def test_passes(renderers: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:

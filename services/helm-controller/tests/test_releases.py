@@ -14,7 +14,7 @@ import pytest
 
 from helm_controller import releases
 from helm_controller.charting import desired_chart
-from helm_controller.validating import unsupported_fields
+from helm_controller.validating import HELM3, invalid_fields, unsupported_fields
 from sluice_api.helm import HelmRelease, Snapshot
 from sluice_runtime.helming import values as helm_values
 from sluice_runtime.helming.storage import MAX_RELEASE_SIZE, StorageError, release_name
@@ -274,6 +274,26 @@ def test_the_next_action(
     assert got == expected
 
 
+@pytest.mark.parametrize(
+    ("status", "reinstall", "expected"),
+    [
+        pytest.param("deployed", True, "reinstall", id="renamed-reinstall-default"),
+        pytest.param("failed", True, "reinstall", id="renamed-failed-reinstall"),
+        pytest.param("deployed", False, "upgrade", id="renamed-in-place-update"),
+        pytest.param("uninstalled", True, "install", id="renamed-but-uninstalled"),
+    ],
+)
+def test_a_new_chart_name_reinstalls_unless_in_place(
+    status: str, reinstall: bool, expected: str
+) -> None:
+    latest = snap(1, status)
+    renamed = releases.Desired(chart_name="other", chart_version="1.0.0", config_digest="sha256:a")
+    got = releases.next_action(
+        latest, renamed, generation_changed=False, forced=False, reinstall_on_rename=reinstall
+    )
+    assert got == expected
+
+
 def test_rollback_target_skips_failed_upgrades_that_were_superseded() -> None:
     failed = ({"info": {"description": 'Upgrade "web" failed: boom'}}, snap(2, "superseded"))
     good = ({"info": {"description": "Install complete"}}, snap(1, "superseded"))
@@ -333,10 +353,98 @@ def hr(**spec: Any) -> HelmRelease:
         pytest.param({"dependsOn": [{"name": "x", "readyExpr": "true"}]}, ["spec.dependsOn[].readyExpr"], id="ready-expr"),
         pytest.param({"commonMetadata": {"labels": {"a": "b"}}}, [], id="common-metadata-is-built"),
         pytest.param({"chart": {"spec": {"chart": "app", "sourceRef": {"kind": "HelmRepository", "name": "r"}, "verify": {"provider": "cosign"}}}}, [], id="chart-verify-is-built"),
+        # Flux 2.6-2.9: helm 3's behaviour is honoured, Helm 4's is refused.
+        pytest.param({"install": {"serverSideApply": False}}, [], id="install-client-side-is-built"),
+        pytest.param({"install": {"serverSideApply": True}}, [f"spec.install.serverSideApply: true ({HELM3})"], id="install-ssa"),
+        pytest.param({"upgrade": {"serverSideApply": "auto"}, "rollback": {"serverSideApply": "disabled"}}, [], id="upgrade-auto-rollback-disabled-are-built"),
+        pytest.param({"upgrade": {"serverSideApply": "enabled"}}, [f"spec.upgrade.serverSideApply: enabled ({HELM3})"], id="upgrade-ssa"),
+        pytest.param({"rollback": {"serverSideApply": "enabled"}}, [f"spec.rollback.serverSideApply: enabled ({HELM3})"], id="rollback-ssa"),
+        pytest.param({"waitStrategy": {"name": "legacy"}}, [], id="legacy-wait-is-built"),
+        pytest.param({"waitStrategy": {"name": "poller"}}, ["spec.waitStrategy.name: poller (this version's helm waits the legacy way)"], id="poller-wait"),
+        pytest.param({"healthCheckExprs": [{"apiVersion": "a/v1", "kind": "K", "current": "true"}]}, ["spec.healthCheckExprs (evaluated by the poller wait, not built)"], id="health-check-exprs"),
+        pytest.param({"postRenderStrategy": "nohooks"}, [], id="post-render-nohooks-is-built"),
+        pytest.param({"postRenderStrategy": "combined"}, ["spec.postRenderStrategy: combined (this version's helm post-renders without hooks: nohooks)"], id="post-render-combined"),
+        pytest.param({"postRenderStrategy": "separate"}, ["spec.postRenderStrategy: separate (this version's helm post-renders without hooks: nohooks)"], id="post-render-separate"),
+        pytest.param({"upgrade": {"chartNameChangeStrategy": "InPlaceUpdate"}}, [], id="in-place-update-is-built"),
+        pytest.param({"upgrade": {"chartNameChangeStrategy": "Reinstall"}}, [], id="reinstall-is-built"),
+        pytest.param({"install": {"disableTakeOwnership": True, "strategy": {"name": "RetryOnFailure", "retryInterval": "1m"}}}, [], id="take-ownership-and-retry-are-built"),
+        pytest.param({"valuesFrom": [{"kind": "Secret", "name": "s", "targetPath": "a", "literal": True}]}, [], id="literal-is-built"),
     ],
 )  # fmt: skip
 def test_unbuilt_fields_are_named(spec: dict[str, Any], expected: list[str]) -> None:
     assert unsupported_fields(hr(**spec)) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        pytest.param({"install": {"strategy": {"name": "RetryOnFailure", "retryInterval": "1m"}}}, [], id="retry-interval-with-retry"),
+        pytest.param({"upgrade": {"strategy": {"name": "RemediateOnFailure"}}}, [], id="remediate-without-interval"),
+        pytest.param({"install": {"strategy": {"name": "RemediateOnFailure", "retryInterval": "1m"}}}, ["spec.install.strategy.retryInterval can only be set when spec.install.strategy.name is RetryOnFailure"], id="install-interval-with-remediate"),
+        pytest.param({"upgrade": {"strategy": {"name": "RemediateOnFailure", "retryInterval": "1m"}}}, ["spec.upgrade.strategy.retryInterval can only be set when spec.upgrade.strategy.name is RetryOnFailure"], id="upgrade-interval-with-remediate"),
+    ],
+)  # fmt: skip
+def test_invalid_fields_are_named(spec: dict[str, Any], expected: list[str]) -> None:
+    assert invalid_fields(hr(**spec)) == expected
+
+
+@pytest.mark.parametrize(
+    ("version", "description", "action"),
+    [
+        pytest.param(1, "install by Sluice helm-controller", "install", id="controller-install"),
+        pytest.param(2, "upgrade by Sluice helm-controller", "upgrade", id="controller-upgrade"),
+        pytest.param(3, "Rollback to 1", "rollback", id="rollback"),
+        pytest.param(1, "Install complete", "install", id="helm-install"),
+        pytest.param(4, "Upgrade complete", "upgrade", id="helm-upgrade"),
+        pytest.param(1, 'Release "web" failed: timed out', "install", id="failed-install"),
+        pytest.param(2, 'Upgrade "web" failed: timed out', "upgrade", id="failed-upgrade"),
+        pytest.param(1, "", "install", id="first-without-description"),
+        pytest.param(5, "something else", "upgrade", id="later-without-known-description"),
+    ],
+)
+def test_each_revision_names_the_action_that_made_it(
+    version: int, description: str, action: str
+) -> None:
+    release = {"version": version, "info": {"description": description}}
+    assert releases.release_action(release) == action
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param("3", 3, id="integer"),
+        pytest.param("-12", -12, id="negative"),
+        pytest.param("0", 0, id="zero"),
+        pytest.param("007", "007", id="leading-zero-stays-a-string"),
+        pytest.param("1.5", "1.5", id="float-stays-a-string"),
+        pytest.param("True", True, id="true-any-case"),
+        pytest.param("false", False, id="false"),
+        pytest.param("NULL", None, id="null"),
+        pytest.param("9223372036854775808", "9223372036854775808", id="past-int64-stays-a-string"),
+        pytest.param("1_000", "1_000", id="underscores-stay-a-string"),
+        pytest.param("hello", "hello", id="text"),
+    ],
+)
+def test_target_path_values_are_typed_as_helm_set_types_them(text: str, value: Any) -> None:
+    assert helm_values.typed_value(text) == value
+    assert type(helm_values.typed_value(text)) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("template", "files"),
+    [
+        pytest.param({}, None, id="none"),
+        pytest.param({"valuesFiles": ["b.yaml"]}, ["b.yaml"], id="values-files"),
+        pytest.param({"valuesFile": "a.yaml"}, ["a.yaml"], id="v2beta1-values-file"),
+        pytest.param({"valuesFile": "a.yaml", "valuesFiles": ["b.yaml"]}, ["a.yaml", "b.yaml"], id="values-file-merged-first"),
+    ],
+)  # fmt: skip
+def test_the_old_values_file_goes_before_values_files(
+    template: dict[str, Any], files: list[str] | None
+) -> None:
+    source = {"kind": "HelmRepository", "name": "r"}
+    release = hr(chart={"spec": {"chart": "app", "sourceRef": source, **template}})
+    assert desired_chart(release)["spec"].get("valuesFiles") == files
 
 
 @pytest.mark.parametrize(

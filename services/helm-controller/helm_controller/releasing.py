@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helm_controller import correcting, releases
+from helm_controller import correcting, deciding
 from helm_controller.contexts import (
     HelmReleaseContext,
     announce,
@@ -29,11 +29,11 @@ from helm_controller.contexts import (
     wait_args,
 )
 from helm_controller.crds import apply_crds
+from helm_controller.deciding import Next
 from helm_controller.remediating import (
     count_failure,
     ignore_test_failures,
     reinstall,
-    retries_exhausted,
     retries_of,
     run_tests,
 )
@@ -42,6 +42,7 @@ from sluice_api.helm import (
     RESET_REQUESTED_AT_ANNOTATION,
     HelmReleaseCondition,
     HelmReleaseReason,
+    HelmReleaseStatus,
     Snapshot,
 )
 from sluice_runtime.helming import HelmError, postrendering
@@ -108,89 +109,51 @@ RELEASE_CONDITIONS = (Condition.RELEASED, Condition.TEST_SUCCESS, Condition.REME
 async def _release(ctx: HelmReleaseContext) -> Result | None:
     hr = ctx.obj
     status = hr.status
-    meta = hr.metadata
-    annotations = meta.annotations or {}
-    generation = meta.generation or 0
+    generation = hr.metadata.generation or 0
     assert ctx.artifact is not None and ctx.chart_dir is not None
-    chart_meta = ctx.chart_meta
-    chart = f"{chart_meta.get('name')}@{chart_meta.get('version')}"
-    desired = releases.Desired(
-        chart_name=str(chart_meta.get("name")),
-        chart_version=str(chart_meta.get("version")),
-        config_digest=ctx.config_digest,
-    )
+    chart = f"{ctx.chart_meta.get('name')}@{ctx.chart_meta.get('version')}"
 
-    # A new generation, chart or values, or resetAt, starts counting failures again.
-    reset = annotations.get(RESET_REQUESTED_AT_ANNOTATION)
-    changed = (
-        status.last_attempted_generation != generation
-        or status.last_attempted_revision != ctx.revision
-        or status.last_attempted_config_digest != ctx.config_digest
-        or (reset is not None and reset != status.last_handled_reset_at)
-    )
-    if changed:
-        status.failures = status.install_failures = status.upgrade_failures = None
-    if reset is not None:
-        status.last_handled_reset_at = reset
-    force = annotations.get(FORCE_REQUESTED_AT_ANNOTATION)
-    forced = force is not None and force != status.last_handled_force_at
-    if force is not None:
-        status.last_handled_force_at = force
-
-    # Retries exhausted for the last action: nothing is tried again until the
-    # spec, chart or values change (or resetAt/forceAt asks), as in Flux.
-    last_action = status.last_attempted_release_action
-    if last_action is not None and not changed and not forced:
-        retries, _ = retries_of(ctx, last_action)
-        failures = (
-            status.install_failures if last_action == "install" else status.upgrade_failures
-        ) or 0
-        if failures and retries_exhausted(failures, retries):
-            released = ctx.conditions.get(Condition.RELEASED)
-            tested = ctx.conditions.get(Condition.TEST_SUCCESS)
-            last = next(
-                (c.message for c in (tested, released) if c is not None and c.status == "False"),
-                "",
-            )
-            raise Stalling(
-                Reason.RETRIES_EXHAUSTED,
-                f"Failed to {last_action} after {failures} attempt(s)"
-                + (f": {last}" if last else ""),
-            )
-
-    found = await history(ctx)
+    found = await history(ctx)  # read once: the decision's and the status's
     record_history(ctx, found)
     latest = found[0][1] if found else None
-    rename = ctx.obj.spec.upgrade.chart_name_change_strategy if ctx.obj.spec.upgrade else None
-    action = releases.next_action(
-        latest,
-        desired,
-        generation_changed=status.last_attempted_generation != generation,
-        forced=forced,
-        reinstall_on_rename=rename != "InPlaceUpdate",
-    )
-    if action == "reinstall":
-        await reinstall(ctx, chart=chart)
-        action = "install"
-    if action is None:
-        # Steady state: nothing to release. Keep Released as it was; a failed
-        # test of this very release still counts (Helm's storage says so).
+    decision = deciding.decide(wanted(ctx), attempt(status), latest)
+    if decision.clear_failures:
+        status.failures = status.install_failures = status.upgrade_failures = None
+    if decision.handled_reset_at is not None:
+        status.last_handled_reset_at = decision.handled_reset_at
+    if decision.handled_force_at is not None:
+        status.last_handled_force_at = decision.handled_force_at
+
+    if decision.next is Next.RETRIES_EXHAUSTED:
+        released = ctx.conditions.get(Condition.RELEASED)
+        tested = ctx.conditions.get(Condition.TEST_SUCCESS)
+        last = next(
+            (c.message for c in (tested, released) if c is not None and c.status == "False"),
+            "",
+        )
+        raise Stalling(
+            Reason.RETRIES_EXHAUSTED,
+            f"Failed to {decision.action} after {decision.failures} attempt(s)"
+            + (f": {last}" if last else ""),
+        )
+    if decision.next is Next.TEST_FAILED:
         assert latest is not None
-        failed_tests = [
-            name for name, hook in (latest.test_hooks or {}).items() if hook.phase == "Failed"
-        ]
-        test = ctx.obj.spec.test
-        if failed_tests and test is not None and test.enable and not ignore_test_failures(ctx):
-            raise Stalling(
-                Reason.TEST_FAILED,
-                f"Helm test failed for release {latest.namespace}/{latest.name}.v{latest.version}"
-                f": {', '.join(sorted(failed_tests))}",
-            )
+        raise Stalling(
+            Reason.TEST_FAILED,
+            f"Helm test failed for release {latest.namespace}/{latest.name}.v{latest.version}"
+            f": {', '.join(decision.failed_tests)}",
+        )
+    if decision.next is Next.STEADY:
+        # Nothing to release. Keep Released as it was and check for drift.
+        assert latest is not None
         ctx.ready_reason = _kept_reason(ctx)
         ctx.ready_message = _release_message(ctx, latest, "succeeded", chart=chart)
         ctx.conditions.mark_true(Condition.RELEASED, ctx.ready_reason, ctx.ready_message)
         await correcting.check_drift(ctx, found[0][0], latest)
         return None
+    if decision.next is Next.REINSTALL:
+        await reinstall(ctx, chart=chart)
+    action = "upgrade" if decision.next is Next.UPGRADE else "install"
 
     status.last_attempted_generation = generation
     status.last_attempted_revision = ctx.revision
@@ -251,6 +214,42 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
         await count_failure(ctx, action, Reason.TEST_FAILED, failure, chart=chart)
     status.failures = status.install_failures = status.upgrade_failures = None
     return None
+
+
+def wanted(ctx: HelmReleaseContext) -> deciding.Wanted:
+    """What the spec, its chart, its values and its annotations ask of the release."""
+    hr = ctx.obj
+    annotations = hr.metadata.annotations or {}
+    upgrade = hr.spec.upgrade
+    test = hr.spec.test
+    return deciding.Wanted(
+        generation=hr.metadata.generation or 0,
+        revision=ctx.revision,
+        config_digest=ctx.config_digest,
+        chart_name=str(ctx.chart_meta.get("name")),
+        chart_version=str(ctx.chart_meta.get("version")),
+        reset_at=annotations.get(RESET_REQUESTED_AT_ANNOTATION),
+        force_at=annotations.get(FORCE_REQUESTED_AT_ANNOTATION),
+        install_retries=retries_of(ctx, "install")[0],
+        upgrade_retries=retries_of(ctx, "upgrade")[0],
+        reinstall_on_rename=(upgrade.chart_name_change_strategy if upgrade else None)
+        != "InPlaceUpdate",
+        tests_count=bool(test and test.enable) and not ignore_test_failures(ctx),
+    )
+
+
+def attempt(status: HelmReleaseStatus) -> deciding.Attempt:
+    """The last attempt, as status records it."""
+    return deciding.Attempt(
+        generation=status.last_attempted_generation,
+        revision=status.last_attempted_revision,
+        config_digest=status.last_attempted_config_digest,
+        action=status.last_attempted_release_action,
+        install_failures=status.install_failures or 0,
+        upgrade_failures=status.upgrade_failures or 0,
+        handled_reset_at=status.last_handled_reset_at,
+        handled_force_at=status.last_handled_force_at,
+    )
 
 
 def _release_args(

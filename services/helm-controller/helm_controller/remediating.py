@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from helm_controller import releases
+from helm_controller import deciding, releases
 from helm_controller.contexts import (
     HelmReleaseContext,
     announce,
@@ -58,15 +58,11 @@ def retries_of(ctx: HelmReleaseContext, action: str) -> tuple[int, bool]:
     return retries, (retries > 0 if last is None else last)
 
 
-def retries_exhausted(failures: int, retries: int) -> bool:
-    return retries >= 0 and failures > retries
-
-
 async def count_failure(
     ctx: HelmReleaseContext, action: str, reason: str, message: str, *, chart: str
 ) -> NoReturn:
-    """Count a failed action (or test), remediate it as configured, and raise:
-    Stalling once the retries are exhausted, else a retried StepError."""
+    """Count a failed action (or test), do what `deciding.after_failure` says of it,
+    and raise: Stalling once the retries are exhausted, else a retried StepError."""
     status = ctx.obj.status
     retries, remediate_last = retries_of(ctx, action)
     status.failures = (status.failures or 0) + 1
@@ -74,40 +70,32 @@ async def count_failure(
         status.install_failures = failures = (status.install_failures or 0) + 1
     else:
         status.upgrade_failures = failures = (status.upgrade_failures or 0) + 1
-    interval = retry_interval(ctx, action)
-    if interval is not None:
-        record_history(ctx, await history(ctx))
-        raise StepError(reason, message, requeue_after=interval)
-    exhausted = retries_exhausted(failures, retries)
-    if not exhausted or remediate_last:
-        await remediate(ctx, action, chart=chart, failed=(reason, message))
+    upgrade = ctx.obj.spec.upgrade
+    remedy = deciding.after_failure(
+        action,
+        failures=failures,
+        retries=retries,
+        remediate_last=remediate_last,
+        retry_interval=retry_interval(ctx, action),
+        upgrade_strategy=upgrade.remediation.strategy if upgrade and upgrade.remediation else None,
+    )
+    if remedy.undo is not None:
+        await remediate(ctx, remedy.undo, chart=chart, failed=(reason, message))
     record_history(ctx, await history(ctx))
-    if exhausted:
+    if remedy.stall:
         raise Stalling(
             Reason.RETRIES_EXHAUSTED, f"Failed to {action} after {failures} attempt(s): {message}"
         )
-    raise StepError(reason, message)
+    raise StepError(reason, message, requeue_after=remedy.requeue_after)
 
 
 async def remediate(
-    ctx: HelmReleaseContext, action: str, *, chart: str, failed: tuple[str, str]
+    ctx: HelmReleaseContext, strategy: str, *, chart: str, failed: tuple[str, str]
 ) -> None:
-    """Undo a failed action: uninstall a failed install, roll back (or uninstall) an upgrade.
+    """Undo a failed action: `rollback` to the last successful release, or `uninstall`.
 
     `failed` is the failure's (reason, message): Ready shows it while helm undoes it."""
     spec = ctx.obj.spec
-    strategy = (
-        "uninstall"
-        if action == "install"
-        else (
-            (
-                spec.upgrade.remediation.strategy
-                if spec.upgrade and spec.upgrade.remediation
-                else None
-            )
-            or "rollback"
-        )
-    )
     target = f"{ctx.release_namespace}/{ctx.release_name}"
     try:
         if strategy == "rollback":

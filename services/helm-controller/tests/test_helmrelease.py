@@ -209,7 +209,12 @@ async def test_deleting_deletes_the_chart_the_spec_made_never_the_one_status_nam
                 break
             await asyncio.sleep(0.1)
         assert not (await d.kube.list(HELMRELEASE, namespace=ns)).items
-        # Its own chart is gone; the other namespace's is not.
+        # Its own chart is gone (the source-controller's finalizer runs after the
+        # release's); the other namespace's is not.
+        for _ in range(300):  # a cap on the wait only
+            if not (await d.kube.list(HELMCHART, namespace=ns)).items:
+                break
+            await asyncio.sleep(0.1)
         assert not (await d.kube.list(HELMCHART, namespace=ns)).items
         await d.kube.get(HELMCHART, "precious", victim)
     finally:

@@ -5,7 +5,9 @@ real API server and drives real controllers with them."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from typing import Any
 
 import pytest
 import yaml
@@ -37,6 +39,102 @@ def test_helm_lint_passes_with_default_and_other_values() -> None:
             [helm, "lint", "--strict", str(CHART), *values], capture_output=True, text=True
         )
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+
+
+def _resolved(schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = SCHEMA["definitions"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _untyped(value: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """Values of values.yaml the schema does not give a type (or does not know)."""
+    schema = _resolved(schema)
+    if "type" not in schema:
+        return [path]
+    if not isinstance(value, dict) or "properties" not in schema:
+        return []
+    problems = []
+    if schema.get("additionalProperties") is not False:
+        problems.append(f"{path}: open to unknown keys")
+    for key, item in value.items():
+        if key not in schema["properties"]:
+            problems.append(f"{path}.{key}: not in the schema")
+        else:
+            problems += _untyped(item, schema["properties"][key], f"{path}.{key}")
+    return problems
+
+
+def test_the_schema_types_every_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert SCHEMA["$schema"] == "http://json-schema.org/draft-07/schema#"
+    assert _untyped(values, SCHEMA, "(root)") == []
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param(
+            "sourceController.replicas=abc",
+            "sourceController.replicas: Invalid type. Expected: integer, given: string",
+            id="replicas-not-a-number",
+        ),
+        pytest.param(
+            "sourceController.replica=3",
+            "sourceController: Additional property replica is not allowed",
+            id="unknown-controller-key",
+        ),
+        pytest.param(
+            "imagee.tag=1",
+            "(root): Additional property imagee is not allowed",
+            id="unknown-top-key",
+        ),
+        pytest.param(
+            "multitenancy.platformServiceAccount.nmae=x",
+            "multitenancy.platformServiceAccount: Additional property nmae is not allowed",
+            id="unknown-nested-key",
+        ),
+        pytest.param(
+            "helmController.logLevel=verbose",
+            "helmController.logLevel: helmController.logLevel must be one of the following",
+            id="log-level",
+        ),
+        pytest.param(
+            "kustomizeController.resources.limits.memory=lots",
+            "kustomizeController.resources.limits.memory: Does not match pattern",
+            id="quantity",
+        ),
+        pytest.param(
+            "kustomizeController.resources.limit.memory=1Gi",
+            "kustomizeController.resources: Additional property limit is not allowed",
+            id="resources-typo",
+        ),
+        pytest.param(
+            "notificationController.concurrent=0",
+            "notificationController.concurrent: Must be greater than or equal to 1",
+            id="no-workers",
+        ),
+        pytest.param(
+            "image.digest=sha256:abc", "image.digest: Does not match pattern", id="short-digest"
+        ),
+        pytest.param(
+            "watchAllNamespaces=yes",
+            "watchAllNamespaces: Invalid type. Expected: boolean, given: string",
+            id="boolean",
+        ),
+    ],
+)
+def test_the_schema_refuses_wrong_values_naming_the_key(value: str, message: str) -> None:
+    helm = str(helm_binary())
+    for command in (["lint", "--strict"], ["template", "sluice"]):
+        done = subprocess.run(
+            [helm, *command, str(CHART), "--set", value], capture_output=True, text=True
+        )
+        assert done.returncode != 0, (command, done.stdout)
+        assert message in done.stdout + done.stderr, (command, done.stdout + done.stderr)
 
 
 def test_the_install_has_one_deployment_per_controller_and_the_generated_crds() -> None:

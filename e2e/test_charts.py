@@ -196,17 +196,19 @@ def test_the_install_locks_tenants_down() -> None:
     assert admins == [
         {"kind": "ServiceAccount", "name": "platform-admin", "namespace": "flux-system"}
     ]
-    reconciler = of_kind(objects, "ClusterRole")["sluice-reconciler-flux-system"]
-    assert {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]} in (
-        reconciler["rules"]
-    )
-    binding = of_kind(objects, "ClusterRoleBinding")["sluice-reconciler-flux-system"]
-    assert {s["name"] for s in binding["subjects"]} == {
-        "kustomize-controller", "helm-controller", "resourceset-controller"
-    }  # fmt: skip
-    # Nothing else grants impersonation.
-    for role in of_kind(objects, "ClusterRole").values():
-        if role["metadata"]["name"] != "sluice-reconciler-flux-system":
+    appliers = {"kustomize-controller", "helm-controller", "resourceset-controller"}
+    impersonate = {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}
+    roles = of_kind(objects, "ClusterRole")
+    for name in DEFAULT:
+        # Each controller has its own role, bound to it alone; only the
+        # appliers may impersonate.
+        binding = of_kind(objects, "ClusterRoleBinding")[f"sluice-{name}-flux-system"]
+        assert binding["roleRef"]["name"] == f"sluice-{name}-flux-system"
+        assert [s["name"] for s in binding["subjects"]] == [name]
+        rules = roles[f"sluice-{name}-flux-system"]["rules"]
+        assert (impersonate in rules) is (name in appliers), name
+    for role in roles.values():
+        if role["metadata"]["name"] not in {f"sluice-{a}-flux-system" for a in appliers}:
             assert not any("impersonate" in r["verbs"] for r in role["rules"]), role["metadata"]
 
 
@@ -232,7 +234,6 @@ def test_privileged_appliers_are_bound_to_cluster_admin(
     assert {s["name"] for s in binding["subjects"]} == {
         "kustomize-controller", "helm-controller", "resourceset-controller"
     }  # fmt: skip
-    assert "sluice-reconciler-flux-system" not in of_kind(objects, "ClusterRole")
     # The platform account exists only while a default account confines the rest.
     assert ("platform-admin" in of_kind(objects, "ServiceAccount")) is flags_on
 
@@ -249,12 +250,26 @@ def test_the_application_controller_is_opt_in_and_manages_only_flux_objects() ->
     notification = options(of_kind(objects, "Deployment")["notification-controller"])
     assert "application-controller" in notification.events_service_accounts.split(",")
     # It writes HelmReleases, Kustomizations and HelmCharts, never what they deploy.
-    binding = of_kind(objects, "ClusterRoleBinding")["sluice-crd-controller-flux-system"]
-    assert "application-controller" in {s["name"] for s in binding["subjects"]}
-    role = of_kind(objects, "ClusterRole")["sluice-crd-controller-flux-system"]
-    assert "gitops.kubesphere.io" in role["rules"][0]["apiGroups"]
+    binding = of_kind(objects, "ClusterRoleBinding")["sluice-application-controller-flux-system"]
+    assert [s["name"] for s in binding["subjects"]] == ["application-controller"]
+    rules = of_kind(objects, "ClusterRole")["sluice-application-controller-flux-system"]["rules"]
+    written = {
+        (group, resource)
+        for rule in rules
+        if {"create", "patch", "delete"} & set(rule["verbs"])
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert {g for g, _ in written} == {
+        "gitops.kubesphere.io", "helm.toolkit.fluxcd.io", "kustomize.toolkit.fluxcd.io",
+        "source.toolkit.fluxcd.io", "",
+    }  # fmt: skip
+    assert {r for g, r in written if g in ("source.toolkit.fluxcd.io", "")} == {
+        "helmcharts",
+        "events",
+    }
     for other in of_kind(objects, "ClusterRoleBinding").values():
-        if other["roleRef"]["name"] in ("cluster-admin", "sluice-reconciler-flux-system"):
+        if other["roleRef"]["name"] == "cluster-admin":
             assert "application-controller" not in {s["name"] for s in other["subjects"]}
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gating_controller import __main__ as gating_main
 from helm_controller import __main__ as helm_main
@@ -34,6 +35,7 @@ from sluice_envtest.harness import (
 )
 from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime.kube.client import KubeClient
+from sluice_runtime.kube.errors import Forbidden
 from sluice_runtime.kube.resources import CONFIG_MAP, EVENT, ResourceType
 from source_controller import __main__ as source_main
 
@@ -46,6 +48,7 @@ from .charting import (
     delete_cluster_rbac,
     of_kind,
     render,
+    run_off_loop,
     service_account_token,
     token_kubeconfig,
 )
@@ -400,4 +403,74 @@ async def test_every_controller_works_as_its_own_service_account(
             assert wanted - found == set()
     finally:
         await charts.stop()
+        await delete_cluster_rbac(cluster, objects)
+
+
+CLUSTER_ROLE = ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole",
+                            namespaced=False)  # fmt: skip
+ROLE_BINDING = ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+
+
+async def _aggregated(kube: KubeClient, role: str) -> list[dict[str, Any]]:
+    """The rules Kubernetes' ClusterRole `role` aggregates: the union of every
+    ClusterRole its own aggregationRule selects, as kube-controller-manager's
+    clusterrole-aggregation controller computes it (the test's control plane
+    runs no controller-manager, so the test takes that step)."""
+    selectors = (await kube.get(CLUSTER_ROLE, role))["aggregationRule"]["clusterRoleSelectors"]
+    rules: list[dict[str, Any]] = []
+    for selector in selectors:
+        labels = ",".join(f"{k}={v}" for k, v in selector["matchLabels"].items())
+        for found in (await kube.list(CLUSTER_ROLE, label_selector=labels)).items:
+            rules += [r for r in found.get("rules") or [] if r not in rules]
+    return rules
+
+
+async def test_namespace_viewers_and_editors_see_and_edit_flux_objects(
+    cluster: Cluster, kube: KubeClient, namespace: str
+) -> None:
+    ns = namespace
+    objects = render(namespace=ns)
+    assert {"sluice-view-" + ns, "sluice-edit-" + ns} <= set(of_kind(objects, "ClusterRole"))
+    await apply_rbac(cluster, objects)
+    made = []
+    try:
+        for role, user in (("view", "viewer"), ("edit", "editor")):
+            name = f"t-{role}-{ns}"
+            await kube.create(CLUSTER_ROLE, {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name}, "rules": await _aggregated(kube, role),
+            })  # fmt: skip
+            made.append(name)
+            await kube.create(ROLE_BINDING, {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": user},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": name},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                              "name": user}],
+            }, namespace=ns)  # fmt: skip
+        await kube.create(KUSTOMIZATION, {
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": "seen"},
+            "spec": {"interval": "1h", "path": "./", "prune": True,
+                     "sourceRef": {"kind": "GitRepository", "name": "repo"}},
+        }, namespace=ns)  # fmt: skip
+        viewer, editor = kube.impersonate("viewer"), kube.impersonate("editor")
+        listed = await viewer.list(KUSTOMIZATION, namespace=ns)
+        assert [k["metadata"]["name"] for k in listed.items] == ["seen"]
+        for rt in (GITREPO, HELMRELEASE, GATE, RECEIVER, RSET):
+            await viewer.list(rt, namespace=ns)
+        with pytest.raises(Forbidden):
+            await viewer.merge_patch(KUSTOMIZATION, "seen", {"spec": {"suspend": True}},
+                                     namespace=ns)  # fmt: skip
+        with pytest.raises(Forbidden):
+            await viewer.list(KUSTOMIZATION, namespace="default")
+        patched = await editor.merge_patch(
+            KUSTOMIZATION, "seen", {"spec": {"suspend": True}}, namespace=ns
+        )
+        assert patched["spec"]["suspend"] is True
+        await editor.delete(KUSTOMIZATION, "seen", namespace=ns)
+    finally:
+        for name in made:
+            await run_off_loop(cluster.kubectl("delete", "clusterrole", name))
         await delete_cluster_rbac(cluster, objects)

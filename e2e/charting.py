@@ -15,7 +15,9 @@ import yaml
 
 from sluice_cli import controllers
 from sluice_envtest import manifest
+from sluice_envtest.pytest_plugin import Cluster
 from sluice_runtime import app
+from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.resources import ResourceType
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +82,51 @@ async def run_off_loop(
     return await asyncio.to_thread(
         subprocess.run, argv, input=input, capture_output=capture_output, text=text
     )
+
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+async def apply_rbac(cluster: Cluster, objects: list[dict[str, Any]]) -> None:
+    """Apply the chart's ServiceAccounts, roles and bindings (nothing else)."""
+    rbac = [o for o in objects if o["kind"] in RBAC_KINDS]
+    done = await run_off_loop(
+        cluster.kubectl("apply", "--server-side", "-f", "-"), input=yaml.safe_dump_all(rbac)
+    )
+    assert done.returncode == 0, done.stderr
+
+
+async def delete_cluster_rbac(cluster: Cluster, objects: list[dict[str, Any]]) -> None:
+    """Cluster-scoped, so not removed with the test's namespace."""
+    for kind in ("ClusterRoleBinding", "ClusterRole"):
+        for name in of_kind(objects, kind):
+            await run_off_loop(cluster.kubectl("delete", kind.lower(), name))
+
+
+def token_kubeconfig(cluster: Cluster, token: str, path: Path) -> str:
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return str(path)
+
+
+async def service_account_token(kube: KubeClient, namespace: str, name: str) -> str:
+    answer = await kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+              "spec": {"expirationSeconds": 600}},
+    )  # fmt: skip
+    return str(answer["status"]["token"])
+
+
+# Flags that say where a pod listens or stores; an in-process run picks its own.
+_PLACE_FLAGS = ("--metrics-addr", "--health-addr", "--events-addr", "--receiver-addr",
+                "--storage-path",
+                "--storage-addr", "--storage-adv-addr", "--enable-leader-election")  # fmt: skip
+
+
+def chart_args(deployment: dict[str, Any]) -> list[str]:
+    return [a for a in container(deployment)["args"] if not a.startswith(_PLACE_FLAGS)]

@@ -29,10 +29,15 @@ from .charting import (
     NETWORK_POLICY,
     ROOT,
     Loader,
+    apply_rbac,
+    chart_args,
     container,
+    delete_cluster_rbac,
     of_kind,
     render,
     run_off_loop,
+    service_account_token,
+    token_kubeconfig,
 )
 
 
@@ -117,34 +122,6 @@ async def test_helm_install_into_a_real_api_server(
         await run_off_loop([*helm, "uninstall", release], capture_output=True)
 
 
-def token_kubeconfig(cluster: Cluster, token: str, path: Path) -> str:
-    config = yaml.safe_load(cluster.kubeconfig.read_text())
-    for user in config["users"]:
-        user["user"] = {"token": token}
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return str(path)
-
-
-async def service_account_token(kube: KubeClient, namespace: str, name: str) -> str:
-    answer = await kube.request(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-              "spec": {"expirationSeconds": 600}},
-    )  # fmt: skip
-    return str(answer["status"]["token"])
-
-
-# Flags that say where a pod listens or stores; an in-process run picks its own.
-_PLACE_FLAGS = ("--metrics-addr", "--health-addr", "--events-addr", "--storage-path",
-                "--storage-addr", "--storage-adv-addr", "--enable-leader-election")  # fmt: skip
-
-
-def chart_args(deployment: dict[str, Any]) -> list[str]:
-    return [a for a in container(deployment)["args"] if not a.startswith(_PLACE_FLAGS)]
-
-
 async def test_controllers_with_the_charts_arguments_and_rbac_deliver_as_the_tenant(
     cluster: Cluster, kube: KubeClient, namespace: str, git_http: GitHttpServer, tmp_path: Path
 ) -> None:
@@ -153,14 +130,7 @@ async def test_controllers_with_the_charts_arguments_and_rbac_deliver_as_the_ten
     ServiceAccounts (tokens bound by the chart's RBAC), so the lockdown is
     what the API server enforces, not what a test admin client skips."""
     objects = render(namespace=namespace)
-    rbac = [
-        o for o in objects if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
-    ]
-    done = await run_off_loop(
-        cluster.kubectl("apply", "--server-side", "-f", "-"),
-        input=yaml.safe_dump_all(rbac), capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    await apply_rbac(cluster, objects)
     deployments = of_kind(objects, "Deployment")
     kubeconfigs = {
         name: token_kubeconfig(
@@ -217,7 +187,4 @@ async def test_controllers_with_the_charts_arguments_and_rbac_deliver_as_the_ten
         await observe.wait_ready(KUSTOMIZATION, "platform")
         delivered = await kube.get(CONFIG_MAP, "delivered", namespace)
         assert delivered["data"] == {"k": "v"}
-    # Cluster-scoped, so not removed with the test's namespace.
-    for kind in ("ClusterRoleBinding", "ClusterRole"):
-        for name in of_kind(objects, kind):
-            await run_off_loop(cluster.kubectl("delete", kind.lower(), name))
+    await delete_cluster_rbac(cluster, objects)

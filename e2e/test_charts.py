@@ -5,7 +5,9 @@ real API server and drives real controllers with them."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from typing import Any
 
 import pytest
 import yaml
@@ -37,6 +39,102 @@ def test_helm_lint_passes_with_default_and_other_values() -> None:
             [helm, "lint", "--strict", str(CHART), *values], capture_output=True, text=True
         )
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+
+
+def _resolved(schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = SCHEMA["definitions"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _untyped(value: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """Values of values.yaml the schema does not give a type (or does not know)."""
+    schema = _resolved(schema)
+    if "type" not in schema:
+        return [path]
+    if not isinstance(value, dict) or "properties" not in schema:
+        return []
+    problems = []
+    if schema.get("additionalProperties") is not False:
+        problems.append(f"{path}: open to unknown keys")
+    for key, item in value.items():
+        if key not in schema["properties"]:
+            problems.append(f"{path}.{key}: not in the schema")
+        else:
+            problems += _untyped(item, schema["properties"][key], f"{path}.{key}")
+    return problems
+
+
+def test_the_schema_types_every_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert SCHEMA["$schema"] == "http://json-schema.org/draft-07/schema#"
+    assert _untyped(values, SCHEMA, "(root)") == []
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param(
+            "sourceController.replicas=abc",
+            "sourceController.replicas: Invalid type. Expected: integer, given: string",
+            id="replicas-not-a-number",
+        ),
+        pytest.param(
+            "sourceController.replica=3",
+            "sourceController: Additional property replica is not allowed",
+            id="unknown-controller-key",
+        ),
+        pytest.param(
+            "imagee.tag=1",
+            "(root): Additional property imagee is not allowed",
+            id="unknown-top-key",
+        ),
+        pytest.param(
+            "multitenancy.platformServiceAccount.nmae=x",
+            "multitenancy.platformServiceAccount: Additional property nmae is not allowed",
+            id="unknown-nested-key",
+        ),
+        pytest.param(
+            "helmController.logLevel=verbose",
+            "helmController.logLevel: helmController.logLevel must be one of the following",
+            id="log-level",
+        ),
+        pytest.param(
+            "kustomizeController.resources.limits.memory=lots",
+            "kustomizeController.resources.limits.memory: Does not match pattern",
+            id="quantity",
+        ),
+        pytest.param(
+            "kustomizeController.resources.limit.memory=1Gi",
+            "kustomizeController.resources: Additional property limit is not allowed",
+            id="resources-typo",
+        ),
+        pytest.param(
+            "notificationController.concurrent=0",
+            "notificationController.concurrent: Must be greater than or equal to 1",
+            id="no-workers",
+        ),
+        pytest.param(
+            "image.digest=sha256:abc", "image.digest: Does not match pattern", id="short-digest"
+        ),
+        pytest.param(
+            "watchAllNamespaces=yes",
+            "watchAllNamespaces: Invalid type. Expected: boolean, given: string",
+            id="boolean",
+        ),
+    ],
+)
+def test_the_schema_refuses_wrong_values_naming_the_key(value: str, message: str) -> None:
+    helm = str(helm_binary())
+    for command in (["lint", "--strict"], ["template", "sluice"]):
+        done = subprocess.run(
+            [helm, *command, str(CHART), "--set", value], capture_output=True, text=True
+        )
+        assert done.returncode != 0, (command, done.stdout)
+        assert message in done.stdout + done.stderr, (command, done.stdout + done.stderr)
 
 
 def test_the_install_has_one_deployment_per_controller_and_the_generated_crds() -> None:
@@ -98,17 +196,19 @@ def test_the_install_locks_tenants_down() -> None:
     assert admins == [
         {"kind": "ServiceAccount", "name": "platform-admin", "namespace": "flux-system"}
     ]
-    reconciler = of_kind(objects, "ClusterRole")["sluice-reconciler-flux-system"]
-    assert {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]} in (
-        reconciler["rules"]
-    )
-    binding = of_kind(objects, "ClusterRoleBinding")["sluice-reconciler-flux-system"]
-    assert {s["name"] for s in binding["subjects"]} == {
-        "kustomize-controller", "helm-controller", "resourceset-controller"
-    }  # fmt: skip
-    # Nothing else grants impersonation.
-    for role in of_kind(objects, "ClusterRole").values():
-        if role["metadata"]["name"] != "sluice-reconciler-flux-system":
+    appliers = {"kustomize-controller", "helm-controller", "resourceset-controller"}
+    impersonate = {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}
+    roles = of_kind(objects, "ClusterRole")
+    for name in DEFAULT:
+        # Each controller has its own role, bound to it alone; only the
+        # appliers may impersonate.
+        binding = of_kind(objects, "ClusterRoleBinding")[f"sluice-{name}-flux-system"]
+        assert binding["roleRef"]["name"] == f"sluice-{name}-flux-system"
+        assert [s["name"] for s in binding["subjects"]] == [name]
+        rules = roles[f"sluice-{name}-flux-system"]["rules"]
+        assert (impersonate in rules) is (name in appliers), name
+    for role in roles.values():
+        if role["metadata"]["name"] not in {f"sluice-{a}-flux-system" for a in appliers}:
             assert not any("impersonate" in r["verbs"] for r in role["rules"]), role["metadata"]
 
 
@@ -134,7 +234,6 @@ def test_privileged_appliers_are_bound_to_cluster_admin(
     assert {s["name"] for s in binding["subjects"]} == {
         "kustomize-controller", "helm-controller", "resourceset-controller"
     }  # fmt: skip
-    assert "sluice-reconciler-flux-system" not in of_kind(objects, "ClusterRole")
     # The platform account exists only while a default account confines the rest.
     assert ("platform-admin" in of_kind(objects, "ServiceAccount")) is flags_on
 
@@ -151,12 +250,26 @@ def test_the_application_controller_is_opt_in_and_manages_only_flux_objects() ->
     notification = options(of_kind(objects, "Deployment")["notification-controller"])
     assert "application-controller" in notification.events_service_accounts.split(",")
     # It writes HelmReleases, Kustomizations and HelmCharts, never what they deploy.
-    binding = of_kind(objects, "ClusterRoleBinding")["sluice-crd-controller-flux-system"]
-    assert "application-controller" in {s["name"] for s in binding["subjects"]}
-    role = of_kind(objects, "ClusterRole")["sluice-crd-controller-flux-system"]
-    assert "gitops.kubesphere.io" in role["rules"][0]["apiGroups"]
+    binding = of_kind(objects, "ClusterRoleBinding")["sluice-application-controller-flux-system"]
+    assert [s["name"] for s in binding["subjects"]] == ["application-controller"]
+    rules = of_kind(objects, "ClusterRole")["sluice-application-controller-flux-system"]["rules"]
+    written = {
+        (group, resource)
+        for rule in rules
+        if {"create", "patch", "delete"} & set(rule["verbs"])
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert {g for g, _ in written} == {
+        "gitops.kubesphere.io", "helm.toolkit.fluxcd.io", "kustomize.toolkit.fluxcd.io",
+        "source.toolkit.fluxcd.io", "",
+    }  # fmt: skip
+    assert {r for g, r in written if g in ("source.toolkit.fluxcd.io", "")} == {
+        "helmcharts",
+        "events",
+    }
     for other in of_kind(objects, "ClusterRoleBinding").values():
-        if other["roleRef"]["name"] in ("cluster-admin", "sluice-reconciler-flux-system"):
+        if other["roleRef"]["name"] == "cluster-admin":
             assert "application-controller" not in {s["name"] for s in other["subjects"]}
 
 

@@ -54,7 +54,7 @@ class HelmReleaseReason(StrEnum):
     PROGRESSING = "Progressing"
     PROGRESSING_WITH_RETRY = "ProgressingWithRetry"
     RECONCILIATION_FAILED = "ReconciliationFailed"
-    RETRIES_EXHAUSTED = "RetriesExhausted"
+    RETRIES_EXCEEDED = "RetriesExceeded"
     VALUES_ERROR = "ValuesError"
     UNSUPPORTED = "UnsupportedField"
     """Sluice: a field the controller does not build is set."""

@@ -153,7 +153,7 @@ class Remedy:
     undo: str | None
     """`uninstall` or `rollback` to run first, or None."""
     stall: bool
-    """Stalled (RetriesExhausted) after the undo; else retried."""
+    """Stalled (RetriesExceeded) after the undo; else retried."""
     requeue_after: float | None = None
     """RetryOnFailure: retry as it is after this many seconds, undoing nothing."""
 

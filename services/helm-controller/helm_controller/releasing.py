@@ -132,7 +132,7 @@ async def _release(ctx: HelmReleaseContext) -> Result | None:
             "",
         )
         raise Stalling(
-            Reason.RETRIES_EXHAUSTED,
+            Reason.RETRIES_EXCEEDED,
             f"Failed to {decision.action} after {decision.failures} attempt(s)"
             + (f": {last}" if last else ""),
         )

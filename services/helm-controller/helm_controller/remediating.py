@@ -84,7 +84,7 @@ async def count_failure(
     record_history(ctx, await history(ctx))
     if remedy.stall:
         raise Stalling(
-            Reason.RETRIES_EXHAUSTED, f"Failed to {action} after {failures} attempt(s): {message}"
+            Reason.RETRIES_EXCEEDED, f"Failed to {action} after {failures} attempt(s): {message}"
         )
     raise StepError(reason, message, requeue_after=remedy.requeue_after)
 

@@ -217,7 +217,7 @@ async def test_retry_on_failure_retries_without_remediating_or_stalling(
         upgrade={"strategy": {"name": "RetryOnFailure", "retryInterval": "1s"}, **NO_WAIT},
     )
     # Retried, not exhausted: with the default strategy and no retries, the first
-    # failure would stall the release (RetriesExhausted).
+    # failure would stall the release (RetriesExceeded).
     obj = await d.observe.wait(
         V2, "web", lambda o: (o.get("status", {}).get("failures") or 0) >= 3, timeout=60
     )

@@ -110,7 +110,7 @@ async def test_a_failed_upgrade_is_rolled_back_and_stalls_when_retries_are_exhau
     await d.observe.poke(HELMREPO, "charts", "bad")
     obj = await d.observe.wait_stalled(HELMRELEASE, "web", timeout=90)
     ready, released = condition(obj, "Ready"), condition(obj, "Released")
-    assert ready is not None and ready["reason"] == "RetriesExhausted"
+    assert ready is not None and ready["reason"] == "RetriesExceeded"
     assert ready["message"].startswith("Failed to upgrade after 2 attempt(s): Helm upgrade failed")
     assert released is not None and (released["status"], released["reason"]) == (
         "False",
@@ -277,7 +277,7 @@ async def test_impersonation_refuses_objects_outside_the_tenant_namespace(
     assert obj["status"]["history"][0]["status"] == "deployed"
     await d.helm_release("evil", chart="escape", serviceAccountName="tenant")
     # No remediation retries (Flux's default): the first failure stalls.
-    failed = await d.observe.wait_reason(HELMRELEASE, "evil", "RetriesExhausted", timeout=60)
+    failed = await d.observe.wait_reason(HELMRELEASE, "evil", "RetriesExceeded", timeout=60)
     released = condition(failed, "Released")
     assert released is not None and released["reason"] == "InstallFailed"
     message = released["message"]
@@ -436,11 +436,11 @@ async def test_helm_test_runs_after_install_and_a_failing_test_fails_the_release
         ready = condition(failed, "Ready")
         assert ready is not None and (ready["status"], ready["reason"]) == (
             "False",
-            "RetriesExhausted",
+            "RetriesExceeded",
         )
         assert "Helm test failed for release" in ready["message"]
         again = await d.observe.poke(HELMRELEASE, "bad", "again")
-        assert condition(again, "Ready")["reason"] == "RetriesExhausted"  # type: ignore[index]
+        assert condition(again, "Ready")["reason"] == "RetriesExceeded"  # type: ignore[index]
         assert failed["status"]["history"][0]["testHooks"]["bad-test-ok"]["phase"] == "Failed"
         await d.wait_event("bad", reason="TestFailed", type="Warning")
     finally:

@@ -150,7 +150,7 @@ async def test_a_new_attempt_clears_the_last_attempts_stalled_before_helm_runs(
     failed_job = await gate_job(d, "web")
     await finish_job(d, failed_job, succeeded=False)
     stalled = await d.observe.wait_stalled(HELMRELEASE, "web", timeout=90)
-    assert condition(stalled, "Stalled")["reason"] == "RetriesExhausted"  # type: ignore[index]
+    assert condition(stalled, "Stalled")["reason"] == "RetriesExceeded"  # type: ignore[index]
     assert (await event_counts(d, "web")).get("InstallFailed") == 1
 
     # A values change is a new attempt: while helm runs it, nothing says Stalled.

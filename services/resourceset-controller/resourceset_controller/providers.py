@@ -168,7 +168,7 @@ def _schedule(ctx: ProviderContext) -> Result | None:
         raise Stalling(Reason.INVALID_SPEC, str(error)) from None
     when = decision.next_tick.strftime("%Y-%m-%dT%H:%M:%SZ")
     status.next_schedule = NextSchedule.model_validate(
-        {**decision.next_schedule.model_dump(by_alias=True), "time": when}
+        {**decision.next_schedule.model_dump(by_alias=True), "when": when}
     )
     ctx.wake_at = max((decision.next_tick - now).total_seconds(), 1.0)
     requested = (ctx.obj.metadata.annotations or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION)

@@ -148,8 +148,8 @@ class Schedule(KubeModel):
 class NextSchedule(Schedule):
     """The next time the provider runs."""
 
-    time: Timestamp
-    """When."""
+    when: Timestamp
+    """When it runs next (Flux Operator's `status.nextSchedule.when`)."""
 
 
 class ResourceSetInputProviderSpec(KubeModel):

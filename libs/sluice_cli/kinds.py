@@ -203,7 +203,7 @@ def _count(field: str, inner: str | None = None) -> Callable[[JSON], str]:
 
 
 def _next_schedule(obj: JSON) -> str:
-    return str(((obj.get("status") or {}).get("nextSchedule") or {}).get("time") or "")
+    return str(((obj.get("status") or {}).get("nextSchedule") or {}).get("when") or "")
 
 
 _SET_SUSPENDED, _SET_SUSPEND = _annotation_suspend(resourceset.RECONCILE_ANNOTATION)

@@ -34,6 +34,8 @@ E2E_FIXTURES = {
     "git_http",
     "git_http_auth",
     "git_https",
+    "git_service_api",
+    "git_service_api_tls",
     "git_ssh",
     "oci_registry",
     "oci_registry_auth",

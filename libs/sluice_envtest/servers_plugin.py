@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from sluice_envtest.gitserver import GitHttpServer
+from sluice_envtest.gitservice import GitServiceApi
 from sluice_envtest.registry import OciRegistry
 from sluice_envtest.s3server import S3Server
 from sluice_envtest.sshserver import SshGitServer
@@ -43,6 +44,20 @@ def git_http_auth() -> Iterator[GitHttpServer]:
 def git_https() -> Iterator[GitHttpServer]:
     """Smart HTTPS with a certificate from a test CA (`.ca_pem`, `.ca_file`); no auth."""
     with GitHttpServer(tls=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def git_service_api() -> Iterator[GitServiceApi]:
+    """GitHub's, GitLab's and Gitea's REST subsets over plain HTTP, wanting `.token`."""
+    with GitServiceApi(token=secrets.token_hex(16)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def git_service_api_tls() -> Iterator[GitServiceApi]:
+    """The same over HTTPS with a certificate from a test CA (`.ca_pem`); no token."""
+    with GitServiceApi(tls=True) as server:
         yield server
 
 

@@ -59,7 +59,7 @@ async def make_extended_fleet(kube: KubeClient, namespace: str) -> None:
     await make(kube, kinds.INPUT_PROVIDER, namespace, "branches",
                {"type": "Static", "defaultValues": {"env": "dev"}},
                status={"exportedInputs": [{"id": "1"}, {"id": "2"}, {"id": "3"}],
-                       "nextSchedule": {"cron": "0 * * * *", "time": "2026-11-21T11:00:00Z"},
+                       "nextSchedule": {"cron": "0 * * * *", "when": "2026-11-21T11:00:00Z"},
                        "conditions": [ready("Reconciliation finished in 0s")]})  # fmt: skip
     await make(kube, kinds.ARTIFACT_GENERATOR, namespace, "split", {
         "sources": [{"alias": "repo", "kind": "GitRepository", "name": "fleet"}],

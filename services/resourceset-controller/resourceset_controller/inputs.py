@@ -79,24 +79,55 @@ class NameFilter:
         except InvalidPattern as error:
             raise InputError(str(error)) from None
 
+    def matches(self, name: str) -> bool:
+        """Whether `name` passes `include*` and `exclude*`."""
+        return (self.include is None or bool(self.include.search(name))) and (
+            self.exclude is None or not self.exclude.search(name)
+        )
+
     def select(self, names: Iterable[str]) -> list[str]:
         """The names kept, in export order, at most `limit` of them.
 
         With `semver`, only versions in range, newest first; without, reverse
         alphabetical order (Flux Operator's), so `limit` keeps the newest-looking.
         """
-        kept = [
-            n
-            for n in dict.fromkeys(names)
-            if (self.include is None or self.include.search(n))
-            and (self.exclude is None or not self.exclude.search(n))
-        ]
+        kept = [n for n in dict.fromkeys(names) if self.matches(n)]
         if self.semver is not None:
             versions = {n: parse_version(n) for n in matching_tags(self.semver, kept)}
             kept = sorted(versions, key=lambda n: versions[n], reverse=True)  # type: ignore[arg-type,return-value]
         else:
             kept = sorted(kept, reverse=True)
         return kept[: self.limit]
+
+
+RESULT_KEYS = ("id", "sha", "branch", "tag", "author", "title", "labels")
+"""What a Git-service provider exports of each request, branch or tag."""
+
+
+def skipped(labels: Sequence[str], skip: Sequence[str]) -> bool:
+    """Whether a request with `labels` is held back by `spec.skip.labels`: one of them
+    present, or one written `!label` absent."""
+    return any((s[1:] not in labels) if s.startswith("!") else (s in labels) for s in skip if s)
+
+
+def restore_skipped(
+    found: Sequence[Input], previous: Sequence[Mapping[str, Any]] | None, skip: Sequence[str]
+) -> list[Input]:
+    """Flux Operator's `skip.labels`: a skipped request keeps what it exported last (its
+    environment stays on the old commit), and one never exported before is left out."""
+    if not skip:
+        return [dict(i) for i in found]
+    last = {str(i.get("id")): i for i in previous or ()}
+    kept: list[Input] = []
+    for item in found:
+        if not skipped(item.get("labels") or [], skip):
+            kept.append(dict(item))
+            continue
+        before = last.get(str(item["id"]))
+        if before is None:
+            continue
+        kept.append({**item, **{k: before[k] for k in RESULT_KEYS if k in before}})
+    return kept
 
 
 def with_defaults(

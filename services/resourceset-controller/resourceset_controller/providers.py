@@ -4,20 +4,24 @@ STEPS: spec → export → status.
 
 - spec: `fluxcd.controlplane.io/reconcile: disabled` stops here; a type or
   field this version does not build stalls, naming it.
-- export: asks the source (an OCI repository's tags with their digests, the
-  spec's own values, an HTTP service's JSON) and turns the answer into input
-  sets (`inputs.py`: filter, ids, defaults, limit, unique ids).
+- export: asks the source (an OCI repository's tags with their digests, a Git
+  service's pull requests, branches or tags (`gitservices.py`), the spec's own
+  values, an HTTP service's JSON) and turns the answer into input sets
+  (`inputs.py`: filter, ids, skip, defaults, limit, unique ids).
 - status: `exportedInputs` and `lastExportedRevision` change only when an
   export succeeds. A registry or service that cannot be reached fails the
   reconcile and keeps the last exported inputs: an outage must never look
-  like every tag being deleted, which would uninstall every app.
+  like every tag being deleted, which would uninstall every app. A Git
+  service's rate limit is honoured: the next attempt waits for its reset.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
+import shutil
 import ssl
 import tempfile
 from collections.abc import Callable
@@ -29,7 +33,8 @@ from typing import Any
 
 import aiohttp
 
-from resourceset_controller import inputs, scheduling, timing
+from resourceset_controller import gitservices, inputs, scheduling, timing
+from resourceset_controller.gitservices import Listing
 from resourceset_controller.inputs import Input, InputError, NameFilter
 from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION
 from sluice_api.resourceset import (
@@ -49,7 +54,11 @@ from sluice_runtime.redacting import redact_url
 Reason = ResourceSetReason
 OCI_TYPES = ("OCIArtifactTag", "OCIRepositoryTag")
 GIT_TYPES = ("GitBranch", "GitTag")
-BUILT_TYPES = (*OCI_TYPES, *GIT_TYPES, "Static", "ExternalService")
+SERVICE_TYPES = tuple(gitservices.TYPES)
+REQUEST_TYPES = tuple(t for t, (_, what) in gitservices.TYPES.items() if what is Listing.REQUESTS)
+TAG_TYPES = ("GitTag", *(t for t, (_, what) in gitservices.TYPES.items() if what is Listing.TAGS))
+BUILT_TYPES = (*OCI_TYPES, *GIT_TYPES, *SERVICE_TYPES, "Static", "ExternalService")
+GITHUB_APP_KEYS = ("githubAppID", "githubAppInstallationID", "githubAppPrivateKey")
 MAX_SERVICE_BODY = 4 << 20
 """The most an ExternalService may answer; a service is not trusted to stop."""
 HINTS = oci.Hints(
@@ -93,10 +102,16 @@ def unsupported(provider: ResourceSetInputProvider) -> str | None:
             "spec.serviceAccountName (cloud workload identity) is not supported by this "
             "version of Sluice; use spec.secretRef"
         )
-    if spec.skip is not None and spec.skip.labels:
+    if spec.skip is not None and spec.skip.labels and spec.type not in REQUEST_TYPES:
         return f"spec.skip.labels do not apply to type '{spec.type}'"
-    if spec.filter is not None and spec.filter.labels:
+    if spec.filter is not None and spec.filter.labels and spec.type not in REQUEST_TYPES:
         return f"spec.filter.labels do not apply to type '{spec.type}'"
+    if (
+        spec.filter is not None
+        and spec.filter.semver
+        and (spec.type in REQUEST_TYPES or spec.type.endswith("Branch"))
+    ):
+        return f"spec.filter.semver does not apply to type '{spec.type}'"
     if spec.type == "Static" and spec.url:
         return "spec.url must be empty when spec.type is 'Static'"
     if spec.type != "Static" and not spec.url:
@@ -109,6 +124,14 @@ def unsupported(provider: ResourceSetInputProvider) -> str | None:
         return f"spec.url must start with 'http://', 'https://' or 'ssh://' for {spec.type}"
     if spec.type in GIT_TYPES and spec.insecure:
         return f"spec.insecure does not apply to {spec.type}"
+    if spec.type in SERVICE_TYPES:
+        if not (spec.url or "").startswith(("http://", "https://")):
+            return f"spec.url must start with 'http://' or 'https://' for {spec.type}"
+        if spec.insecure:
+            return (
+                "spec.insecure can only be set when spec.type is 'ExternalService' "
+                "or 'OCIArtifactTag'"
+            )
     if spec.type == "ExternalService":
         url = spec.url or ""
         if not url.startswith(("http://", "https://")):
@@ -145,7 +168,7 @@ def _schedule(ctx: ProviderContext) -> Result | None:
         raise Stalling(Reason.INVALID_SPEC, str(error)) from None
     when = decision.next_tick.strftime("%Y-%m-%dT%H:%M:%SZ")
     status.next_schedule = NextSchedule.model_validate(
-        {**decision.next_schedule.model_dump(by_alias=True), "time": when}
+        {**decision.next_schedule.model_dump(by_alias=True), "when": when}
     )
     ctx.wake_at = max((decision.next_tick - now).total_seconds(), 1.0)
     requested = (ctx.obj.metadata.annotations or {}).get(RECONCILE_REQUESTED_AT_ANNOTATION)
@@ -170,6 +193,8 @@ async def reconcile_export(ctx: ProviderContext) -> Result | None:
             found = await _external_service(ctx)
         elif spec.type in GIT_TYPES:
             found = await _git_refs(ctx)
+        elif spec.type in SERVICE_TYPES:
+            found = await _git_service(ctx)
         else:
             found = [{"id": inputs.input_id(ctx.obj.metadata.uid or ctx.obj.key)}]
         exported = inputs.with_defaults(found, spec.default_values)
@@ -243,6 +268,132 @@ async def _git_refs(ctx: ProviderContext) -> list[Input]:
         {"id": inputs.input_id(name), key: name, "sha": named[name]}
         for name in select.select(named)
     ]
+
+
+async def _git_service(ctx: ProviderContext) -> list[Input]:
+    """Flux Operator's Git-service providers: per open request `{id, sha, branch, author,
+    title, labels}` (id: the request's number), per branch `{id, sha, branch}`, per tag
+    `{id, sha, tag}` (id: adler32 of the name). Requests and branches keep the service's
+    order and stop at `filter.limit` without asking for further pages; tags are all
+    listed, then filtered, sorted and limited as for OCI tags."""
+    spec = ctx.obj.spec
+    service, listing = gitservices.TYPES[spec.type]
+    try:
+        repo = gitservices.Repository.parse(service, spec.url or "")
+    except ValueError as error:
+        raise Stalling(Reason.INVALID_SPEC, str(error)) from None
+    select = (
+        NameFilter.for_tags(spec.filter)
+        if listing is Listing.TAGS
+        else NameFilter.for_branches(spec.filter)
+    )
+    labels = list(spec.filter.labels or []) if spec.filter is not None else []
+    try:
+        token = await _service_token(ctx)
+        tls = await _tls_context(ctx)
+    except SecretError as error:
+        raise StepError(Reason.RECONCILIATION_FAILED, str(error)) from None
+    kept: list[gitservices.Item] = []
+    tags: dict[str, gitservices.Item] = {}
+    listed = gitservices.pages(
+        ctx.services.session, repo, listing, token=token, tls=tls,
+        now=ctx.services.clock, labels=labels,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(ctx.timeout), contextlib.aclosing(listed):
+            async for page in listed:
+                for item in page:
+                    if listing is Listing.TAGS:
+                        tags[item.name] = item  # a name given twice: its last answer
+                    elif select.matches(item.branch or item.name) and all(
+                        label in item.labels for label in labels
+                    ):
+                        kept.append(item)
+                if len(kept) >= select.limit:
+                    break
+    except gitservices.RateLimited as error:
+        # Asked again at the reset, not at the backoff; the last inputs stay.
+        raise StepError(
+            Reason.RECONCILIATION_FAILED, str(error), requeue_after=error.wait
+        ) from None
+    except gitservices.ServiceError as error:
+        raise StepError(Reason.RECONCILIATION_FAILED, str(error)) from None
+    except TimeoutError:
+        raise StepError(
+            Reason.RECONCILIATION_FAILED,
+            f"listing {listing} of '{repo.name}' timed out after {ctx.timeout:g}s",
+        ) from None
+    if listing is Listing.TAGS:
+        return [
+            {"id": inputs.input_id(name), "sha": tags[name].sha, "tag": name}
+            for name in select.select(tags)
+        ]
+    if listing is Listing.BRANCHES:
+        return [
+            {"id": inputs.input_id(item.name), "sha": item.sha, "branch": item.name}
+            for item in kept[: select.limit]
+        ]
+    found = [_request_input(item) for item in kept[: select.limit]]
+    skip = list(spec.skip.labels or []) if spec.skip is not None else []
+    return inputs.restore_skipped(found, ctx.obj.status.exported_inputs, skip)
+
+
+def _request_input(item: gitservices.Item) -> Input:
+    """A request's input set; empty author, title and labels are left out, as Flux
+    Operator leaves them."""
+    found: Input = {"id": item.name, "sha": item.sha, "branch": item.branch}
+    if item.author:
+        found["author"] = item.author
+    if item.title:
+        found["title"] = item.title
+    if item.labels:
+        found["labels"] = list(item.labels)
+    return found
+
+
+async def _service_token(ctx: ProviderContext) -> str | None:
+    """The token of `spec.secretRef`: its `password`, next to a `username`, as Flux
+    Operator reads it. GitHub App keys are refused by name."""
+    spec = ctx.obj.spec
+    if spec.secret_ref is None:
+        return None
+    name = f"{ctx.obj.namespace}/{spec.secret_ref.name}"
+    data = await secret_data(ctx.client, ctx.obj.namespace, spec.secret_ref.name)
+    if any(key in data for key in GITHUB_APP_KEYS):
+        raise SecretError(
+            f"secret '{name}': GitHub App credentials (githubAppID) are not supported by "
+            "this version of Sluice; use 'username' and 'password' (a token)"
+        )
+    require(data, "username", "password", secret=name)
+    return data["password"].strip()
+
+
+async def _tls_context(ctx: ProviderContext) -> ssl.SSLContext | bool:
+    """Verification against the system's CAs, or `spec.certSecretRef`'s `ca.crt`
+    (with `tls.crt`/`tls.key` as a client certificate)."""
+    spec = ctx.obj.spec
+    if spec.cert_secret_ref is None:
+        return True
+    name = spec.cert_secret_ref.name
+    data = await secret_data(ctx.client, ctx.obj.namespace, name)
+    secret = f"{ctx.obj.namespace}/{name}"
+    if not data.get("ca.crt") and not data.get("tls.crt"):
+        require(data, "ca.crt", secret=secret)
+    try:
+        context = ssl.create_default_context(cadata=data["ca.crt"] if data.get("ca.crt") else None)
+    except ssl.SSLError:
+        raise SecretError(f"secret '{secret}' key 'ca.crt' is not a PEM certificate") from None
+    if data.get("tls.crt") or data.get("tls.key"):
+        require(data, "tls.crt", "tls.key", secret=secret)
+        directory = Path(tempfile.mkdtemp(prefix="rsip-tls-"))
+        ctx.cleanup.callback(shutil.rmtree, directory, ignore_errors=True)
+        (directory / "tls.crt").write_text(data["tls.crt"])
+        (directory / "tls.key").write_text(data["tls.key"])
+        try:
+            context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
+        except ssl.SSLError:
+            raise SecretError(f"secret '{secret}': 'tls.crt' and 'tls.key' do not match") from None
+    return context
 
 
 async def _registry(ctx: ProviderContext, url: oci.OCIURL) -> oci.Registry:

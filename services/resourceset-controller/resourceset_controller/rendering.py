@@ -1,7 +1,8 @@
 """Inputs rendered into objects: the inputs and build steps of a ResourceSet.
 
 - inputs: in-line `inputs` plus the exported inputs of `inputsFrom`
-  providers, combined by `inputStrategy` (Flatten or Permute).
+  providers, each set given the built-in `provider` (the object it came
+  from), combined by `inputStrategy` (Flatten or Permute).
 - build: every template rendered per input set (`templating.py`), with
   `copyFrom` and `commonMetadata` applied to each object.
 """
@@ -16,6 +17,8 @@ from resourceset_controller.inputs import Input, InputError
 from sluice_api.resourceset import (
     COPY_FROM_ANNOTATION,
     FORCE_ANNOTATION,
+    GROUP,
+    VERSION,
     ResourceSet,
     ResourceSetInputProvider,
 )
@@ -76,12 +79,19 @@ def selects(selector: Any, labels: dict[str, str]) -> bool:
     return True
 
 
+def _provider_ref(kind: str, name: str, namespace: str) -> dict[str, str]:
+    """Flux Operator's built-in `inputs.provider`: the object an input set came from; it
+    replaces any `provider` the set itself holds."""
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "name": name, "namespace": namespace}
+
+
 @step()
 async def reconcile_inputs(ctx: ResourceSetContext) -> Result | None:
     spec = ctx.obj.spec
     sources: list[tuple[str, list[Input]]] = []
     if spec.inputs:
-        sources.append((ctx.obj.metadata.name, [dict(i) for i in spec.inputs]))
+        origin = _provider_ref(ResourceSet.KIND, ctx.obj.metadata.name, ctx.obj.namespace)
+        sources.append((ctx.obj.metadata.name, [{**i, "provider": origin} for i in spec.inputs]))
     for name, obj in providers_of(ctx.obj, ctx.services.providers):
         provider = ResourceSetInputProvider.from_obj(obj)
         if provider.status.last_exported_revision is None:
@@ -90,7 +100,9 @@ async def reconcile_inputs(ctx: ResourceSetContext) -> Result | None:
                 f"ResourceSetInputProvider {name} has not exported inputs yet",
                 requeue_after=30.0,
             )
-        sources.append((name, [dict(i) for i in provider.status.exported_inputs or []]))
+        origin = _provider_ref(ResourceSetInputProvider.KIND, name, ctx.obj.namespace)
+        exported = provider.status.exported_inputs or []
+        sources.append((name, [{**i, "provider": origin} for i in exported]))
     strategy = spec.input_strategy.name if spec.input_strategy is not None else "Flatten"
     try:
         if strategy == "Permute":

@@ -142,6 +142,12 @@ class Alone:
     kube: KubeClient
     namespace: str
     observe: Observer
+    runtime: app.Runtime
+
+    @property
+    def providers(self) -> Any:
+        """The ResourceSetInputProvider controller (its queue says when a key is due)."""
+        return self.runtime.controllers[0]
 
     async def create(self, rt: ResourceType, name: str, spec: dict[str, Any], **meta: Any) -> Any:
         body = {
@@ -165,5 +171,5 @@ async def alone(cluster: Cluster, kube: KubeClient, namespace: str) -> AsyncIter
         kubeconfig=str(cluster.kubeconfig),
         namespace=namespace,
         argv=["--requeue-dependency", "1s"],
-    ):
-        yield Alone(kube, namespace, Observer(kube, namespace))
+    ) as runtime:
+        yield Alone(kube, namespace, Observer(kube, namespace), runtime)

@@ -120,3 +120,27 @@ def test_permute_is_capped_at_10000(sizes: tuple[int, ...], refused: bool) -> No
             inputs.permute(sources)
     else:
         assert len(inputs.permute(sources)) == 10_000
+
+
+PR_OLD = {"id": "4", "sha": "old", "branch": "feat", "title": "t", "labels": ["preview"]}
+
+
+@pytest.mark.parametrize(
+    ("labels", "skip", "previous", "expected_sha"),
+    [
+        pytest.param(["preview"], [], [PR_OLD], "new", id="no-skip"),
+        pytest.param(["preview", "pause"], ["pause"], [PR_OLD], "old", id="skip-label-keeps-old"),
+        pytest.param(["preview"], ["pause"], [PR_OLD], "new", id="skip-label-absent"),
+        pytest.param(["preview"], ["!ci/passed"], [PR_OLD], "old", id="negated-absent-keeps-old"),
+        pytest.param(["ci/passed"], ["!ci/passed"], [PR_OLD], "new", id="negated-present"),
+        pytest.param(["pause"], ["pause"], [], None, id="new-and-skipped-left-out"),
+        pytest.param(["pause"], ["pause"], None, None, id="nothing-exported-before"),
+    ],
+)
+def test_skip_labels(
+    labels: list[str], skip: list[str], previous: list[dict[str, Any]] | None,
+    expected_sha: str | None,
+) -> None:  # fmt: skip
+    found = [{"id": "4", "sha": "new", "branch": "feat", "title": "t", "labels": labels}]
+    kept = inputs.restore_skipped(found, previous, skip)
+    assert [i["sha"] for i in kept] == ([expected_sha] if expected_sha else [])

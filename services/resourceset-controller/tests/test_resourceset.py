@@ -72,6 +72,8 @@ async def test_inline_and_static_inputs_flatten_through_both_kinds_of_template(
                 "<<- $env := inputs.env >>\n"
                 "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra-<< $env >>\n"
                 'data:\n  id: "<< inputs.id >>"\n'
+                '  provider: "<< inputs.provider.kind >>/<< inputs.provider.name >>/'
+                '<< inputs.provider.namespace >>/<< inputs.provider.apiVersion >>"\n'
                 '<<- if eq $env "prod" >>\n---\n'
                 "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: prod-only\n"
                 "<<- end >>\n"
@@ -87,8 +89,16 @@ async def test_inline_and_static_inputs_flatten_through_both_kinds_of_template(
         assert labels["resourceset.fluxcd.controlplane.io/name"] == "apps"
         assert labels["resourceset.fluxcd.controlplane.io/namespace"] == a.namespace
         assert cm["metadata"]["annotations"]["owner"] == "ops"
-    assert (await a.observe.get(CONFIG_MAP, "extra-prod"))["data"] == {"id": static["id"]}
-    assert (await a.observe.get(CONFIG_MAP, "extra-dev"))["data"] == {"id": "dev"}
+    # Every input set names the object it came from (Flux Operator's built-in `provider`).
+    ns, v1 = a.namespace, "fluxcd.controlplane.io/v1"
+    assert (await a.observe.get(CONFIG_MAP, "extra-prod"))["data"] == {
+        "id": static["id"],
+        "provider": f"ResourceSetInputProvider/prod/{ns}/{v1}",
+    }
+    assert (await a.observe.get(CONFIG_MAP, "extra-dev"))["data"] == {
+        "id": "dev",
+        "provider": f"ResourceSet/apps/{ns}/{v1}",
+    }
     assert await a.exists(CONFIG_MAP, "prod-only")
     status = rset["status"]
     assert len(status["inventory"]["entries"]) == 5
@@ -421,7 +431,7 @@ async def test_a_scheduled_provider_waits_for_its_window_unless_asked(alone: Alo
     obj = await a.observe.wait_ready(RSIP, "yearly")
     assert condition(obj, "Ready")["message"].startswith("Waiting for the next schedule at ")  # type: ignore[index]
     assert obj["status"]["nextSchedule"]["cron"] == "0 0 1 1 *"
-    assert obj["status"]["nextSchedule"]["time"].endswith("-01-01T00:00:00Z")
+    assert obj["status"]["nextSchedule"]["when"].endswith("-01-01T00:00:00Z")
     assert "exportedInputs" not in obj["status"]
     # A manual request (what a Receiver sends) runs it now.
     obj = await a.observe.poke(RSIP, "yearly", "now")

@@ -118,3 +118,33 @@ async def test_events_carry_the_current_token_from_the_token_file(
             recorder.for_object(obj).normal("Two", "second")
             await eventually(lambda: len(authorizations) == 2, message="second event")
     assert authorizations == ["Bearer first-token", "Bearer second-token"]
+
+
+async def test_events_of_many_objects_are_written_at_once_and_repeats_still_count(
+    kube: KubeClient, namespace: str
+) -> None:
+    """Under load Events must keep up with Ready: objects' Events go out several at a
+    time, while each object's repeats are counted on the Event its first one made."""
+    recorder = EventRecorder(kube, controller="test-controller", senders=4)
+    objects = [
+        {**gitrepo(f"app-{i}", namespace), "metadata": {"name": f"app-{i}",
+         "namespace": namespace, "uid": f"uid-{i}"}}
+        for i in range(24)
+    ]  # fmt: skip
+    async with recorder.running():
+        for obj in objects:
+            recorder.for_object(obj).normal("Progressing", "applying")
+        for _ in range(3):
+            recorder.for_object(objects[0]).normal("ReconciliationSucceeded", "applied")
+        await recorder.flushed()
+
+    assert recorder.in_flight_peak > 1, "Events were written one at a time"
+    assert recorder.in_flight_peak <= 4, "no more at once than the recorder's senders"
+    listed = [
+        e for e in (await kube.list(EVENT, namespace=namespace)).items
+        if e["source"]["component"] == "test-controller"
+    ]  # fmt: skip
+    progressing = {e["involvedObject"]["name"] for e in listed if e["reason"] == "Progressing"}
+    assert progressing == {f"app-{i}" for i in range(24)}
+    [repeated] = [e for e in listed if e["reason"] == "ReconciliationSucceeded"]
+    assert repeated["count"] == 3

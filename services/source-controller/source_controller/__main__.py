@@ -67,10 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: source-controller.$RUNTIME_NAMESPACE.svc.cluster.local.)",
     )
     parser.add_argument("--artifact-retention-records", type=int, default=2)
-    app.switch(
-        parser,
-        "--no-cross-namespace-refs",
-        help="ArtifactGenerators may read only sources of their own namespace",
+    app.no_cross_namespace_refs(
+        parser, help="ArtifactGenerators may read only sources of their own namespace"
     )
     app.switch(
         parser,

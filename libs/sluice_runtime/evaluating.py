@@ -152,10 +152,10 @@ async def off_loop(call: Callable[[], T], *, timeout: float = DEFAULT_TIMEOUT) -
     except TimeoutError:
         stop.set()
         try:
-            await future
+            # Finished in the meantime, it stands; else it stops at its next step.
+            return await future
         except BudgetExceeded as error:
             raise BudgetExceeded(error.spent, error.limit, stopped=True) from None
-        raise BudgetExceeded(0, 0, stopped=True) from None
     except asyncio.CancelledError:
         stop.set()
         raise

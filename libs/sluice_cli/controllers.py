@@ -30,18 +30,35 @@ class Controller:
     """Its section of charts/sluice/values.yaml."""
     default: bool = True
     """Deployed by the chart's default values (`<values_key>.create`)."""
+    open_tenancy: tuple[str, ...] = ()
+    """The flags that turn its multi-tenancy lockdown off (on by default in
+    every binary; `sluice_runtime.app.open_tenancy` of its parser)."""
 
 
+_NO_REFS = ("--no-cross-namespace-refs=false",)
+_OPEN = (*_NO_REFS, "--default-service-account=")
 CONTROLLERS = (
-    Controller("source-controller", "source_controller", "sourceController"),
-    Controller("kustomize-controller", "kustomize_controller", "kustomizeController"),
-    Controller("helm-controller", "helm_controller", "helmController"),
+    Controller("source-controller", "source_controller", "sourceController", open_tenancy=_NO_REFS),
+    Controller(
+        "kustomize-controller", "kustomize_controller", "kustomizeController", open_tenancy=_OPEN
+    ),
+    Controller("helm-controller", "helm_controller", "helmController", open_tenancy=_OPEN),
     Controller(
         "application-controller", "application_controller", "applicationController", default=False
     ),
-    Controller("resourceset-controller", "resourceset_controller", "resourcesetController"),
+    Controller(
+        "resourceset-controller",
+        "resourceset_controller",
+        "resourcesetController",
+        open_tenancy=_OPEN,
+    ),
     Controller("gating-controller", "gating_controller", "gatingController"),
-    Controller("notification-controller", "notification_controller", "notificationController"),
+    Controller(
+        "notification-controller",
+        "notification_controller",
+        "notificationController",
+        open_tenancy=_NO_REFS,
+    ),
 )
 NAMES = tuple(controller.name for controller in CONTROLLERS)
 DEFAULT = tuple(controller.name for controller in CONTROLLERS if controller.default)

@@ -79,7 +79,13 @@ def events_token_file(workdir: Path) -> Path:
     return path
 
 
-def controllers(workdir: Path, endpoints: Endpoints) -> list[ControllerProcess]:
+def controllers(
+    workdir: Path, endpoints: Endpoints, *, open_tenancy: bool = False
+) -> list[ControllerProcess]:
+    """The controllers to start; `open_tenancy` turns their multi-tenancy lockdown off
+    (the embedded control plane has one user: objects are applied as the controllers, as
+    on a single-tenant cluster); on a cluster of `--kubeconfig` the binaries' defaults,
+    the lockdown, hold."""
     token = ["--events-token-file", str(events_token_file(workdir))]
     events = ["--events-addr", f"http://{endpoints.events}", *token]
     source = [
@@ -93,7 +99,11 @@ def controllers(workdir: Path, endpoints: Endpoints) -> list[ControllerProcess]:
     # Every controller posts events to the hub; these two also listen for people.
     extra = {"source-controller": [*events, *source], "notification-controller": notification}
     return [
-        ControllerProcess(c.name, c.module, extra=list(extra.get(c.name, events)))
+        ControllerProcess(
+            c.name,
+            c.module,
+            extra=[*extra.get(c.name, events), *(c.open_tenancy if open_tenancy else ())],
+        )
         for c in CONTROLLERS
     ]
 
@@ -130,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     plane: ControlPlane | None = None
     endpoints = Endpoints.pick()
-    procs = controllers(workdir, endpoints)
+    procs = controllers(workdir, endpoints, open_tenancy=not args.kubeconfig)
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         if args.kubeconfig:

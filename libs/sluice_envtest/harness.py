@@ -43,11 +43,16 @@ async def running_service(
     argv: Sequence[str] = (),
     setup: app.Setup | None = None,
     observer: ReconcileObserver | None = None,
+    open_tenancy: bool = True,
 ) -> AsyncIterator[app.Runtime]:
     """Run `service` (a controller's `__main__` module) until the block ends.
 
     `setup` replaces the service's own, for a test that wires it with typed
     collaborators of its own (a fake clock, a handle on its servers).
+    `open_tenancy` turns the binaries' multi-tenancy lockdown off with its
+    explicit flags (`app.open_tenancy`), as most tests of single-tenant
+    behaviour need; `argv` comes after them, so a test's own lockdown flags
+    win. False runs the binary with its own defaults.
     """
     parser = app.parser(service=service.SERVICE, description="test", concurrency=4)
     add_arguments = getattr(service, "add_arguments", None)
@@ -61,6 +66,7 @@ async def running_service(
             "--min-retry-delay", "200ms",
             "--max-retry-delay", "2s",
             *(["--watch-namespace", namespace] if namespace else []),
+            *(app.open_tenancy(parser) if open_tenancy else []),
             *argv,
         ]
     )  # fmt: skip

@@ -28,12 +28,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if or (not .Values.multitenancy.enabled) .Values.multitenancy.privileged -}}true{{- end -}}
 {{- end }}
 
-{{/* The lockdown flags of the controllers that apply as tenants. */}}
+{{/*
+The lockdown flags of the controllers that apply as tenants. The binaries are
+locked down without flags too; with the lockdown off the chart opens them
+explicitly (an empty --default-service-account applies as the controller).
+*/}}
 {{- define "sluice.lockdownArgs" -}}
 {{- if .Values.multitenancy.enabled -}}
 - --no-cross-namespace-refs=true
 - --default-service-account={{ .Values.multitenancy.defaultServiceAccount }}
+{{- else -}}
+- --no-cross-namespace-refs=false
+- --default-service-account=
 {{- end -}}
+{{- end }}
+
+{{/* --no-cross-namespace-refs of the controllers that only read across namespaces. */}}
+{{- define "sluice.crossNamespaceArg" -}}
+--no-cross-namespace-refs={{ if .Values.multitenancy.enabled }}true{{ else }}false{{ end }}
 {{- end }}
 
 {{/*

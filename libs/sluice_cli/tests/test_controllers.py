@@ -3,6 +3,7 @@ pyproject's entry points (the image's commands) and the chart's values and templ
 
 from __future__ import annotations
 
+import importlib
 import tomllib
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from sluice_cli import controllers
+from sluice_runtime import app
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
@@ -38,3 +40,19 @@ def test_the_chart_deploys_no_controller_the_list_lacks() -> None:
     assert sections - {"networkPolicy", "serviceMonitor"} == {
         c.values_key for c in controllers.CONTROLLERS
     }
+
+
+@pytest.mark.parametrize("controller", controllers.CONTROLLERS, ids=controllers.NAMES)
+def test_a_controllers_open_tenancy_flags_are_those_its_binary_takes(
+    controller: controllers.Controller,
+) -> None:
+    main = importlib.import_module(f"{controller.module}.__main__")
+    parser = app.parser(service=controller.name, description="test", concurrency=1)
+    add_arguments = getattr(main, "add_arguments", None)
+    if add_arguments is not None:
+        add_arguments(parser)
+    assert list(controller.open_tenancy) == app.open_tenancy(parser)
+    # Locked down unless opened: a binary started with no flags refuses both.
+    defaults = vars(parser.parse_args([]))
+    assert defaults.get("no_cross_namespace_refs", True) is True
+    assert defaults.get("default_service_account", "default") == "default"

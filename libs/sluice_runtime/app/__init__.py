@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from sluice_runtime.app.flags import (
     add_tenant_arguments,
+    default_service_account,
     duration,
+    no_cross_namespace_refs,
+    open_tenancy,
     parser,
     runtime_namespace,
     size,
@@ -33,9 +36,12 @@ __all__ = [
     "Setup",
     "StartupError",
     "add_tenant_arguments",
+    "default_service_account",
     "duration",
     "entry_point",
     "main",
+    "no_cross_namespace_refs",
+    "open_tenancy",
     "parser",
     "require_kinds",
     "run",

@@ -107,12 +107,56 @@ def parser(*, service: str, description: str, concurrency: int) -> argparse.Argu
     return p
 
 
-def switch(parser: argparse.ArgumentParser, name: str, *, help: str) -> None:
+def switch(parser: argparse.ArgumentParser, name: str, *, help: str, default: bool = False) -> None:
     """A boolean flag spelled as Go's flag package takes it: `--name`,
     `--name=true` or `--name=false`, the last one given winning. Flux's
     manifests and patches write `=true`, and a patch that appends
     `--name=false` turns off what the shipped manifest turned on."""
-    parser.add_argument(name, type=_bool, nargs="?", const=True, default=False, help=help)
+    parser.add_argument(name, type=_bool, nargs="?", const=True, default=default, help=help)
+
+
+DEFAULT_SERVICE_ACCOUNT = "default"
+"""What `--default-service-account` is when not given: the object's namespace's
+`default` account, the value Flux's multi-tenancy lockdown documents."""
+
+LOCKDOWN_FLAGS = ("--no-cross-namespace-refs", "--default-service-account")
+"""The multi-tenancy lockdown, on by default in every binary: without them a
+controller started by hand (or by a Deployment that forgot them) would apply
+as itself and follow references into any namespace."""
+
+
+def open_tenancy(parser: argparse.ArgumentParser) -> list[str]:
+    """The flags that turn the lockdown off, for the ones `parser` has: for a
+    single-tenant cluster (`sluice dev`'s own, the chart with
+    `multitenancy.enabled=false`, tests of the open behaviour)."""
+    known = vars(parser.parse_args([]))
+    argv = []
+    if "no_cross_namespace_refs" in known:
+        argv.append("--no-cross-namespace-refs=false")
+    if "default_service_account" in known:
+        argv.append("--default-service-account=")
+    return argv
+
+
+def no_cross_namespace_refs(parser: argparse.ArgumentParser, *, help: str) -> None:
+    """`--no-cross-namespace-refs`, on unless `=false` is given (the lockdown)."""
+    switch(
+        parser,
+        "--no-cross-namespace-refs",
+        help=f"{help} (default true; =false allows references across namespaces)",
+        default=True,
+    )
+
+
+def default_service_account(parser: argparse.ArgumentParser, *, kind: str) -> None:
+    """`--default-service-account`, `default` unless given; empty: the controller's own."""
+    parser.add_argument(
+        "--default-service-account",
+        default=DEFAULT_SERVICE_ACCOUNT,
+        help=f"service account to impersonate when a {kind} names none (default "
+        f"{DEFAULT_SERVICE_ACCOUNT!r}, in the object's namespace; an empty value applies such "
+        f"a {kind} as the controller itself, for single-tenant clusters only)",
+    )
 
 
 def add_tenant_arguments(parser: argparse.ArgumentParser, *, kind: str, remote: str) -> None:
@@ -127,12 +171,8 @@ def add_tenant_arguments(parser: argparse.ArgumentParser, *, kind: str, remote: 
         default=30.0,
         help="how long to wait before looking again at a dependency or source that is not ready",
     )
-    switch(parser, "--no-cross-namespace-refs", help="refuse sources in other namespaces")
-    parser.add_argument(
-        "--default-service-account",
-        default="",
-        help=f"service account to impersonate when a {kind} names none",
-    )
+    no_cross_namespace_refs(parser, help="refuse sources in other namespaces")
+    default_service_account(parser, kind=kind)
     switch(
         parser,
         "--insecure-kubeconfig-exec",

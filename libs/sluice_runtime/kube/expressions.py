@@ -8,20 +8,20 @@ InProgress. The object's top-level fields (`metadata`, `spec`, `status`,
 `data`...) are the expressions' variables. An expression that cannot be
 evaluated (a field the object does not have yet) is not a verdict: the object
 stays InProgress with the evaluation error as its message, so the wait ends
-by timeout naming it, as in Flux. Pure: compile once per reconcile, evaluate
-per reading.
+by timeout naming it, as in Flux. An expression that spends its cost budget
+(`sluice_runtime.evaluating`) is a verdict: the object Failed, naming the
+budget, since no later reading of the same object costs less. Pure: compile
+once per reconcile, evaluate per reading (`read_health` does it off the loop).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sluice_runtime import evaluating
 from sluice_runtime.kube.kstatus import Health, compute_status, current, failed, in_progress
-
-if TYPE_CHECKING:
-    import celpy
 
 
 class InvalidExpression(ValueError):
@@ -43,7 +43,7 @@ class HealthCheckExpr:
 class _Compiled:
     field: str
     source: str
-    program: celpy.Runner
+    program: evaluating.Program
 
 
 # Evaluation order is Flux's: a still-progressing object is not judged failed or current.
@@ -60,11 +60,8 @@ class HealthRules:
             return
         # celpy (with lark, pendulum and regex) costs about 7 MiB resident once
         # loaded, and most Kustomizations have no healthCheckExprs: it loads
-        # with the first that has some, not with the process.
-        import celpy
-        from celpy.celparser import CELParseError
-
-        env = celpy.Environment()
+        # with the first that has some (evaluating.compile_expression), not
+        # with the process.
         for check in checks:
             compiled: list[_Compiled] = []
             sources = {"inProgress": check.in_progress, "failed": check.failed}
@@ -74,12 +71,11 @@ class HealthRules:
                 if not source:
                     continue
                 try:
-                    program = env.program(env.compile(source))
-                except CELParseError as error:
-                    first = str(error).splitlines()[0] if str(error) else "syntax error"
+                    program = evaluating.compile_expression(source)
+                except evaluating.InvalidExpression as error:
                     raise InvalidExpression(
                         f"healthCheckExprs {check.api_version}/{check.kind}: invalid {name} "
-                        f"expression {source!r}: {first}"
+                        f"expression {source!r}: {error}"
                     ) from None
                 compiled.append(_Compiled(name, source, program))
             self._rules[(check.api_version, check.kind)] = compiled
@@ -105,9 +101,13 @@ class HealthRules:
         if generic is not None:
             return generic
         activation = {str(k): json_to_cel(v) for k, v in obj.items()}
+        # One budget per reading: all of a kind's expressions together.
+        budget = evaluating.Budget()
         for compiled in rule:
             try:
-                value = compiled.program.evaluate(activation)
+                value = compiled.program.evaluate(activation, budget=budget)
+            except evaluating.BudgetExceeded as error:
+                return failed(f"{kind} {compiled.field} expression {compiled.source!r}: {error}")
             except CELEvalError as error:
                 return in_progress(
                     f"{kind} {compiled.field} expression {compiled.source!r} "

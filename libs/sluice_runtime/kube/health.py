@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice_runtime import evaluating
 from sluice_runtime.describing import describe
 from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import ApiError, ApiUnavailable, NotFound
@@ -119,7 +120,15 @@ async def read_health(
     obj.setdefault("kind", rt.kind)
     obj.setdefault("apiVersion", rt.api_version)
     version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-    return ObjectHealth(subject, status(obj), version)
+    if status is compute_status:
+        return ObjectHealth(subject, compute_status(obj), version)
+    # A caller's own rules are CEL (healthCheckExprs): tenant expressions over a
+    # tenant's object, judged in the CEL threads within a budget and a timeout.
+    try:
+        health = await evaluating.off_loop(lambda: status(obj))
+    except evaluating.BudgetExceeded as error:
+        health = Health("Failed", f"{rt.kind} health check: {error}")
+    return ObjectHealth(subject, health, version)
 
 
 async def _get(client: KubeClient, target: ObjectRef, not_older_than: str) -> JSON:

@@ -553,12 +553,18 @@ def test_version_prints_the_distributions_version(capsys: pytest.CaptureFixture[
             [],
             {
                 "requeue_dependency": 30.0,
-                "no_cross_namespace_refs": False,
-                "default_service_account": "",
+                # The lockdown is the binaries' default (Flux's is open).
+                "no_cross_namespace_refs": True,
+                "default_service_account": "default",
                 "insecure_kubeconfig_exec": False,
                 "insecure_kubeconfig_tls": False,
             },
-            id="flux-defaults",
+            id="locked-down-defaults",
+        ),
+        pytest.param(
+            ["--no-cross-namespace-refs=false", "--default-service-account="],
+            {"no_cross_namespace_refs": False, "default_service_account": ""},
+            id="opened-explicitly",
         ),
         pytest.param(
             [

@@ -105,3 +105,23 @@ def test_non_bool_is_not_a_verdict() -> None:
     rules = HealthRules([HealthCheckExpr("v1", "ConfigMap", current="1 + 1")])
     health = rules.status({"apiVersion": "v1", "kind": "ConfigMap"})
     assert health.status == "InProgress" and "not a bool" in health.message
+
+
+def test_an_expression_past_its_cost_budget_fails_the_object_naming_it() -> None:
+    # Three nested comprehensions over 100 items of the object: a million iterations.
+    rules = HealthRules(
+        [
+            HealthCheckExpr(
+                api_version="v1",
+                kind="ConfigMap",
+                current="data.a.all(x, data.a.all(y, data.a.all(z, x + y + z >= 0)))",
+            )
+        ]
+    )
+    health = rules.status(
+        {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": list(range(100))}}
+    )
+    assert health.status == "Failed"
+    assert health.message.endswith(
+        "CEL evaluation exceeded its cost budget of 100000 steps (spent 100001)"
+    )

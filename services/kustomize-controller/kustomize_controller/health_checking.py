@@ -75,7 +75,7 @@ from kustomize_controller.context import (
 )
 from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION, format_duration
 from sluice_runtime.kube.discovery import UnknownKind
-from sluice_runtime.kube.health import Health, HealthReport, check_health
+from sluice_runtime.kube.health import Health, HealthReport, check_health, compute_status
 from sluice_runtime.kube.resources import ObjectRef
 from sluice_runtime.reconciling.errors import StepError, Waiting
 from sluice_runtime.reconciling.steps import Result, done, step
@@ -180,7 +180,8 @@ async def _judge(
         ctx.manager.client,
         wait.targets,
         known={t: h for t, h in readings.items() if t not in read},
-        status=ctx.health_rules.status,
+        # kstatus itself unless there are CEL rules, which read_health runs off the loop.
+        status=ctx.health_rules.status if ctx.health_rules else compute_status,
         concurrency=ctx.manager.concurrency,
         not_older_than=seen,
     )

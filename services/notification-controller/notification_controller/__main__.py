@@ -44,10 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=300.0,
         help="an identical event for one object is sent at most once per interval",
     )
-    app.switch(
-        parser,
-        "--no-cross-namespace-refs",
-        help="Alerts see only events of their namespace; Receivers act only on it",
+    app.no_cross_namespace_refs(
+        parser, help="Alerts see only events of their namespace; Receivers act only on it"
     )
     parser.add_argument(
         "--receiver-rate", type=float, default=5.0, help="webhooks per second per receiver"

@@ -6,6 +6,8 @@ State `success` for info and `failure` (GitLab `failed`) for error;
 Provider's `commitStatusExpr` (CEL over `event`, `provider` and `alert`, as
 the API gives them) evaluates to, which must be a non-empty string; the
 commit is the hash in the `originRevision` or else `revision` metadata.
+The expression runs within a cost budget (`sluice_runtime.evaluating`), and
+`deliver` builds a request with one in the CEL threads, off the loop.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from notification_controller.outbound import (
@@ -25,11 +27,7 @@ from notification_controller.outbound import (
     metadata_of,
 )
 from sluice_api.notification import Provider
-
-if TYPE_CHECKING:
-    # celpy (with lark and pendulum) costs ~7 MiB resident once imported; only a
-    # Provider with commitStatusExpr needs it, so it is imported on first use.
-    import celpy
+from sluice_runtime import evaluating
 
 COMMIT_STATUS_TYPES = frozenset({"github", "gitlab"})
 PROGRESSING_REASON = "Progressing"
@@ -95,18 +93,16 @@ class InvalidExpression(ValueError):
 
 
 @functools.lru_cache(maxsize=256)
-def compile_expression(source: str) -> celpy.Runner:
-    """The compiled `commitStatusExpr` (cached: every event to the Provider uses it)."""
-    import celpy
-    from celpy.celparser import CELParseError
+def compile_expression(source: str) -> evaluating.Program:
+    """The compiled `commitStatusExpr` (cached: every event to the Provider uses it).
 
-    env = celpy.Environment()
+    celpy costs ~7 MiB resident once imported; only a Provider with
+    commitStatusExpr needs it, and it is imported with the first."""
     try:
-        return env.program(env.compile(source))
-    except CELParseError as error:
-        first = str(error).splitlines()[0] if str(error) else "syntax error"
+        return evaluating.compile_expression(source)
+    except evaluating.InvalidExpression as error:
         raise InvalidExpression(
-            f"spec.commitStatusExpr: invalid CEL expression {source!r}: {first}"
+            f"spec.commitStatusExpr: invalid CEL expression {source!r}: {error}"
         ) from None
 
 
@@ -131,6 +127,8 @@ def expression_context(source: str, target: Target) -> str:
         raise DeliveryError(
             f"spec.commitStatusExpr {source!r} cannot be evaluated: {reason[:200]}"
         ) from None
+    except evaluating.BudgetExceeded as error:
+        raise DeliveryError(f"spec.commitStatusExpr {source!r}: {error}") from None
     # celpy gives a plain str for some string results (concatenation): both are strings.
     if not isinstance(value, str) or not value:
         raise DeliveryError(

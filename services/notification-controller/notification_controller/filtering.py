@@ -8,7 +8,13 @@ own `filter` is ANDed with it. An expression that does not compile is the
 spec's fault (the Receiver stalls naming it, before it gets a path); one
 that cannot be evaluated for a request, or gives something other than a
 bool, fails that resource's action naming the expression, never quietly
-annotating it. Pure: compiled once per request's Receiver, no I/O.
+annotating it.
+
+The body and the filters are the tenant's, so both are bounded: a filtered
+Receiver's body is at most `MAX_FILTERED_BODY` bytes (413 past it), and every
+evaluation of one request shares one cost budget (`sluice_runtime.evaluating`),
+spent in the CEL threads, never on the event loop: past it the action fails
+naming the budget, and other Receivers are served meanwhile.
 """
 
 from __future__ import annotations
@@ -16,14 +22,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sluice_api.notification import Receiver
+from sluice_runtime import evaluating
 
-if TYPE_CHECKING:
-    # celpy (with lark and pendulum) costs ~7 MiB resident once imported; only a
-    # Receiver with filters needs it, so each function imports it on first use.
-    import celpy
+MAX_FILTERED_BODY = 64 * 1024
+"""Bytes of a body the filters read: push events of GitHub, GitLab and
+registries are a few kB; the CEL values made of it cost memory in proportion."""
 
 
 class InvalidFilter(ValueError):
@@ -37,18 +43,14 @@ class FilterFailed(ValueError):
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     field: str
-    source: str
-    program: celpy.Runner
+    program: evaluating.Program
 
 
-def _compile(env: celpy.Environment, field: str, source: str) -> _Compiled:
-    from celpy.celparser import CELParseError
-
+def _compile(field: str, source: str) -> _Compiled:
     try:
-        return _Compiled(field, source, env.program(env.compile(source)))
-    except CELParseError as error:
-        first = str(error).splitlines()[0] if str(error) else "syntax error"
-        raise InvalidFilter(f"{field}: invalid CEL expression {source!r}: {first}") from None
+        return _Compiled(field, evaluating.compile_expression(source))
+    except evaluating.InvalidExpression as error:
+        raise InvalidFilter(f"{field}: invalid CEL expression {source!r}: {error}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +63,17 @@ class Filters:
     def __bool__(self) -> bool:
         return self.shared is not None or any(f is not None for f in self.per_resource)
 
-    def allows(self, index: int, res: Mapping[str, Any], req: Any) -> bool:
+    async def allows(
+        self, index: int, res: Mapping[str, Any], *, req: Any, budget: evaluating.Budget
+    ) -> bool:
         """Whether resource `index` of the Receiver may be acted on for object `res`
-        and request body `req`; raises FilterFailed naming the expression."""
+        and request body `req`, evaluated off the loop within `budget` (the
+        request's); raises FilterFailed naming the expression."""
+        return await evaluating.off_loop(lambda: self._allows(index, res, req, budget))
+
+    def _allows(
+        self, index: int, res: Mapping[str, Any], req: Any, budget: evaluating.Budget
+    ) -> bool:
         from celpy import celtypes
         from celpy.adapter import json_to_cel
         from celpy.evaluation import CELEvalError
@@ -72,16 +82,19 @@ class Filters:
         for compiled in (self.shared, self.per_resource[index]):
             if compiled is None:
                 continue
+            source = compiled.program.source
             try:
-                value = compiled.program.evaluate(activation)
+                value = compiled.program.evaluate(activation, budget=budget)
             except CELEvalError as error:
                 reason = str(error.args[0]) if error.args else str(error)
                 raise FilterFailed(
-                    f"{compiled.field} {compiled.source!r} cannot be evaluated: {reason[:200]}"
+                    f"{compiled.field} {source!r} cannot be evaluated: {reason[:200]}"
                 ) from None
+            except evaluating.BudgetExceeded as error:
+                raise FilterFailed(f"{compiled.field} {source!r}: {error}") from None
             if not isinstance(value, celtypes.BoolType):
                 raise FilterFailed(
-                    f"{compiled.field} {compiled.source!r} gave {type(value).__name__}, not a bool"
+                    f"{compiled.field} {source!r} gave {type(value).__name__}, not a bool"
                 )
             if not value:
                 return False
@@ -90,15 +103,10 @@ class Filters:
 
 def compile_filters(receiver: Receiver) -> Filters:
     """The Receiver's filters; raises InvalidFilter naming the field of a bad one."""
-    import celpy
-
-    env = celpy.Environment()
     spec = receiver.spec
-    shared = (
-        _compile(env, "spec.resourceFilter", spec.resource_filter) if spec.resource_filter else None
-    )
+    shared = _compile("spec.resourceFilter", spec.resource_filter) if spec.resource_filter else None
     per_resource = tuple(
-        _compile(env, f"spec.resources[{i}].filter", r.filter) if r.filter else None
+        _compile(f"spec.resources[{i}].filter", r.filter) if r.filter else None
         for i, r in enumerate(spec.resources)
     )
     return Filters(shared, per_resource)

@@ -49,6 +49,7 @@ types only, as in Flux.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -74,6 +75,7 @@ from notification_controller.signatures import (
     timestamped_payload,
 )
 from sluice_api.notification import Provider
+from sluice_runtime import evaluating
 
 __all__ = ["SUPPORTED_TYPES", "DeliveryError", "OutboundRequest", "build_request", "deliver"]
 
@@ -109,9 +111,21 @@ async def deliver(
     settings (see `connecting`).
     """
     transport = transport or Transport()
-    request = build_request(
-        provider, event, address=address, token=token, headers=headers, now=clock(), alert=alert
+    build = functools.partial(
+        build_request,
+        provider,
+        event,
+        address=address,
+        token=token,
+        headers=headers,
+        now=clock(),
+        alert=alert,
     )
+    try:
+        # A commitStatusExpr is the tenant's CEL: evaluated in the CEL threads.
+        request = await evaluating.off_loop(build) if provider.spec.commit_status_expr else build()
+    except evaluating.BudgetExceeded as error:
+        raise DeliveryError(f"spec.commitStatusExpr: {error}") from None
     if request is None:
         return
     host = _host(request.url)

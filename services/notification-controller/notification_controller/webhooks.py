@@ -6,7 +6,8 @@ receiver's rate limit), and only then acted on: a Receiver's resources (those
 its CEL filters allow for this body, `filtering.py`) get
 `reconcile.fluxcd.io/requestedAt` (reconcile now), or, for Gates, an open or
 close request. Answers follow the contract: 404 unknown path, 503 suspended
-or not ready, 400 bad signature or payload, 413 too large, 429 over the
+or not ready, 400 bad signature or payload, 413 too large (64 KiB for a
+Receiver with filters), 429 over the
 rate limit (with `Retry-After`), 500 when annotating failed, 200 otherwise.
 Every rejection is logged with its reason; no log line carries a token, a
 signature, or the path of a known Receiver (for `generic`, the path is the
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ import structlog
 from aiohttp import web
 
 from notification_controller.filtering import (
+    MAX_FILTERED_BODY,
     FilterFailed,
     Filters,
     InvalidFilter,
@@ -45,7 +47,7 @@ from sluice_api.gating import (
 )
 from sluice_api.meta import RECONCILE_REQUESTED_AT_ANNOTATION, format_time
 from sluice_api.notification import Receiver, ReceiverResource
-from sluice_runtime import lanes
+from sluice_runtime import evaluating, lanes
 from sluice_runtime.conditions import is_ready
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
@@ -165,6 +167,16 @@ class WebhookServer:
             return self._reject(400, f"event {verdict.event!r} is not accepted", request, log_)
         filters, req = None, None
         if receiver.spec.resource_filter or any(r.filter for r in receiver.spec.resources):
+            if len(body) > MAX_FILTERED_BODY:
+                # The filters' values are made of the body: a filtered Receiver
+                # takes what push events need, not the 3 MiB a plain one may.
+                return self._reject(
+                    413,
+                    f"body larger than {MAX_FILTERED_BODY} bytes, the limit of a Receiver "
+                    "with CEL filters",
+                    request,
+                    log_,
+                )
             try:
                 filters, req = compile_filters(receiver), request_of(body)
             except (InvalidFilter, FilterFailed) as error:
@@ -237,10 +249,13 @@ class WebhookServer:
             self._observer.webhook_acted()
         namespace = receiver.namespace
         failures = []
+        # One budget for every evaluation this request makes: a wildcard over
+        # many objects does not multiply what a body may cost.
+        budget = evaluating.Budget()
         for index, resource in enumerate(receiver.spec.resources):
             allows = None
             if filters:
-                allows = functools.partial(filters.allows, index, req=req)
+                allows = functools.partial(filters.allows, index, req=req, budget=budget)
             try:
                 await self._act_on(receiver, resource, namespace, now, allows=allows)
             except (ActionRefused, FilterFailed) as error:
@@ -258,7 +273,7 @@ class WebhookServer:
         namespace: str,
         now: datetime,
         *,
-        allows: Callable[[Mapping[str, Any]], bool] | None,
+        allows: Callable[[Mapping[str, Any]], Awaitable[bool]] | None,
     ) -> None:
         api_version = resource.api_version or DEFAULT_API_VERSIONS.get(resource.kind, "")
         rt = await self.mapper.resource_for(api_version, resource.kind)
@@ -285,12 +300,12 @@ class WebhookServer:
         patch = {"metadata": {"annotations": annotations}}
         if resource.name != "*":
             # A filter reads the object, so it is fetched first; without one, a patch is all.
-            if allows is None or allows(await self.client.get(rt, resource.name, target_ns)):
+            if allows is None or await allows(await self.client.get(rt, resource.name, target_ns)):
                 await self.client.merge_patch(rt, resource.name, patch, namespace=target_ns)
             return
         selector = ",".join(f"{k}={v}" for k, v in sorted((resource.match_labels or {}).items()))
         listed = await self.client.list(rt, namespace=target_ns, label_selector=selector or None)
         for obj in listed.items:
-            if allows is None or allows(obj):
+            if allows is None or await allows(obj):
                 name = obj["metadata"]["name"]
                 await self.client.merge_patch(rt, name, patch, namespace=target_ns)

@@ -3,6 +3,7 @@ honoured, reading the object as `res` and the request body as `req`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -17,6 +18,7 @@ from notification_controller.filtering import (
 from notification_controller.receivers import unsupported
 from sluice_api.notification import Receiver
 from sluice_envtest.harness import condition
+from sluice_runtime.evaluating import Budget
 
 from .conftest import GITREPO, RECEIVER, Platform, parked
 
@@ -58,10 +60,11 @@ TAG = {"tag": "app"}
                      APP, TAG, False, id="shared-false-anded"),
     ],
 )  # fmt: skip
-def test_filters_decide_per_object_and_request(
+async def test_filters_decide_per_object_and_request(
     spec: dict[str, Any], res: dict[str, Any], req: Any, allowed: bool
 ) -> None:
-    assert compile_filters(receiver_of(**spec)).allows(0, res, req) is allowed
+    filters = compile_filters(receiver_of(**spec))
+    assert await filters.allows(0, res, req=req, budget=Budget()) is allowed
 
 
 @pytest.mark.parametrize(
@@ -74,9 +77,9 @@ def test_filters_decide_per_object_and_request(
                      "spec.resourceFilter 'res.metadata.name' gave StringType, not a bool", id="not-bool"),
     ],
 )  # fmt: skip
-def test_a_filter_that_cannot_decide_names_itself(spec: dict[str, Any], message: str) -> None:
+async def test_a_filter_that_cannot_decide_names_itself(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(FilterFailed) as raised:
-        compile_filters(receiver_of(**spec)).allows(0, APP, TAG)
+        await compile_filters(receiver_of(**spec)).allows(0, APP, req=TAG, budget=Budget())
     assert str(raised.value).startswith(message)
 
 
@@ -186,3 +189,65 @@ async def test_a_filter_that_does_not_compile_stalls_the_receiver(platform: Plat
     message = condition(obj, "Stalled")["message"]  # type: ignore[index]
     assert message.startswith("spec.resourceFilter: invalid CEL expression 'res.metadata.name =='")
     assert "webhookPath" not in obj["status"]
+
+
+NESTED_FILTER = "req.a.all(x, req.a.all(y, req.a.all(z, x + y + z >= 0)))"
+"""A million iterations over a 100-element list: about 50 s of cel-python's time
+unbounded, on the event loop it would have stopped every other webhook."""
+
+
+async def test_a_filter_past_its_budget_fails_while_other_receivers_are_served(
+    platform: Platform,
+) -> None:
+    p = platform
+    await parked(p, "flt-attacked")
+    await parked(p, "flt-bystander")
+    attack_url = await p.receiver(
+        "attack",
+        "generic",
+        "unused",
+        [{"kind": "GitRepository", "name": "flt-attacked"}],
+        resourceFilter=NESTED_FILTER,
+    )
+    other_url = await p.receiver(
+        "bystander", "generic", "unused", [{"kind": "GitRepository", "name": "flt-bystander"}]
+    )
+    body = json.dumps({"a": list(range(100))}).encode()
+    assert len(body) < 400
+    acted = p.counts.actions
+    attack = asyncio.get_running_loop().create_task(p.post(attack_url, body, {}))
+    # The attack's action has begun (it is evaluating its filter) ...
+    for _ in range(3000):
+        if p.counts.actions > acted or attack.done():
+            break
+        await asyncio.sleep(0.01)
+    # ... and another Receiver is served, to the end, before it has finished.
+    assert await p.post(other_url, b"{}", {}) == (200, "ok")
+    assert await annotated(p, "flt-bystander") == {"flt-bystander": True}
+    assert not attack.done()
+    status, text = await attack
+    assert status == 500
+    assert text == (
+        f"spec.resourceFilter {NESTED_FILTER!r}: CEL evaluation exceeded its cost budget "
+        "of 100000 steps (spent 100001)"
+    )
+    assert await annotated(p, "flt-attacked") == {"flt-attacked": False}
+
+
+async def test_a_filtered_receiver_refuses_a_body_past_its_limit(platform: Platform) -> None:
+    p = platform
+    await parked(p, "flt-big")
+    url = await p.receiver(
+        "filtered-big",
+        "generic",
+        "unused",
+        [{"kind": "GitRepository", "name": "flt-big"}],
+        resourceFilter="req.tag == 'x'",
+    )
+    body = json.dumps({"tag": "x", "pad": "y" * 70_000}).encode()
+    status, text = await p.post(url, body, {})
+    assert (status, text) == (
+        413,
+        "body larger than 65536 bytes, the limit of a Receiver with CEL filters",
+    )
+    assert await annotated(p, "flt-big") == {"flt-big": False}

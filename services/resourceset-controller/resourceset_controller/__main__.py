@@ -30,14 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="how long to wait before looking again at a dependency that is not ready",
     )
-    app.switch(
-        parser, "--no-cross-namespace-refs", help="refuse dependsOn objects in other namespaces"
-    )
-    parser.add_argument(
-        "--default-service-account",
-        default="",
-        help="service account to impersonate when a ResourceSet names none",
-    )
+    app.no_cross_namespace_refs(parser, help="refuse dependsOn objects in other namespaces")
+    app.default_service_account(parser, kind="ResourceSet")
 
 
 async def setup(runtime: app.Runtime) -> None:

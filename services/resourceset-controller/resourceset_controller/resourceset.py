@@ -44,6 +44,7 @@ from resourceset_controller.deploying import (
 )
 from resourceset_controller.rendering import reconcile_build, reconcile_inputs, selects
 from sluice_api.resourceset import HistoryEntry, ResourceSet
+from sluice_runtime import evaluating
 from sluice_runtime.describing import describe
 from sluice_runtime.informing.watching import Change, Store
 from sluice_runtime.kube.discovery import UnknownKind
@@ -67,18 +68,13 @@ async def reconcile_spec(ctx: ResourceSetContext) -> Result | None:
         return done(requeue_after=timing.DISABLED_RECHECK)
     for index, dep in enumerate(ctx.obj.spec.depends_on or []):
         if dep.ready_expr:
-            # celpy costs about 7 MiB resident once loaded; only a readyExpr needs it.
-            import celpy
-            from celpy.celparser import CELParseError
-
-            env = celpy.Environment()
+            # celpy costs about 7 MiB resident once loaded; only a readyExpr loads it.
             try:
-                ctx.ready_exprs[index] = env.program(env.compile(dep.ready_expr))
-            except CELParseError as error:
-                first = str(error).splitlines()[0] if str(error) else "syntax error"
+                ctx.ready_exprs[index] = evaluating.compile_expression(dep.ready_expr)
+            except evaluating.InvalidExpression as error:
                 raise Stalling(
                     Reason.INVALID_SPEC,
-                    f"spec.dependsOn[{index}].readyExpr {dep.ready_expr!r} is invalid: {first}",
+                    f"spec.dependsOn[{index}].readyExpr {dep.ready_expr!r} is invalid: {error}",
                 ) from None
     spec = ctx.obj.spec
     if spec.steps and (spec.resources or spec.resources_template):
@@ -129,21 +125,31 @@ async def reconcile_dependencies(ctx: ResourceSetContext) -> Result | None:
             continue
         program = ctx.ready_exprs.get(index)
         if program is not None:
-            # A compiled readyExpr means reconcile_spec loaded celpy: lookups.
-            from celpy import celtypes
-            from celpy.adapter import json_to_cel
-            from celpy.evaluation import CELEvalError
-
-            activation = {str(k): json_to_cel(v) for k, v in obj.items()}
             try:
-                value = program.evaluate(activation)
-            except CELEvalError:
-                value = None
-            if not (isinstance(value, celtypes.BoolType) and bool(value)):
+                satisfied = await evaluating.off_loop(functools.partial(_satisfies, program, obj))
+            except evaluating.BudgetExceeded as error:
+                # Judged again after the dependency changes, within a new budget.
+                raise _not_ready(ctx, f"dependency {where}: readyExpr: {error}") from None
+            if not satisfied:
                 raise _not_ready(ctx, f"dependency {where} does not satisfy its readyExpr yet")
         elif not _ready(obj):
             raise _not_ready(ctx, f"dependency {where} is not ready")
     return None
+
+
+def _satisfies(program: evaluating.Program, obj: dict[str, Any]) -> bool:
+    """Whether `obj` satisfies a readyExpr; one that cannot be evaluated is not yet."""
+    # A compiled readyExpr means reconcile_spec loaded celpy: lookups.
+    from celpy import celtypes
+    from celpy.adapter import json_to_cel
+    from celpy.evaluation import CELEvalError
+
+    activation = {str(k): json_to_cel(v) for k, v in obj.items()}
+    try:
+        value = program.evaluate(activation)
+    except CELEvalError:
+        return False
+    return isinstance(value, celtypes.BoolType) and bool(value)
 
 
 def _ready(obj: dict[str, Any]) -> bool:

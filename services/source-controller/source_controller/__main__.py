@@ -67,10 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: source-controller.$RUNTIME_NAMESPACE.svc.cluster.local.)",
     )
     parser.add_argument("--artifact-retention-records", type=int, default=2)
+    app.no_cross_namespace_refs(
+        parser, help="ArtifactGenerators may read only sources of their own namespace"
+    )
     app.switch(
         parser,
-        "--no-cross-namespace-refs",
-        help="ArtifactGenerators may read only sources of their own namespace",
+        "--allow-controller-level-workload-identity",
+        help="let a Bucket with provider 'aws' and no secretRef sign with this controller's "
+        "own AWS credentials (environment, IRSA, Pod Identity, instance role); off, such a "
+        "Bucket is Stalled: on a multi-tenant cluster any tenant would borrow them",
     )
     parser.add_argument("--artifact-retention-ttl", default="60s")
     defaults = Limits()
@@ -181,7 +186,13 @@ async def setup(runtime: app.Runtime) -> None:
     cache_root = Path(tempfile.mkdtemp(prefix="sluice-buckets-"))
     runtime.stack.callback(shutil.rmtree, cache_root, ignore_errors=True)
     bucket_controller = runtime.controller(
-        bucket.reconciler(storage, cache_root=cache_root, gates=gate_store, limits=limits)
+        bucket.reconciler(
+            storage,
+            cache_root=cache_root,
+            gates=gate_store,
+            limits=limits,
+            controller_identity=options.allow_controller_level_workload_identity,
+        )
     )
     bucket_controller.watch(gate_rt, gatekeeping.consumers_of(buckets))
 

@@ -21,7 +21,14 @@ storage; after a restart the first change downloads everything once.
 
 Only static credentials are implemented: `provider: gcp` and `azure`,
 `spec.sts` and `spec.serviceAccountName` are refused (Stalled, naming the
-field), never silently replaced by another identity.
+field), never silently replaced by another identity. `provider: aws` without
+`spec.secretRef` would sign with the controller's own AWS identity (its
+environment, IRSA, Pod Identity, the node's role), for any tenant, against
+any endpoint the tenant names: refused unless the operator starts the
+controller with `--allow-controller-level-workload-identity`.
+
+An empty bucket (or prefix) gives an empty artifact, as in Flux, whose
+revision is that of the empty index.
 """
 
 from __future__ import annotations
@@ -83,6 +90,9 @@ class BucketContext(SourceContext[Bucket]):
     revision: str = ""
     noop: bool = False
     client_options: dict[str, Any] | None = None
+    controller_identity: bool = False
+    """--allow-controller-level-workload-identity: `provider: aws` without a
+    secretRef may use the controller's own AWS credentials."""
 
     @property
     def cache_dir(self) -> Path:
@@ -100,6 +110,15 @@ async def reconcile_refused(ctx: BucketContext) -> Result | None:
         unsupported = "spec.sts (temporary credentials from a Security Token Service)"
     elif spec.service_account_name:
         unsupported = "spec.serviceAccountName (workload identity)"
+    borrowing = spec.provider == "aws" and spec.secret_ref is None
+    if unsupported is None and borrowing and not ctx.controller_identity:
+        raise Stalling(
+            SourceReason.FAILED,
+            "spec.provider 'aws' without spec.secretRef would sign requests with the "
+            "source-controller's own AWS identity, which this controller does not lend "
+            "to objects; give static credentials in spec.secretRef, or start the "
+            "controller with --allow-controller-level-workload-identity",
+        )
     if unsupported is not None:
         raise Stalling(
             SourceReason.FAILED,
@@ -332,6 +351,8 @@ async def reconcile_artifact(ctx: BucketContext) -> Result | None:
         return done()
     assert ctx.index is not None and ctx.objects is not None and ctx.client_options is not None
     files = ctx.cache_dir / _FILES
+    # An empty bucket downloads nothing, and archives an empty tree (Flux's empty artifact).
+    await asyncio.to_thread(files.mkdir, parents=True, exist_ok=True)
     await _sync(ctx, files)
     filename = ctx.revision.removeprefix("sha256:") + ".tar.gz"
     written = await write_archive(ctx, filename, files, bucket.spec.ignore)
@@ -408,6 +429,7 @@ def reconciler(
     cache_root: Path,
     gates: Store | None = None,
     limits: Limits | None = None,
+    controller_identity: bool = False,
 ) -> Reconciler[BucketContext]:
     context = functools.partial(
         BucketContext,
@@ -415,5 +437,6 @@ def reconciler(
         cache_root=cache_root,
         gates=gates,
         limits=limits or Limits(),
+        controller_identity=controller_identity,
     )
     return source_reconciler(Bucket, context, STEPS, finalize=finalize)

@@ -5,17 +5,27 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from sluice_api import ArtifactGenerator, ExternalArtifact
 from sluice_envtest.chartrepo import CONFIGMAP_TEMPLATE
 from sluice_envtest.harness import condition, is_ready, make_secret
+from sluice_envtest.pytest_plugin import Cluster
 from sluice_envtest.s3server import S3Server
+from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.resources import SECRET, ResourceType
 
-from .conftest import SourceController, served, served_files, tar_members
+from .conftest import (
+    SourceController,
+    served,
+    served_files,
+    start_source_controller,
+    tar_members,
+)
 
 BUCKET = ResourceType("source.toolkit.fluxcd.io", "v1", "buckets", "Bucket")
 HELMCHART = ResourceType("source.toolkit.fluxcd.io", "v1", "helmcharts", "HelmChart")
@@ -328,3 +338,71 @@ async def test_an_artifact_generator_reads_a_bucket(
     prod = await sc.get(EXTERNAL, "prod")
     assert prod["status"]["artifact"]["revision"] == source["revision"]
     assert await served_files(prod) == {"env.yaml": MANIFEST.encode()}
+
+
+async def test_an_empty_bucket_gives_an_empty_artifact(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(sc, s3_server, "empty", {})
+    await sc.client.create(BUCKET, bucket("empty", s3_server, name), namespace=sc.namespace)
+    obj = await sc.wait_ready(BUCKET, "empty")
+    artifact = obj["status"]["artifact"]
+    # Flux's revision of an empty index: the sha256 of no lines at all.
+    assert artifact["revision"] == "sha256:" + hashlib.sha256(b"").hexdigest()
+    assert not await served_files(obj)
+
+
+def borrowed_identity(name: str, server: S3Server, bucket_name: str) -> dict[str, Any]:
+    """`provider: aws` with no secretRef: signed with whatever the controller holds."""
+    obj = bucket(name, server, bucket_name, provider="aws")
+    del obj["spec"]["secretRef"]
+    return obj
+
+
+@pytest.fixture
+def controller_aws_credentials(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's own AWS identity, in its environment (as IRSA or a node role would
+    give it one): the S3 server's valid keys, so a borrowed signature would succeed."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.mark.usefixtures("controller_aws_credentials")
+async def test_a_bucket_cannot_borrow_the_controllers_aws_identity(
+    source_controller: SourceController, s3_server: S3Server
+) -> None:
+    sc = source_controller
+    name = await setup(sc, s3_server, "borrow", {"deploy/app.yaml": MANIFEST})
+    listings = s3_server.listings(name)
+    await sc.client.create(
+        BUCKET, borrowed_identity("borrow", s3_server, name), namespace=sc.namespace
+    )
+    obj = await sc.wait(
+        BUCKET,
+        "borrow",
+        lambda o: (condition(o, "Stalled") or {}).get("status") == "True",
+        what="Stalled",
+    )
+    message = (condition(obj, "Ready") or {})["message"]
+    assert message.startswith("spec.provider 'aws' without spec.secretRef would sign requests")
+    assert "--allow-controller-level-workload-identity" in message
+    assert obj["status"].get("artifact") is None
+    # Refused before any request: nothing was signed with the controller's keys.
+    assert s3_server.listings(name) == listings
+
+
+@pytest.mark.usefixtures("controller_aws_credentials")
+async def test_controller_level_identity_is_lent_when_the_operator_enables_it(
+    cluster: Cluster, kube: KubeClient, namespace: str, tmp_path: Path, s3_server: S3Server
+) -> None:
+    async with start_source_controller(
+        cluster, kube, namespace, tmp_path, "--allow-controller-level-workload-identity"
+    ) as sc:
+        name = await setup(sc, s3_server, "lent", {"deploy/app.yaml": MANIFEST})
+        await sc.client.create(
+            BUCKET, borrowed_identity("lent", s3_server, name), namespace=sc.namespace
+        )
+        obj = await sc.wait_ready(BUCKET, "lent")
+        assert sorted(await served_files(obj)) == ["deploy/app.yaml"]

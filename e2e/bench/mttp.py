@@ -121,11 +121,16 @@ async def run_helm(
             helm_start = await helm_ceilings.helm_start_seconds()
             await create_namespace(client, "ceiling-helm")
             since = datetime.now(UTC)
+            cpu_before = (helm_ceilings.children_cpu(), helm_ceilings.server_cpu(plane))
             helm_seconds = await helm_ceilings.helm_ceiling(
                 kubeconfig, chart, namespace="ceiling-helm", releases=apps,
                 concurrency=concurrency, workdir=workdir / "helm-ceiling",
             )  # fmt: skip
             helm_counts = helm_ceilings.read_audit(audit, since=since, until=datetime.now(UTC))
+            ceiling_cpu = {
+                "helm": helm_ceilings.children_cpu() - cpu_before[0],
+                "api_server_and_etcd": helm_ceilings.server_cpu(plane) - cpu_before[1],
+            }
             stored = await helm_ceilings.stored_releases(client, "ceiling-helm")
             await create_namespace(client, "ceiling-ssa")
             ssa_seconds = await helm_ceilings.ssa_ceiling(
@@ -149,6 +154,7 @@ async def run_helm(
             )  # fmt: skip
             await all_ready(client, HELMREPO, ns, 1)
             requests_before = {"source": source.api_requests(), "helm": helm.api_requests()}
+            sluice_before = helm_ceilings.sluice_cpu(plane, {"source": source, "helm": helm})
             start, since = time.monotonic(), datetime.now(UTC)
             for i in range(apps):
                 await client.create(
@@ -163,6 +169,8 @@ async def run_helm(
             created = time.monotonic() - start
             ready = await all_ready(client, HELMRELEASE, ns, apps) + created
             until = datetime.now(UTC)
+            sluice_after = helm_ceilings.sluice_cpu(plane, {"source": source, "helm": helm})
+            sluice_cpu = {k: sluice_after[k] - sluice_before[k] for k in sluice_after}
             peaks = {"source": source.peak_mib(), "helm": helm.peak_mib()}
             own = {
                 "source": source.api_requests() - requests_before["source"],
@@ -187,6 +195,9 @@ async def run_helm(
                 "ssa_ceiling_seconds": ssa_seconds,
                 "ratio_to_helm_ceiling": helm_seconds / ready,
                 "ratio_to_ssa_ceiling": ssa_seconds / ready,
+                "helm_ceiling_cpu_seconds": ceiling_cpu,
+                "sluice_cpu_seconds": sluice_cpu,
+                "cpu_ratio_to_helm_ceiling": sum(ceiling_cpu.values()) / sum(sluice_cpu.values()),
                 "helm_start_seconds": helm_start,
                 "source_controller_peak_mib": peaks["source"],
                 "helm_controller_peak_mib": peaks["helm"],
@@ -526,6 +537,13 @@ def _print_helm_run(r: dict[str, Any]) -> None:
     print(f"requests per release at the API server: {r['api_requests_per_release']:.1f} "
           f"({agents}; of sluice's: {own}); helm's discovery "
           f"{at_server['helm_discovery'] / apps:.1f}")  # fmt: skip
+    ceiling_cpu, sluice_cpu = r["helm_ceiling_cpu_seconds"], r["sluice_cpu_seconds"]
+    print(f"CPU-seconds per release (independent of the machine's other load): helm ceiling "
+          f"{sum(ceiling_cpu.values()) / apps:.2f} ("
+          + ", ".join(f"{k} {v / apps:.2f}" for k, v in ceiling_cpu.items())
+          + f"), Sluice {sum(sluice_cpu.values()) / apps:.2f} ("
+          + ", ".join(f"{k} {v / apps:.2f}" for k, v in sluice_cpu.items())
+          + f"): Sluice at {r['cpu_ratio_to_helm_ceiling']:.0%} of the ceiling's CPU efficiency")  # fmt: skip
     headers, rows = r["profile_table"]
     print(table(headers, rows))
 
@@ -568,7 +586,8 @@ def main(argv: list[str] | None = None) -> None:
     helm_rows = [
         [r["apps"], _fmt_seconds(r["helm_ceiling_seconds"]), _fmt_seconds(r["ssa_ceiling_seconds"]),
          _fmt_seconds(r["helmreleases_ready_seconds"]), FLUX_V2_6_HELM.get(r["apps"], "-"),
-         f"{r['ratio_to_helm_ceiling']:.0%}", f"{r['ratio_to_ssa_ceiling']:.0%}",
+         f"{r['ratio_to_helm_ceiling']:.0%}", f"{r['cpu_ratio_to_helm_ceiling']:.0%}",
+         f"{r['ratio_to_ssa_ceiling']:.0%}",
          f"{r['api_requests_per_release']:.1f}",
          f"{r['requests_at_server']['by_agent'].get('helm', 0) / r['apps']:.1f}",
          f"{r['helm_controller_peak_mib']:.0f}Mi", "190-350Mi",
@@ -616,7 +635,7 @@ def main(argv: list[str] | None = None) -> None:
         print()
         print(table(
             ["N", "helm ceiling", "SSA ceiling", "HelmReleases ready", "Flux 2.6",
-             "of helm ceiling", "of SSA ceiling", "API req/release", "of which helm's",
+             "of helm ceiling", "(by CPU)", "of SSA ceiling", "API req/release", "of which helm's",
              "helm-ctrl peak", "Flux 2.6", "source-ctrl peak", "load avg at end"],
             helm_rows,
         ))  # fmt: skip

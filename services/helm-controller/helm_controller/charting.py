@@ -92,12 +92,17 @@ async def reconcile_chart(ctx: HelmReleaseContext) -> Result | None:
                 "not allowed",
             )
         key = f"{namespace}/{wanted['metadata']['name']}"
-        try:
-            await ctx.client.apply(HELMCHART, wanted, field_manager=FIELD_MANAGER, force=True)
-        except KubeError as error:
-            raise StepError(
-                Reason.ARTIFACT_FAILED, f"cannot create HelmChart '{key}': {error}"
-            ) from None
+        applied = ctx.services.applied_charts.get(key)
+        if not as_applied(ctx.services.charts.get(key), wanted, applied):
+            try:
+                answer = await ctx.client.apply(
+                    HELMCHART, wanted, field_manager=FIELD_MANAGER, force=True
+                )
+            except KubeError as error:
+                raise StepError(
+                    Reason.ARTIFACT_FAILED, f"cannot create HelmChart '{key}': {error}"
+                ) from None
+            ctx.services.applied_charts[key] = (wanted, answer["metadata"].get("generation"))
         hr.status.helm_chart = key
         kind = "HelmChart"
     else:
@@ -178,6 +183,31 @@ def version_with_digest(chart_dir: Path, meta: dict[str, Any], artifact: Artifac
     meta["version"] = f"{str(meta['version']).split('+', 1)[0]}+{digest}"
     (chart_dir / "Chart.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     return str(meta["version"])
+
+
+def as_applied(
+    cached: dict[str, Any] | None,
+    wanted: dict[str, Any],
+    applied: tuple[dict[str, Any], int | None] | None,
+) -> bool:
+    """Whether the HelmChart `cached` (the informer's copy) is still what this process
+    last applied (`applied`: the body and the generation the answer had) and that is
+    still `wanted`: then applying it again would change nothing, and a steady reconcile
+    saves the request. Someone else's edit of its spec moves the generation; of the
+    labels or annotations applied, shows in the cache."""
+    if cached is None or applied is None:
+        return False
+    body, generation = applied
+    if body != wanted or generation is None:
+        return False
+    meta = cached.get("metadata") or {}
+    if meta.get("generation") != generation:
+        return False
+    for field in ("labels", "annotations"):
+        have = meta.get(field) or {}
+        if any(have.get(k) != v for k, v in (wanted["metadata"].get(field) or {}).items()):
+            return False
+    return True
 
 
 def _ready_message(chart: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from helm_controller import releases
 from sluice_api.helm import HelmRelease, HelmReleaseReason, Snapshot
 from sluice_api.meta import Artifact, parse_duration
 from sluice_api.times import format_duration
-from sluice_runtime.helming import run_helm
+from sluice_runtime.helming import KubeCache, run_helm
 from sluice_runtime.helming.storage import StorageError, release_name
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
@@ -60,6 +60,12 @@ class Services:
     """Which resource serves a kind, for drift detection; made on first use."""
     targets: TargetClusters | None = None
     """Clients of remote clusters (`kubeConfig`), built once per Secret version."""
+    kube_cache: KubeCache | None = None
+    """The controller's cluster's discovery and OpenAPI answers, a copy handed to each
+    helm run (`running.KubeCache`); never used for a remote (`kubeConfig`) cluster."""
+    applied_charts: dict[str, tuple[dict[str, Any], int | None]] = field(default_factory=dict)
+    """Per owned HelmChart (`namespace/name`): the body this process last applied and
+    the generation the API server answered with (`charting.as_applied`)."""
 
     def rest_mapper(self, client: KubeClient) -> RestMapper:
         # Discovery with the controller's own identity: every identity may read it.
@@ -169,11 +175,16 @@ def cluster_client(ctx: HelmReleaseContext) -> KubeClient:
 async def helm(ctx: HelmReleaseContext, args: list[str], *, timeout: float) -> str:
     """Run helm on the release's namespace and cluster, as the tenant when there is one."""
     user = account(ctx)
+    # The local cluster's cache only; filled by runs as the controller itself, so
+    # nothing a tenant's run wrote reaches another run.
+    local = ctx.target_kubeconfig is None
     result = await run_helm(
         [*args, "--namespace", ctx.release_namespace, *(["--kube-as-user", user] if user else [])],
         # helm's own --timeout bounds its waits; give the process a margin over it.
         timeout=timeout + 60,
         kubeconfig=ctx.target_kubeconfig or ctx.services.kubeconfig,
+        kube_cache=ctx.services.kube_cache if local else None,
+        fill_kube_cache=user is None,
     )
     return result.stdout
 

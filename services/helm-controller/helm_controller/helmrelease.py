@@ -110,6 +110,7 @@ async def finalize(ctx: HelmReleaseContext) -> None:
     # with the controller's identity.
     if hr.spec.chart is not None:
         owned = desired_chart(hr)["metadata"]
+        ctx.services.applied_charts.pop(f"{owned['namespace']}/{owned['name']}", None)
         with contextlib.suppress(NotFound):
             await ctx.client.delete(HELMCHART, owned["name"], namespace=owned["namespace"])
 

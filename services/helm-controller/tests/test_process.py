@@ -17,6 +17,7 @@ import pytest_asyncio
 from sluice_envtest.chartrepo import ChartRepository
 from sluice_envtest.controlplane import free_port
 from sluice_envtest.harness import (
+    ROLE_BINDING,
     Observer,
     condition,
     make_tenant,
@@ -101,6 +102,18 @@ async def test_the_kubeconfig_from_the_environment_reaches_helm(
 ) -> None:
     d = helm_process.delivery
     await make_tenant(d.kube, d.namespace, ["configmaps", "secrets"])
+    # Started with no flags, the controller is locked down: a HelmRelease naming no
+    # service account is released as its namespace's `default` account.
+    await d.kube.create(
+        ROLE_BINDING,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "default-tenant", "namespace": d.namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": d.namespace}],
+        },
+    )
     d.charts.add("app", "1.0.0")
     await d.helm_repository()
     await d.helm_release("web")

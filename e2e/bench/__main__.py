@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from e2e.bench import (
+    cli_startup,
     client_cost,
     idle,
     mttp,
@@ -17,6 +18,7 @@ from e2e.bench import (
 )
 
 BENCHMARKS = {
+    "cli-startup": cli_startup.main,
     "client-cost": client_cost.main,
     "idle": idle.main,
     "noop-fetch": noop_fetch.main,

@@ -13,8 +13,72 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What a fresh interpreter had imported when it exited, and how it ended."""
+
+    modules: frozenset[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def among(self, packages: Iterable[str]) -> list[str]:
+        """The imported modules that are one of `packages` or inside one of them."""
+        wanted = tuple(packages)
+        return sorted(
+            name
+            for name in self.modules
+            if any(name == package or name.startswith(package + ".") for package in wanted)
+        )
+
+
+_RECORDING = """
+import atexit, json, os, runpy, sys
+def _record(path=os.environ.pop("SLUICE_MODULES_OUT")):
+    with open(path, "w") as out:
+        json.dump(sorted(name for name, module in sys.modules.items() if module), out)
+atexit.register(_record)
+mode, target, *sys.argv[1:] = sys.argv[1:]
+if mode == "-m":
+    sys.argv[0] = target
+    runpy.run_module(target, run_name="__main__", alter_sys=True)
+else:
+    exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+"""
+"""Runs `-m module args...` or `-c code`, and at exit (also through `sys.exit` or an
+error) writes the names in `sys.modules`. Not `-X importtime`: it misses what
+`importlib.import_module` imports."""
+
+
+def run_fresh(*runs: Sequence[str], timeout: float = 300) -> list[Started]:
+    """Each `python -m module args...` or `python -c code` in an interpreter of
+    its own, all side by side, with the modules each had imported at exit."""
+    with tempfile.TemporaryDirectory() as workdir:
+        started = []
+        for index, run in enumerate(runs):
+            if run[0] not in ("-m", "-c") or len(run) < 2:
+                raise ValueError(f"{run}: give -m module [args...] or -c code")
+            env = {**os.environ, "SLUICE_MODULES_OUT": os.path.join(workdir, f"{index}.json")}
+            command = [sys.executable, "-c", _RECORDING, *run]
+            started.append(
+                subprocess.Popen(
+                    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+                )
+            )
+        results = []
+        for index, process in enumerate(started):
+            out, err = process.communicate(timeout=timeout)
+            with open(os.path.join(workdir, f"{index}.json")) as recorded:
+                modules = frozenset(json.load(recorded))
+            results.append(Started(modules, process.returncode, out, err))
+    return results
 
 
 def resident_mib(pid: int) -> float:

@@ -37,7 +37,7 @@ def test_the_chart_deploys_no_controller_the_list_lacks() -> None:
         key for key, value in VALUES.items() if isinstance(value, dict) and "create" in value
     }
     # The other sections with `create` are not controllers.
-    assert sections - {"networkPolicy", "serviceMonitor"} == {
+    assert sections - {"networkPolicy", "serviceMonitor", "aggregatedRoles"} == {
         c.values_key for c in controllers.CONTROLLERS
     }
 

@@ -10,11 +10,12 @@ does, and what it loaded is compared with what it must not load.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
+
+from sluice_envtest.measuring import Started, run_fresh
 
 CONTROLLERS = (
     "source_controller",
@@ -50,41 +51,25 @@ ON_FIRST_USE = (
 
 
 @pytest.fixture(scope="module")
-def loaded_at_startup() -> dict[str, set[str]]:
-    """Per controller, the modules importing `<controller>.__main__` loads.
+def loaded_at_startup() -> dict[str, Started]:
+    """Per controller, what importing `<controller>.__main__` loads.
 
     One fresh interpreter each, started together so that they import side by side.
     """
-    script = "import json, sys, {}.__main__; print(json.dumps(sorted(sys.modules)))"
-    started = {
-        controller: subprocess.Popen(
-            [sys.executable, "-c", script.format(controller)], stdout=subprocess.PIPE, text=True
-        )
-        for controller in CONTROLLERS
-    }
-    loaded = {}
-    for controller, process in started.items():
-        out, _ = process.communicate(timeout=300)
-        assert process.returncode == 0, f"importing {controller}.__main__ failed"
-        loaded[controller] = set(json.loads(out))
-    return loaded
+    runs = [["-c", f"import {controller}.__main__"] for controller in CONTROLLERS]
+    return dict(zip(CONTROLLERS, run_fresh(*runs), strict=True))
 
 
 @pytest.mark.parametrize("controller", [pytest.param(c, id=c) for c in CONTROLLERS])
 def test_a_controller_starts_without_heavy_optional_modules(
-    controller: str, loaded_at_startup: dict[str, set[str]]
+    controller: str, loaded_at_startup: dict[str, Started]
 ) -> None:
-    loaded = loaded_at_startup[controller]
+    started = loaded_at_startup[controller]
+    assert started.returncode == 0, f"importing {controller}.__main__ failed: {started.stderr}"
     # The entry module itself loaded: the subprocess imported what it should.
-    assert f"{controller}.__main__" in loaded
-    assert "structlog" in loaded
-    found = sorted(
-        name
-        for name in loaded
-        for heavy in (*NEVER, *ON_FIRST_USE)
-        if name == heavy or name.startswith(heavy + ".")
-    )
-    assert found == []
+    assert f"{controller}.__main__" in started.modules
+    assert "structlog" in started.modules
+    assert started.among((*NEVER, *ON_FIRST_USE)) == []
 
 
 def test_structlog_loaded_without_rich_leaves_rich_importable() -> None:

@@ -162,7 +162,9 @@ def _scalar(loader: Any, event: Any) -> tuple[Any, bool]:
         # PyYAML's constructors assume the resolver matched the text: an explicit
         # tag on other text (`!!int x`) or a date that does not exist (2020-02-30)
         # fails in int(), datetime() or a regex match. Callers catch YAMLError only.
-        raise _error(f"the {tag.rsplit(':', 1)[-1]} {event.value[:40]!r} is not valid", event.start_mark) from None
+        raise _error(
+            f"the {tag.rsplit(':', 1)[-1]} {event.value[:40]!r} is not valid", event.start_mark
+        ) from None
 
 
 def _collection_tag(event: Any, default: str) -> None:

@@ -73,7 +73,9 @@ scalars = st.one_of(
 )  # fmt: skip
 documents = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=30,
 )
 dumped = st.builds(

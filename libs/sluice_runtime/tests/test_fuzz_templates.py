@@ -92,9 +92,10 @@ def render(text: str) -> tuple[str | None, Budget]:
     with bounded(max_calls=MAX_CALLS) as spent:
         try:
             out: str | None = gotemplate.render(text, INPUTS, budget=budget)
+            refusal = ""
         except TemplateError as error:
-            assert str(error).startswith("template: "), error
-            out = None
+            out, refusal = None, str(error)
+    assert out is not None or refusal.startswith("template: "), refusal
     assert spent.peak_bytes < MAX_PEAK, f"{spent.peak_bytes} bytes at the peak"
     return out, budget
 

@@ -176,9 +176,10 @@ def test_an_alias_bomb_is_refused_exactly_past_the_node_limit(depth: int, width:
     with bounded(max_calls=MAX_CALLS) as spent:
         try:
             value = yamlloading.load(text, limits=LIMITS)
+            refusal = ""
         except YamlLimitExceeded as error:
-            value = None
-            assert "node limit" in str(error)
+            value, refusal = None, str(error)
+    assert value is not None or "node limit" in refusal
     assert spent.peak_bytes < MAX_PEAK
     assert (value is None) == (laughs_nodes(depth, width) > LIMITS.max_nodes)
 

@@ -10,10 +10,13 @@ container called `manager`; its image tag is the controller's version.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from sluice_runtime.kube.client import JSON, KubeClient
 from sluice_runtime.kube.errors import NotFound
 from sluice_runtime.kube.resources import ResourceType
+
+if TYPE_CHECKING:  # `sluice version --client` and `dev` read the list without a client
+    from sluice_runtime.kube.client import JSON, KubeClient
 
 
 @dataclass(frozen=True, slots=True)

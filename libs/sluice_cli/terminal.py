@@ -19,16 +19,19 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sluice_api import meta
-from sluice_api.meta import format_time
-from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.errors import KubeError, NotFound, one_line
+
+if TYPE_CHECKING:
+    from sluice_runtime.kube.client import KubeClient
+
+# The API models, aiohttp and the Kubernetes client are imported where they are
+# used: `sluice version --client` needs none of them (issue 40).
 
 OK = 0
 """The verb did what was asked (for `diff`: no differences)."""
@@ -170,6 +173,8 @@ def fail(verb: str, message: str, code: int) -> int:
 async def connected(
     kubeconfig: str | None, context: str | None = None
 ) -> AsyncIterator[KubeClient]:
+    from sluice_runtime.kube.client import KubeClient
+
     client = await KubeClient.connect(kubeconfig=kubeconfig, context=context)
     try:
         yield client
@@ -198,6 +203,8 @@ def add_cluster_flags(parser: Any, *, all_namespaces: bool = False) -> None:
 
 def rfc3339_now() -> str:
     """The time as Flux's CLI writes requestedAt: RFC 3339 with nanoseconds' precision."""
+    from sluice_api.meta import format_time
+
     return format_time(datetime.now(UTC), fraction="micro").replace("Z", "000Z")
 
 
@@ -225,7 +232,9 @@ def human_duration(seconds: float) -> str:
 def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
+    from sluice_api.meta import parse_time
+
     try:
-        return meta.parse_time(value)
+        return parse_time(value)
     except ValueError:
         return None

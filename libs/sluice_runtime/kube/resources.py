@@ -8,10 +8,11 @@ status writer serve every kind, ours and Kubernetes' alike.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from sluice_api.meta import ObjectId
+if TYPE_CHECKING:
+    from sluice_api.meta import ObjectId
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,10 @@ class ObjectRef:
     @classmethod
     def to(cls, rt: ResourceType, name: str, namespace: str | None = None) -> ObjectRef:
         """`name` served by `rt`; a cluster-scoped resource drops the namespace."""
+        # Imported on use: a module that only names resources (as the CLI's list
+        # of controllers does) loads no API models; importing sluice_api loads all.
+        from sluice_api.meta import ObjectId
+
         namespace = (namespace or "") if rt.namespaced else ""
         return cls(ObjectId(rt.group, rt.kind, namespace, name), rt)
 

@@ -154,7 +154,17 @@ def _scalar(loader: Any, event: Any) -> tuple[Any, bool]:
     if constructor is None or tag in (_MAP, _SEQ) or tag.endswith((":omap", ":pairs", ":set")):
         raise _error(f"could not determine a constructor for the tag {tag!r}", event.start_mark)
     node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
-    return constructor(loader, node), False
+    try:
+        return constructor(loader, node), False
+    except yaml.YAMLError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        # PyYAML's constructors assume the resolver matched the text: an explicit
+        # tag on other text (`!!int x`) or a date that does not exist (2020-02-30)
+        # fails in int(), datetime() or a regex match. Callers catch YAMLError only.
+        raise _error(
+            f"the {tag.rsplit(':', 1)[-1]} {event.value[:40]!r} is not valid", event.start_mark
+        ) from None
 
 
 def _collection_tag(event: Any, default: str) -> None:

@@ -5,7 +5,10 @@ Go's text/template allocates what a template asks for: `repeat 1000000000`,
 or a list of lists that serialises to gigabytes. A ResourceSet's template
 is a tenant's, so a render gets a `Budget` and spends it as it goes:
 
-- a step for each node executed, each range iteration and each call;
+- a step for each node executed, each range iteration and each call, and
+  for each pair of values a comparison visits (`deepEqual`, `uniq`, `has`,
+  `without`: quadratic in a list, exponential in a value whose parts are
+  shared, and one call each);
 - bytes for each piece of text written to the output, and for each value a
   function returns (a string's length, ELEMENT_BYTES per element of a list
   or map), all of them added up over the render, so a value doubled in a
@@ -107,6 +110,13 @@ def spending(budget: Budget) -> Iterator[None]:
 
 def current() -> Budget | None:
     return _CURRENT.get()
+
+
+def step() -> None:
+    """Spend a step of the running render's budget, if any (a function's inner loop)."""
+    budget = _CURRENT.get()
+    if budget is not None:
+        budget.step()
 
 
 def spend(size: int) -> None:

@@ -116,6 +116,11 @@ def typed_value(text: str) -> Any:
     return text
 
 
+MAX_INDEX = 65536
+"""The largest list index a targetPath may name, as Helm's strvals allows: the list is
+filled with nulls up to it, so `a[100000000]` would allocate 800 MB."""
+
+
 def set_path(values: dict[str, Any], path: str, value: Any) -> None:
     """Set `value` at a `--set`-style path (`a.b[0].c`, `\\.` escapes a dot)."""
     parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", path)]
@@ -126,6 +131,12 @@ def set_path(values: dict[str, Any], path: str, value: Any) -> None:
             raise ValuesError(f"invalid targetPath '{path}'")
         keys: list[str | int] = [match[1]] if match[1] else []
         keys += [int(x) for x in re.findall(r"\[(\d+)\]", match[2])]
+        for index in keys:
+            if isinstance(index, int) and index > MAX_INDEX:
+                raise ValuesError(
+                    f"targetPath '{path}': index of {index} is greater than "
+                    f"maximum supported index {MAX_INDEX}"
+                )
         for j, key in enumerate(keys):
             last = i == len(parts) - 1 and j == len(keys) - 1
             nxt: Any = value if last else ({} if j == len(keys) - 1 else [])

@@ -108,7 +108,9 @@ class HealthRules:
                 value = compiled.program.evaluate(activation, budget=budget)
             except evaluating.BudgetExceeded as error:
                 return failed(f"{kind} {compiled.field} expression {compiled.source!r}: {error}")
-            except CELEvalError as error:
+            except (CELEvalError, TypeError, ValueError, LookupError, ArithmeticError) as error:
+                # celpy raises Python's own errors for some programs over the wrong
+                # types (`2.5.map(x, x)`): as much "cannot be evaluated" as its own.
                 return in_progress(
                     f"{kind} {compiled.field} expression {compiled.source!r} "
                     f"cannot be evaluated: {_first(error)}"

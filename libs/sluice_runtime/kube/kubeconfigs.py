@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from sluice_runtime import yamlloading
+from sluice_runtime.redacting import redact_url
 
 EXEC_FLAG = "--insecure-kubeconfig-exec"
 TLS_FLAG = "--insecure-kubeconfig-tls"
@@ -122,6 +123,15 @@ class Credentials:
     proxy_url: str | None = None
     insecure_skip_tls_verify: bool = False
     exec: ExecPlugin | None = None
+
+    def __repr__(self) -> str:
+        # A URL's user:password is a secret too.
+        return (
+            f"Credentials(server={redact_url(self.server)!r}, username={self.username!r}, "
+            f"tls_server_name={self.tls_server_name!r}, "
+            f"proxy_url={redact_url(self.proxy_url) if self.proxy_url else None!r}, "
+            f"insecure_skip_tls_verify={self.insecure_skip_tls_verify!r}, exec={self.exec!r})"
+        )
 
 
 def parse(text: str, *, allow_exec: bool = False, allow_insecure_tls: bool = False) -> Credentials:
@@ -231,6 +241,8 @@ def _load(text: str) -> dict[str, Any]:
 def _select_context(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     contexts = _entries(config, "contexts", "context")
     current = config.get("current-context")
+    if current and not isinstance(current, str):
+        raise KubeconfigError("kubeconfig 'current-context' is not a string")
     if current:
         if current not in contexts:
             raise KubeconfigError(f"kubeconfig current-context '{current}' is not in contexts")
@@ -379,6 +391,8 @@ def _exec_plugin(spec: Any, *, where: str) -> ExecPlugin:
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise KubeconfigError(f"kubeconfig {where}: 'args' is not a list of strings")
     env: list[tuple[str, str]] = []
+    if not isinstance(spec.get("env") or [], list):
+        raise KubeconfigError(f"kubeconfig {where}: 'env' is not a list")
     for item in spec.get("env") or []:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise KubeconfigError(f"kubeconfig {where}: 'env' entries need a name and a value")

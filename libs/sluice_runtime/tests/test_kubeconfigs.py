@@ -142,6 +142,34 @@ def test_secrets_stay_out_of_repr() -> None:
     assert "pw" not in shown and "t0ken" not in repr(parse(kubeconfig()))
 
 
+def test_a_urls_password_stays_out_of_repr() -> None:
+    # Found by the fuzz (test_fuzz_kubeconfigs.py).
+    shown = repr(parse(kubeconfig({"server": "https://u:pw1@h", "proxy-url": "http://u:pw2@p"})))
+    assert "pw1" not in shown and "pw2" not in shown
+    assert "https://redacted@h" in shown
+
+
+@pytest.mark.parametrize(
+    ("text", "flags", "message"),
+    [
+        pytest.param(
+            kubeconfig(**{"current-context": ["ctx"]}), {}, "'current-context' is not a string",
+            id="current-context-a-list",
+        ),
+        pytest.param(
+            kubeconfig(user={"exec": {"command": "c", "env": 5}}), {"allow_exec": True},
+            "'env' is not a list", id="exec-env-a-number",
+        ),
+    ],
+)  # fmt: skip
+def test_a_malformed_field_is_a_kubeconfig_error(
+    text: str, flags: dict[str, bool], message: str
+) -> None:
+    # Found by the fuzz: TypeError (unhashable list, int not iterable) escaped.
+    with pytest.raises(KubeconfigError, match=message):
+        parse(text, **flags)
+
+
 @pytest.mark.parametrize(
     ("text", "flags", "fragments"),
     [

@@ -70,6 +70,25 @@ def test_collection_tags_kubernetes_does_not_read_are_refused(text: str) -> None
         yamlloading.load(text, limits=ROOMY)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("a: 2020-02-30\n", id="a-date-that-does-not-exist"),
+        pytest.param("created: 2016-13-06T16:23:20Z\n", id="a-timestamp-that-does-not-exist"),
+        pytest.param("a: !!int x\n", id="int-tag-on-text"),
+        pytest.param("a: !!float x\n", id="float-tag-on-text"),
+        pytest.param("a: !!bool x\n", id="bool-tag-on-text"),
+        pytest.param("a: !!timestamp x\n", id="timestamp-tag-on-text"),
+        pytest.param("a: !!int 0o99\n", id="octal-digits-out-of-range"),
+    ],
+)
+def test_a_scalar_its_constructor_cannot_build_is_a_yaml_error(text: str) -> None:
+    # Found by the fuzz (test_fuzz_yaml.py): ValueError, AttributeError or KeyError
+    # escaped, and every caller catches YAMLError only.
+    with pytest.raises(yaml.YAMLError, match=r"is not valid\n  in .*, line 1, column"):
+        yamlloading.load(text, limits=yamlloading.VALUES_LIMITS)
+
+
 def test_load_all_reads_what_safe_load_all_reads() -> None:
     text = "a: &x 1\n---\n---\nb: [2, 3]\n...\n---\nc: d\n"
     assert yamlloading.load_all(text, limits=ROOMY) == list(yaml.safe_load_all(text))

@@ -322,6 +322,22 @@ def test_a_bad_target_path_is_refused() -> None:
         helm_values.set_path({}, "a..b", "x")
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param("a[100000000]", id="list-index"),
+        pytest.param("a[0][65537].b", id="nested-index"),
+    ],
+)
+def test_a_target_path_index_past_helms_maximum_is_refused(path: str) -> None:
+    # Found by the fuzz (test_fuzz_helming.py): the list was filled with nulls up to
+    # the index, 800 MB for a[100000000]. Helm's strvals refuses past 65536.
+    values: dict[str, Any] = {}
+    with pytest.raises(helm_values.ValuesError, match="greater than maximum supported index 65536"):
+        helm_values.set_path(values, path, "x")
+    assert values == {}
+
+
 def hr(**spec: Any) -> HelmRelease:
     return HelmRelease.from_obj(
         {

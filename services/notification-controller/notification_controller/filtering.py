@@ -78,20 +78,25 @@ class Filters:
         from celpy.adapter import json_to_cel
         from celpy.evaluation import CELEvalError
 
-        activation = {"res": json_to_cel(dict(res)), "req": json_to_cel(req)}
+        try:
+            activation = {"res": json_to_cel(dict(res)), "req": json_to_cel(req)}
+        except ValueError as error:  # an integer past 64 bits, which CEL cannot hold
+            raise FilterFailed(f"the request body cannot be read by CEL: {error}") from None
         for compiled in (self.shared, self.per_resource[index]):
             if compiled is None:
                 continue
             source = compiled.program.source
             try:
                 value = compiled.program.evaluate(activation, budget=budget)
-            except CELEvalError as error:
+            except evaluating.BudgetExceeded as error:
+                raise FilterFailed(f"{compiled.field} {source!r}: {error}") from None
+            except (CELEvalError, TypeError, ValueError, LookupError, ArithmeticError) as error:
+                # celpy raises Python's own errors for some programs over the wrong
+                # types (`2.5.map(x, x)`): as much "cannot be evaluated" as its own.
                 reason = str(error.args[0]) if error.args else str(error)
                 raise FilterFailed(
                     f"{compiled.field} {source!r} cannot be evaluated: {reason[:200]}"
                 ) from None
-            except evaluating.BudgetExceeded as error:
-                raise FilterFailed(f"{compiled.field} {source!r}: {error}") from None
             if not isinstance(value, celtypes.BoolType):
                 raise FilterFailed(
                     f"{compiled.field} {source!r} gave {type(value).__name__}, not a bool"
@@ -116,7 +121,7 @@ def request_of(body: bytes) -> Any:
     """The request body as the filters' `req`; raises FilterFailed when it is not JSON."""
     try:
         return json.loads(body or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise FilterFailed(
             "the request body is not JSON, which the Receiver's filters read"
         ) from None

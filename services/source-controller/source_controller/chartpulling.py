@@ -44,6 +44,7 @@ from source_controller.helmrepository import (
     FetchError,
     InvalidIndex,
     chart_url,
+    chart_versions,
     credentials,
     fetch,
     index_limits,
@@ -83,9 +84,9 @@ async def from_repository(ctx: HelmChartContext) -> None:
             path.read_bytes,
             limits=index_limits(ctx.index_max_size),
         )
+        entries = chart_versions(index, spec.chart)
     except (InvalidIndex, OSError) as error:
         raise pull_error(f"cannot read the index of '{repo.metadata.name}': {error}") from None
-    entries = (index.get("entries") or {}).get(spec.chart)
     if not entries:
         raise pull_error(f"chart '{spec.chart}' not found in {redact_url(repo.spec.url)}")
     try:
@@ -99,7 +100,7 @@ async def from_repository(ctx: HelmChartContext) -> None:
         return
     mark_outdated(ctx, version)
     urls = entry.get("urls") or []
-    if not urls:
+    if not isinstance(urls, list) or not urls:
         raise pull_error(f"chart '{spec.chart}' version {version} has no URL in the index")
     url = chart_url(repo.spec.url, str(urls[0]))
     work = Path(ctx.cleanup.enter_context(tempfile.TemporaryDirectory(prefix="helmchart-")))

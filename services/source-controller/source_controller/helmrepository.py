@@ -245,6 +245,16 @@ def parse_index(data: bytes, *, limits: yamlloading.YamlLimits) -> dict[str, Any
     return index
 
 
+def chart_versions(index: dict[str, Any], chart: str) -> list[dict[str, Any]]:
+    """The entries of `chart` in a parsed index (empty when it is not there); refuses
+    (InvalidIndex) a chart whose entries are not a list of mappings, which the version
+    selection and the download read."""
+    entries = (index.get("entries") or {}).get(chart) or []
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise InvalidIndex(f"index entry '{chart}' is not a list of chart versions")
+    return entries
+
+
 INDEX_CACHE = IndexCache()
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluice_runtime.gotemplate import budgets
-from sluice_runtime.gotemplate.budgets import Budget
+from sluice_runtime.gotemplate.budgets import DEFAULT_MAX_STEPS, Budget
 from sluice_runtime.gotemplate.builtins import BUILTINS
 from sluice_runtime.gotemplate.errors import ExecError, ParseError, TemplateError
 from sluice_runtime.gotemplate.executing import State
@@ -22,7 +22,16 @@ from sluice_runtime.gotemplate.parsing import parse
 from sluice_runtime.gotemplate.sprig import SPRIG
 from sluice_runtime.gotemplate.values import NO_VALUE
 
-__all__ = ["Budget", "ExecError", "GoFunc", "ParseError", "TemplateError", "as_go_json", "render"]
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "Budget",
+    "ExecError",
+    "GoFunc",
+    "ParseError",
+    "TemplateError",
+    "as_go_json",
+    "render",
+]
 
 
 def render(

@@ -84,9 +84,9 @@ class Evaluator:
         raise ExecError(f"template: {location}: executing {name} at <{self.node}>: {message}")
 
     # -- the budget ----------------------------------------------------------------
-    def step(self, node: n.Node) -> None:
+    def step(self, node: n.Node, count: int = 1) -> None:
         try:
-            self.budget.step()
+            self.budget.step(count)
         except budgets.BudgetExceeded as error:
             self.at(node)
             self.errorf(str(error))
@@ -277,7 +277,7 @@ class Evaluator:
             if fn.variadic and num_in - 1 < num_fixed:
                 typ = fn.params[num_in - 1]
             argv.append(self.validate_type(final, typ))
-        self.step(node)
+        self.step(node, 1 + budgets.read_cost(argv))
         try:
             result = fn.fn(*argv)
             self.budget.spend(budgets.size_of(result))

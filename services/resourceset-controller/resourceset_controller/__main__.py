@@ -13,7 +13,7 @@ import aiohttp
 
 from resourceset_controller import contexts, providers, resourceset
 from sluice_api import ResourceSet, ResourceSetInputProvider
-from sluice_runtime import app, resolving
+from sluice_runtime import app, gotemplate, resolving
 from sluice_runtime.git import client as gitclient
 from sluice_runtime.kube.discovery import RestMapper
 from sluice_runtime.kube.resources import ResourceType
@@ -32,6 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     app.no_cross_namespace_refs(parser, help="refuse dependsOn objects in other namespaces")
     app.default_service_account(parser, kind="ResourceSet")
+    parser.add_argument(
+        "--template-max-steps",
+        type=int,
+        default=gotemplate.DEFAULT_MAX_STEPS,
+        help="the step budget of one ResourceSet's template renders together (nodes "
+        "executed, range iterations, calls and what they read); past it the ResourceSet "
+        "is Stalled naming the budget",
+    )
 
 
 async def setup(runtime: app.Runtime) -> None:
@@ -50,6 +58,7 @@ async def setup(runtime: app.Runtime) -> None:
         requeue_dependency=runtime.options.requeue_dependency,
         default_service_account=runtime.options.default_service_account or None,
         no_cross_namespace_refs=runtime.options.no_cross_namespace_refs,
+        template_max_steps=runtime.options.template_max_steps,
     )
     controller = runtime.controller(resourceset.reconciler(services))
     controller.watch(provider_rt, resourceset.provider_watchers(rsets))

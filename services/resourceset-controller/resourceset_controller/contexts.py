@@ -14,6 +14,7 @@ from sluice_api.resourceset import (
     ResourceSet,
     ResourceSetReason,
 )
+from sluice_runtime import gotemplate
 from sluice_runtime.informing.watching import Store
 from sluice_runtime.kube.client import KubeClient
 from sluice_runtime.kube.discovery import RestMapper
@@ -37,6 +38,8 @@ class Services:
     default_service_account: str | None = None
     """--default-service-account: the account of ResourceSets that name none."""
     no_cross_namespace_refs: bool = False
+    template_max_steps: int = gotemplate.DEFAULT_MAX_STEPS
+    """--template-max-steps: the step budget of one ResourceSet's renders together."""
 
     def target(self, namespace: str, account: str | None) -> tuple[KubeClient, RestMapper]:
         """The client applies go through: the controller's, or the tenant's account."""

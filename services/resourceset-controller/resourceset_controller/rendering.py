@@ -127,7 +127,7 @@ async def reconcile_build(ctx: ResourceSetContext) -> Result | None:
     )
     seen: dict[tuple[str, str, str, str], str] = {}
     # One budget for every step's renders; rendering blocks, so it runs off the loop.
-    budget = gotemplate.Budget()
+    budget = gotemplate.Budget(max_steps=ctx.services.template_max_steps)
     for name, resources, template in stages:
         try:
             built = await yamlloading.off_loop(

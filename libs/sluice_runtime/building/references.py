@@ -322,9 +322,12 @@ def check_references(
                         "only files inside the artifact can be built"
                     )
                 continue
-            target = Path(os.path.realpath(lexical))
-            if ref.field in _DIRECTORY_FIELDS and target.is_dir():
-                follow.append(target)
+            # Only what exists is looked at: an inline document is no file name (and
+            # may be longer than one may be).
+            if exists and ref.field in _DIRECTORY_FIELDS:
+                target = Path(os.path.realpath(lexical))
+                if target.is_dir():
+                    follow.append(target)
         return follow
 
     walk(root, directory, check)

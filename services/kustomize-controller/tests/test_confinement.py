@@ -616,3 +616,29 @@ async def test_a_build_past_the_memory_flag_fails_naming_it(delivery: Delivery) 
     assert ready is not None and ready["status"] == "False"
     assert "kustomize needed more than 128 MiB of memory" in ready["message"], ready["message"]
     assert "--build-max-memory" in ready["message"]
+
+
+@landlock
+async def test_a_long_inline_plugin_config_is_read_as_a_document(
+    tmp_path: Path, kustomize: Kustomize
+) -> None:
+    # An inline config is tried as a path first: one longer than a file name may be
+    # must not end the build with "File name too long".
+    padding = "x" * 400
+    generator = (
+        "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata:\n  name: long\n"
+        f"literals:\n- pad={padding}\n"
+    )
+    root = artifact(
+        tmp_path / "artifact",
+        {
+            "kustomization.yaml": yaml.safe_dump(
+                {"resources": ["cm.yaml"], "generators": [generator]}
+            )
+        },
+    )
+
+    objects = await build(root, spec(), kustomize=kustomize, sandbox=Sandbox.LANDLOCK)
+
+    [generated] = [o for o in objects if o["metadata"]["name"].startswith("long-")]
+    assert generated["data"] == {"pad": padding}

@@ -156,7 +156,10 @@ async def run(
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
-                await process.wait()
+                # What is left in the pipe is read and dropped: a stdout cut off at the
+                # limit may have its transport paused (buffer full), then it never sees
+                # the pipe's end, and Python 3.11's wait() waits for every pipe's end.
+                await asyncio.gather(_discard(process.stdout), process.wait())
             errors.cancel()
     if process.returncode != 0 and _OUT_OF_MEMORY.search(stderr or b""):
         raise BuildError(
@@ -203,6 +206,11 @@ async def _read_capped(stream: asyncio.StreamReader, limit: int, *, drain: bool)
         if chunk:
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _discard(stream: asyncio.StreamReader) -> None:
+    while await stream.read(1 << 16):
+        pass
 
 
 def _size(count: int) -> str:

@@ -1,4 +1,4 @@
-"""`python -m e2e.bench <name> [options]`: run one benchmark of shared/spec/benchmarks.md."""
+"""`python -m e2e.bench <name> [options]`: run one benchmark."""
 
 from __future__ import annotations
 

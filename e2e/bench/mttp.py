@@ -1,4 +1,4 @@
-"""Benchmark 1 (shared/spec/benchmarks.md): Mean Time To Production, Flux's MTTP shape.
+"""Benchmark 1: Mean Time To Production, Flux's MTTP shape.
 
 N apps are published at once, each as its own source plus a Kustomization
 that applies four objects (a Deployment scaled to zero, a ServiceAccount, a
@@ -26,7 +26,7 @@ helm-controller's peak memory (Flux v2.6: 100 in 27 s, 500 in 2m10s, 1000 in
 5m12s, helm-controller 190-350 MiB).
 
 With `--sources resourceset`, the same N apps driven by a ResourceSet, as in
-Flux Operator's design note (shared/seeds/002): one OCI repository with a tag
+Flux Operator's design note: one OCI repository with a tag
 `app-<i>` per app, one ResourceSetInputProvider (OCIArtifactTag) exporting
 the N tags with their digests, and one ResourceSet templating an
 OCIRepository pinned by digest and the benchmark's Kustomization per input;

@@ -1,4 +1,4 @@
-"""Benchmark 2 (shared/spec/benchmarks.md): what a GitRepository reconcile costs.
+"""Benchmark 2: what a GitRepository reconcile costs.
 
 A repository with thousands of commits (tens of MB of history) and a
 working tree of a few MB is served by `git http-backend`; a source-controller

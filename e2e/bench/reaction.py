@@ -1,4 +1,4 @@
-"""Benchmark 3 (shared/spec/benchmarks.md): reaction time, from an event to the change applied.
+"""Benchmark 3: reaction time, from an event to the change applied.
 
 Every interval is `1h`, so only events can explain the speed. Two series of
 trials against one local control plane, a Git server, and the source-,

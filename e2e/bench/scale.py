@@ -1,4 +1,4 @@
-"""Benchmark 4 (shared/spec/benchmarks.md): the scale of one object.
+"""Benchmark 4: the scale of one object.
 
 One Kustomization of N ConfigMaps (four keys each, one of them substituted
 post-build), generated into a Git repository as `--files` files, applied

@@ -32,7 +32,7 @@ from sluice_runtime.kube.resources import CRD
 
 MIN_KUBERNETES = (1, 20, 0)
 """The oldest API server Sluice is tested against: the local control plane
-(shared/spec/control-plane.md) is Debian's 1.20; server-side apply, which the
+(`sluice_envtest`, built from Debian's source package) is 1.20; server-side apply, which the
 kustomize-controller depends on, is on by default from 1.18."""
 
 DESCRIPTION = """The check command checks the prerequisites and the installation of Sluice.

@@ -4,8 +4,8 @@ No package registry we can reach ships a kube-apiserver binary, so we build
 one from Debian bookworm's `kubernetes` source package with Debian's Go 1.19,
 all fetched with apt into a private state directory (the system's apt setup
 is never touched), and cache the result keyed by version. etcd comes from
-Debian's `etcd-server`. The steps and their quirks are recorded in
-shared/spec/control-plane.md; each quirk has a comment where it is handled.
+Debian's `etcd-server`. Each quirk of the build has a comment where it is
+handled.
 
 `KUBEBUILDER_ASSETS`, the envtest convention, short-circuits all of this.
 """

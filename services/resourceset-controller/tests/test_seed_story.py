@@ -1,4 +1,4 @@
-"""The design note's story (shared/seeds/002): one OCI repository, one tag per
+"""The design note's story: one OCI repository, one tag per
 microservice, a ResourceSetInputProvider listing the tags and a ResourceSet
 deploying an OCIRepository pinned by digest and a Kustomization per tag; CI
 calls a Receiver after a push. Its manifests are used as written, except for
